@@ -1,0 +1,78 @@
+// LoaderOptions: everything that decides what a Loader yields.
+//
+// Options that change the delivered batches are part of Fingerprint(); options that only change
+// speed or memory (num_threads, prefetch_bytes) are not, so a run can resume with other values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "stoker/error.h"
+#include "stoker/tensor.h"
+
+namespace stoker {
+
+/// How a variable-length list column becomes a tensor.
+enum class ListMode {
+  kUnset,   // an error: the user must choose
+  kPadded,  // [B, max_len] padded with pad_value, plus `<name>` lengths
+  kRagged,  // flat values plus int64 offsets [B + 1]
+};
+
+/// Per-column choices. Every field defaults to "do nothing lossy".
+struct ColumnOptions {
+  ListMode list_mode = ListMode::kUnset;
+  double pad_value = 0;
+  /// When set, nulls are replaced by this value (cast to the column dtype).
+  bool has_fill_null = false;
+  double fill_null = 0;
+  /// When true, a bool validity mask `<name>` is delivered alongside the values and nulls are
+  /// zero-filled.
+  bool null_mask = false;
+};
+
+struct LoaderOptions {
+  /// Files, folders (recursive), globs or URIs (file://, s3://, ...). Local paths are absolute.
+  std::vector<std::string> sources;
+  /// Columns delivered one tensor each. Empty with empty `features`: every column.
+  std::vector<std::string> columns;
+  /// Scalar columns stacked into one dense [B, F] tensor named `features_name`.
+  std::vector<std::string> features;
+  std::string features_name = "features";
+  DType features_dtype = DType::kFloat32;
+  /// Allows casts that can lose information (int64 -> float32, float64 -> float32, ...).
+  bool allow_lossy_cast = false;
+  std::map<std::string, ColumnOptions> column_options;
+  ColumnOptions default_column_options;
+
+  int64_t batch_size = 1024;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  /// Rows whose order is permuted together. 0 or 1: only the row-group order is shuffled.
+  int64_t shuffle_window_rows = 65536;
+  /// When > 0, overrides shuffle_window_rows: the window holds about this many uncompressed
+  /// bytes of the selected columns (converted to rows from the footers' statistics).
+  int64_t shuffle_window_bytes = 0;
+  bool drop_last = true;
+  /// Adds a bool tensor `padding_name` marking rows repeated to even out ranks (drop_last=false).
+  bool padding_mask = false;
+  std::string padding_name = "__padding__";
+  int rank = 0;
+  int world_size = 1;
+
+  /// Target uncompressed bytes of one decode task (row groups are split by column groups).
+  int64_t task_bytes = 16 << 20;
+  int num_threads = 0;     // CPU workers; 0: the number of cores
+  int num_io_threads = 0;  // reserved for remote reads; 0: chosen from num_threads
+  int64_t prefetch_bytes = 256 << 20;
+
+  /// Checks ranges and consistency; errors name the option.
+  Status Validate() const;
+  /// A stable hash of every option that changes the delivered batches, except the seed (a
+  /// resume state carries the seed itself).
+  uint64_t Fingerprint() const;
+};
+
+}  // namespace stoker

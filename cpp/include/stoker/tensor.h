@@ -1,0 +1,79 @@
+// Tensors handed to Python: typed views into pooled, 64-byte aligned slabs.
+//
+// A Batch owns shared references to its slabs; a slab goes back to its pool when the last
+// reference (the batch, or a Python array made from it) is dropped. Thread safety: a Batch is
+// immutable once the batcher publishes it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace stoker {
+
+enum class DType : uint8_t {
+  kBool,
+  kInt8,
+  kInt16,
+  kInt32,
+  kInt64,
+  kUInt8,
+  kUInt16,
+  kUInt32,
+  kUInt64,
+  kFloat16,
+  kFloat32,
+  kFloat64,
+};
+
+int DTypeSize(DType dtype);
+/// numpy-style name ("float32").
+const char* DTypeName(DType dtype);
+bool ParseDType(const std::string& name, DType* out);
+
+/// One aligned allocation. Returned to its pool by the deleter of the shared_ptr.
+class Slab {
+ public:
+  virtual ~Slab() = default;
+  virtual uint8_t* data() = 0;
+  virtual int64_t capacity() const = 0;
+};
+
+struct Tensor {
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> shape;
+  uint8_t* data = nullptr;
+  std::shared_ptr<Slab> owner;
+
+  int64_t num_elements() const;
+  int64_t num_bytes() const { return num_elements() * DTypeSize(dtype); }
+};
+
+/// What the tensors of one output column mean.
+enum class ColumnKind {
+  kDense,    // values only: [B] or [B, ...]
+  kPadded,   // values [B, L] + lengths [B]
+  kRagged,   // values [N] + offsets [B + 1]
+  kStrings,  // utf-8 or binary bytes [N] + offsets [B + 1]
+};
+
+struct OutputColumn {
+  std::string name;
+  ColumnKind kind = ColumnKind::kDense;
+  Tensor values;
+  Tensor offsets;  // kRagged, kStrings
+  Tensor lengths;  // kPadded
+  Tensor mask;     // when null_mask is on: bool [B], true where the value is valid
+  bool has_mask = false;
+  /// Extra meaning for Python: "utf8" or "binary" for strings, a time unit for temporal columns.
+  std::string annotation;
+};
+
+struct Batch {
+  int64_t index = 0;  // batch number within the epoch for this rank
+  int64_t num_rows = 0;
+  std::vector<OutputColumn> columns;
+};
+
+}  // namespace stoker

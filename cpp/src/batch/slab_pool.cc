@@ -1,0 +1,82 @@
+#include "batch/slab_pool.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+
+namespace stoker {
+
+class SlabPool::AlignedSlab : public Slab {
+ public:
+  explicit AlignedSlab(int64_t capacity) : capacity_(capacity) {
+    data_ = static_cast<uint8_t*>(std::aligned_alloc(64, capacity));
+    if (data_ == nullptr) throw std::bad_alloc();
+  }
+  ~AlignedSlab() override { std::free(data_); }
+  uint8_t* data() override { return data_; }
+  int64_t capacity() const override { return capacity_; }
+
+ private:
+  uint8_t* data_;
+  int64_t capacity_;
+};
+
+std::shared_ptr<SlabPool> SlabPool::Make(int max_free) {
+  return std::shared_ptr<SlabPool>(new SlabPool(max_free));
+}
+
+SlabPool::~SlabPool() {
+  for (AlignedSlab* slab : free_) delete slab;
+}
+
+std::shared_ptr<Slab> SlabPool::Acquire(int64_t bytes) {
+  bytes = std::max<int64_t>(64, (bytes + 63) / 64 * 64);
+  AlignedSlab* slab = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Best fit among free slabs.
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if ((*it)->capacity() >= bytes &&
+          (best == free_.end() || (*it)->capacity() < (*best)->capacity())) {
+        best = it;
+      }
+    }
+    if (best != free_.end()) {
+      slab = *best;
+      free_.erase(best);
+    }
+  }
+  if (slab == nullptr) {
+    // Headroom so batches of varying size (ragged columns) can reuse slabs.
+    slab = new AlignedSlab(bytes + bytes / 8);
+    std::lock_guard<std::mutex> lock(mutex_);
+    allocated_bytes_ += slab->capacity();
+  }
+  std::weak_ptr<SlabPool> weak = weak_from_this();
+  return std::shared_ptr<Slab>(slab, [weak](Slab* raw) {
+    auto* aligned = static_cast<AlignedSlab*>(raw);
+    if (auto pool = weak.lock()) {
+      pool->Release(aligned);
+    } else {
+      delete aligned;
+    }
+  });
+}
+
+void SlabPool::Release(AlignedSlab* slab) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (static_cast<int>(free_.size()) < max_free_) {
+    free_.push_back(slab);
+    return;
+  }
+  allocated_bytes_ -= slab->capacity();
+  delete slab;
+}
+
+int64_t SlabPool::allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return allocated_bytes_;
+}
+
+}  // namespace stoker

@@ -1,0 +1,326 @@
+#include "catalog/catalog.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include <arrow/filesystem/localfs.h>
+#include <arrow/io/interfaces.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/arrow/schema.h>
+#include <parquet/exception.h>
+#include <parquet/file_reader.h>
+
+#include "util/hash.h"
+
+namespace stoker {
+namespace {
+
+bool HasGlob(const std::string& path) { return path.find_first_of("*?[") != std::string::npos; }
+
+bool IsParquetName(const std::string& path) {
+  const std::string base = path.substr(path.find_last_of('/') + 1);
+  if (base.empty() || base[0] == '_' || base[0] == '.') return false;
+  for (const char* ext : {".parquet", ".parq", ".pq"}) {
+    const size_t n = std::char_traits<char>::length(ext);
+    if (base.size() > n && base.compare(base.size() - n, n, ext) == 0) return true;
+  }
+  return false;
+}
+
+// Hidden or metadata folders (`_temporary`, `.cache`) below the source are skipped.
+bool HasHiddenComponent(const std::string& relative) {
+  size_t start = 0;
+  while (start < relative.size()) {
+    size_t end = relative.find('/', start);
+    if (end == std::string::npos) end = relative.size();
+    if (end > start && (relative[start] == '_' || relative[start] == '.')) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+struct ListedFile {
+  std::string path;
+  std::string display;
+  std::string base_dir;  // the folder hive partitions are read below
+  int64_t size;
+  std::shared_ptr<arrow::fs::FileSystem> fs;
+};
+
+Status ListSource(const std::string& source, std::vector<ListedFile>* out) {
+  std::string path;
+  auto fs_result = arrow::fs::FileSystemFromUriOrPath(source, &path);
+  if (!fs_result.ok()) {
+    return MakeError(ErrorKind::kInvalidOption,
+                     "source '" + source + "' is not a path or URI stoker can open: " +
+                         fs_result.status().message());
+  }
+  std::shared_ptr<arrow::fs::FileSystem> fs = *fs_result;
+  const std::string prefix = source.substr(0, source.size() - path.size());
+  auto display = [&](const std::string& p) {
+    return fs->type_name() == "local" ? p : prefix + p;
+  };
+
+  std::string pattern;
+  std::string base = path;
+  if (HasGlob(path)) {
+    pattern = path;
+    const size_t glob_at = path.find_first_of("*?[");
+    const size_t slash = path.rfind('/', glob_at);
+    base = slash == std::string::npos ? std::string() : path.substr(0, slash);
+  }
+
+  auto info_result = fs->GetFileInfo(base);
+  if (!info_result.ok()) {
+    return MakeError(ErrorKind::kStorage,
+                     "cannot stat '" + display(base) + "': " + info_result.status().message());
+  }
+  const arrow::fs::FileInfo& info = *info_result;
+  if (info.type() == arrow::fs::FileType::NotFound) {
+    return MakeError(ErrorKind::kNotFound, "no such file or directory: '" + source + "'");
+  }
+  if (info.type() == arrow::fs::FileType::File && pattern.empty()) {
+    out->push_back({path, display(path), "", info.size(), fs});
+    return Status::OK();
+  }
+
+  arrow::fs::FileSelector selector;
+  selector.base_dir = base;
+  selector.recursive = true;
+  auto listed = fs->GetFileInfo(selector);
+  if (!listed.ok()) {
+    return MakeError(ErrorKind::kStorage,
+                     "cannot list '" + display(base) + "': " + listed.status().message());
+  }
+  const size_t before = out->size();
+  for (const auto& entry : *listed) {
+    if (entry.type() != arrow::fs::FileType::File) continue;
+    const std::string& file = entry.path();
+    const std::string relative =
+        file.size() > base.size() ? file.substr(base.empty() ? 0 : base.size() + 1) : file;
+    if (HasHiddenComponent(relative)) continue;
+    if (!pattern.empty()) {
+      // `**` may cross folders; a single `*` stays inside one.
+      const int flags = pattern.find("**") == std::string::npos ? FNM_PATHNAME : 0;
+      if (fnmatch(pattern.c_str(), file.c_str(), flags) != 0) continue;
+    } else if (!IsParquetName(file)) {
+      continue;
+    }
+    out->push_back({file, display(file), base, entry.size(), fs});
+  }
+  if (out->size() == before) {
+    return MakeError(ErrorKind::kEmptyDataset,
+                     pattern.empty()
+                         ? "no Parquet files (*.parquet, *.parq, *.pq) under '" + source + "'"
+                         : "no files match the pattern '" + source + "'");
+  }
+  std::sort(out->begin() + before, out->end(),
+            [](const ListedFile& a, const ListedFile& b) { return a.path < b.path; });
+  return Status::OK();
+}
+
+// `key=value` folders between the source folder and the file.
+std::vector<std::pair<std::string, std::string>> HivePartitions(const ListedFile& file) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (file.base_dir.empty() && file.path.find('/') == std::string::npos) return out;
+  std::string relative = file.path.substr(file.base_dir.empty() ? 0 : file.base_dir.size() + 1);
+  size_t start = 0;
+  while (true) {
+    const size_t end = relative.find('/', start);
+    if (end == std::string::npos) break;  // the file name itself
+    const std::string part = relative.substr(start, end - start);
+    const size_t eq = part.find('=');
+    if (eq != std::string::npos && eq > 0) out.emplace_back(part.substr(0, eq), part.substr(eq + 1));
+    start = end + 1;
+  }
+  return out;
+}
+
+Status ReadFooter(const ListedFile& listed, CatalogFile* out,
+                  std::shared_ptr<arrow::Schema>* schema) {
+  out->path = listed.path;
+  out->display_path = listed.display;
+  out->fs = listed.fs;
+  out->size = listed.size;
+  auto input = listed.fs->OpenInputFile(listed.path);
+  if (!input.ok()) {
+    return MakeError(ErrorKind::kStorage,
+                     "cannot open '" + listed.display + "': " + input.status().message());
+  }
+  try {
+    auto reader = parquet::ParquetFileReader::Open(*input);
+    out->metadata = reader->metadata();
+  } catch (const parquet::ParquetException& e) {
+    return MakeError(ErrorKind::kCorruptFile,
+                     "'" + listed.display + "' is not a valid Parquet file: " + e.what());
+  }
+  parquet::ArrowReaderProperties props;
+  parquet::arrow::SchemaManifest manifest;
+  const Status st = parquet::arrow::SchemaManifest::Make(
+      out->metadata->schema(), out->metadata->key_value_metadata(), props, &manifest);
+  if (!st.ok()) {
+    return MakeError(ErrorKind::kUnsupportedType,
+                     "cannot map the Parquet schema of '" + listed.display +
+                         "' to Arrow: " + st.message());
+  }
+  std::vector<std::shared_ptr<arrow::Field>> fields;
+  for (size_t i = 0; i < manifest.schema_fields.size(); ++i) {
+    const auto& schema_field = manifest.schema_fields[i];
+    FieldLeaves leaves;
+    leaves.field_index = static_cast<int>(i);
+    std::vector<const parquet::arrow::SchemaField*> stack = {&schema_field};
+    while (!stack.empty()) {
+      const auto* node = stack.back();
+      stack.pop_back();
+      if (node->is_leaf()) leaves.leaves.push_back(node->column_index);
+      for (auto it = node->children.rbegin(); it != node->children.rend(); ++it) {
+        stack.push_back(&*it);
+      }
+    }
+    std::sort(leaves.leaves.begin(), leaves.leaves.end());
+    out->fields[schema_field.field->name()] = std::move(leaves);
+    fields.push_back(schema_field.field);
+  }
+  *schema = arrow::schema(std::move(fields));
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& sources,
+                                               int num_threads) {
+  if (sources.empty()) {
+    return MakeError(ErrorKind::kInvalidOption, "source is empty: give a file, folder or URI");
+  }
+  std::vector<ListedFile> listed;
+  for (const auto& source : sources) STOKER_RETURN_NOT_OK(ListSource(source, &listed));
+  // The same file reached through two sources is read once.
+  std::sort(listed.begin(), listed.end(),
+            [](const ListedFile& a, const ListedFile& b) { return a.display < b.display; });
+  listed.erase(std::unique(listed.begin(), listed.end(),
+                           [](const ListedFile& a, const ListedFile& b) {
+                             return a.display == b.display;
+                           }),
+               listed.end());
+
+  auto catalog = std::make_shared<Catalog>();
+  catalog->files_.resize(listed.size());
+  std::vector<std::shared_ptr<arrow::Schema>> schemas(listed.size());
+  std::vector<Status> statuses(listed.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < listed.size(); i = next++) {
+      statuses[i] = ReadFooter(listed[i], &catalog->files_[i], &schemas[i]);
+    }
+  };
+  const int threads = std::max(1, std::min<int>(num_threads, static_cast<int>(listed.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& thread : pool) thread.join();
+  for (const auto& st : statuses) STOKER_RETURN_NOT_OK(st);
+
+  // Every file must agree with the first on every column.
+  const auto& first = schemas[0];
+  for (size_t i = 1; i < schemas.size(); ++i) {
+    const auto& other = schemas[i];
+    for (const auto& field : first->fields()) {
+      auto match = other->GetFieldByName(field->name());
+      if (!match) {
+        return MakeError(ErrorKind::kSchemaMismatch,
+                         "schema mismatch: column '" + field->name() + "' is in '" +
+                             catalog->files_[0].display_path + "' but not in '" +
+                             catalog->files_[i].display_path + "'");
+      }
+      if (!match->type()->Equals(*field->type())) {
+        return MakeError(ErrorKind::kSchemaMismatch,
+                         "schema mismatch: column '" + field->name() + "' is " +
+                             field->type()->ToString() + " in '" +
+                             catalog->files_[0].display_path + "' but " +
+                             match->type()->ToString() + " in '" +
+                             catalog->files_[i].display_path + "'");
+      }
+    }
+    for (const auto& field : other->fields()) {
+      if (!first->GetFieldByName(field->name())) {
+        return MakeError(ErrorKind::kSchemaMismatch,
+                         "schema mismatch: column '" + field->name() + "' is in '" +
+                             catalog->files_[i].display_path + "' but not in '" +
+                             catalog->files_[0].display_path + "'");
+      }
+    }
+  }
+
+  // Hive partitions: the keys must be the same for every file.
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < listed.size(); ++i) {
+    auto parts = HivePartitions(listed[i]);
+    std::vector<std::string> file_keys;
+    for (auto& [key, value] : parts) {
+      file_keys.push_back(key);
+      catalog->files_[i].partition_values.push_back(value);
+    }
+    if (i == 0) {
+      keys = file_keys;
+    } else if (file_keys != keys) {
+      return MakeError(ErrorKind::kSchemaMismatch,
+                       "hive partition folders differ: '" + catalog->files_[0].display_path +
+                           "' and '" + catalog->files_[i].display_path +
+                           "' have different key=value levels");
+    }
+  }
+  std::vector<std::shared_ptr<arrow::Field>> fields = first->fields();
+  catalog->num_file_fields_ = static_cast<int>(fields.size());
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (first->GetFieldByName(keys[k])) {
+      return MakeError(ErrorKind::kSchemaMismatch,
+                       "hive partition key '" + keys[k] + "' is also a column in the files");
+    }
+    bool all_int = true;
+    for (const auto& file : catalog->files_) {
+      const std::string& v = file.partition_values[k];
+      char* end = nullptr;
+      errno = 0;
+      std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || errno != 0) all_int = false;
+    }
+    fields.push_back(arrow::field(keys[k], all_int ? arrow::int64() : arrow::utf8(), false));
+  }
+  catalog->schema_ = arrow::schema(std::move(fields));
+
+  Fnv1a hash;
+  for (size_t f = 0; f < catalog->files_.size(); ++f) {
+    const auto& file = catalog->files_[f];
+    hash.Add(file.display_path);
+    hash.AddInt(file.size);
+    for (int rg = 0; rg < file.metadata->num_row_groups(); ++rg) {
+      const int64_t rows = file.metadata->RowGroup(rg)->num_rows();
+      hash.AddInt(rows);
+      if (rows == 0) continue;
+      catalog->row_groups_.push_back({static_cast<int>(f), rg, rows});
+      catalog->total_rows_ += rows;
+    }
+  }
+  catalog->fingerprint_ = hash.digest();
+  return catalog;
+}
+
+int64_t Catalog::FieldBytes(const RowGroupRef& rg, const std::string& field) const {
+  const CatalogFile& file = files_[rg.file];
+  auto it = file.fields.find(field);
+  if (it == file.fields.end()) return rg.num_rows * 8;  // a partition column
+  auto meta = file.metadata->RowGroup(rg.row_group);
+  int64_t bytes = 0;
+  for (int leaf : it->second.leaves) bytes += meta->ColumnChunk(leaf)->total_uncompressed_size();
+  return bytes;
+}
+
+std::string Catalog::Where(const RowGroupRef& rg) const {
+  return "'" + files_[rg.file].display_path + "', row group " + std::to_string(rg.row_group);
+}
+
+}  // namespace stoker

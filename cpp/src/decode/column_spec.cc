@@ -1,0 +1,299 @@
+#include "decode/column_spec.h"
+
+#include <algorithm>
+#include <set>
+
+#include <arrow/extension_type.h>
+#include <arrow/type.h>
+
+namespace stoker {
+namespace {
+
+bool FixedWidthDType(const arrow::DataType& type, DType* out, std::string* annotation) {
+  using arrow::Type;
+  switch (type.id()) {
+    case Type::INT8: *out = DType::kInt8; return true;
+    case Type::INT16: *out = DType::kInt16; return true;
+    case Type::INT32: *out = DType::kInt32; return true;
+    case Type::INT64: *out = DType::kInt64; return true;
+    case Type::UINT8: *out = DType::kUInt8; return true;
+    case Type::UINT16: *out = DType::kUInt16; return true;
+    case Type::UINT32: *out = DType::kUInt32; return true;
+    case Type::UINT64: *out = DType::kUInt64; return true;
+    case Type::HALF_FLOAT: *out = DType::kFloat16; return true;
+    case Type::FLOAT: *out = DType::kFloat32; return true;
+    case Type::DOUBLE: *out = DType::kFloat64; return true;
+    // Temporal types travel as their integer storage; the unit goes to the annotation.
+    case Type::DATE32: *out = DType::kInt32; *annotation = "date32[day]"; return true;
+    case Type::DATE64: *out = DType::kInt64; *annotation = "date64[ms]"; return true;
+    case Type::TIMESTAMP:
+    case Type::DURATION:
+    case Type::TIME64:
+      *out = DType::kInt64;
+      *annotation = type.ToString();
+      return true;
+    case Type::TIME32:
+      *out = DType::kInt32;
+      *annotation = type.ToString();
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsTemporal(const std::string& annotation) { return !annotation.empty(); }
+
+// Reads "shape":[a,b,...] from the serialized metadata of arrow.fixed_shape_tensor.
+bool ParseTensorShape(const std::string& json, std::vector<int64_t>* shape) {
+  const size_t key = json.find("\"shape\"");
+  if (key == std::string::npos) return false;
+  const size_t open = json.find('[', key);
+  const size_t close = json.find(']', open);
+  if (open == std::string::npos || close == std::string::npos) return false;
+  shape->clear();
+  std::string body = json.substr(open + 1, close - open - 1);
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find(',', pos);
+    if (end == std::string::npos) end = body.size();
+    shape->push_back(std::stoll(body.substr(pos, end - pos)));
+    pos = end + 1;
+  }
+  return !shape->empty();
+}
+
+Status Unsupported(const std::string& column, const arrow::DataType& type, const char* why) {
+  return MakeError(ErrorKind::kUnsupportedType,
+                   "column '" + column + "' has type " + type.ToString() +
+                       ", which stoker cannot turn into a tensor" + why);
+}
+
+Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>& full_type,
+                const ColumnOptions& options, ColumnSpec* spec) {
+  spec->name = name;
+  spec->options = options;
+  spec->arrow_type = full_type->ToString();
+  std::shared_ptr<arrow::DataType> type = full_type;
+  if (type->id() == arrow::Type::DICTIONARY) {
+    spec->dictionary = true;
+    type = static_cast<const arrow::DictionaryType&>(*type).value_type();
+  }
+  std::vector<int64_t> ext_shape;
+  if (type->id() == arrow::Type::EXTENSION) {
+    const auto& ext = static_cast<const arrow::ExtensionType&>(*type);
+    if (ext.extension_name() != "arrow.fixed_shape_tensor" ||
+        !ParseTensorShape(ext.Serialize(), &ext_shape)) {
+      return Unsupported(name, *type, " (only the arrow.fixed_shape_tensor extension is known)");
+    }
+    if (ext.Serialize().find("permutation") != std::string::npos) {
+      return Unsupported(name, *type, " (tensors with a permutation are not supported)");
+    }
+    type = ext.storage_type();
+  }
+
+  DType dtype;
+  std::string annotation;
+  if (FixedWidthDType(*type, &dtype, &annotation)) {
+    spec->layout = SourceLayout::kFixed;
+    spec->source_dtype = dtype;
+    // Dates and times are widened to int64 so every temporal column has one dtype.
+    spec->dtype = IsTemporal(annotation) ? DType::kInt64 : dtype;
+    spec->annotation = annotation;
+    spec->kind = ColumnKind::kDense;
+    return Status::OK();
+  }
+  switch (type->id()) {
+    case arrow::Type::BOOL:
+      spec->layout = SourceLayout::kBool;
+      spec->source_dtype = spec->dtype = DType::kBool;
+      return Status::OK();
+    case arrow::Type::STRING:
+    case arrow::Type::LARGE_STRING:
+    case arrow::Type::BINARY:
+    case arrow::Type::LARGE_BINARY: {
+      spec->layout = SourceLayout::kString;
+      spec->kind = ColumnKind::kStrings;
+      spec->source_dtype = spec->dtype = DType::kUInt8;
+      const bool utf8 =
+          type->id() == arrow::Type::STRING || type->id() == arrow::Type::LARGE_STRING;
+      spec->annotation = utf8 ? "utf8" : "binary";
+      if (spec->dictionary) {
+        return Unsupported(name, *full_type, " (dictionary-encoded strings are not supported)");
+      }
+      return Status::OK();
+    }
+    case arrow::Type::FIXED_SIZE_LIST: {
+      std::shared_ptr<arrow::DataType> inner = type;
+      while (inner->id() == arrow::Type::FIXED_SIZE_LIST) {
+        const auto& fsl = static_cast<const arrow::FixedSizeListType&>(*inner);
+        spec->inner_shape.push_back(fsl.list_size());
+        spec->inner *= fsl.list_size();
+        inner = fsl.value_type();
+      }
+      if (!FixedWidthDType(*inner, &dtype, &annotation) || IsTemporal(annotation)) {
+        return Unsupported(name, *full_type, " (fixed_size_list values must be numeric)");
+      }
+      if (!ext_shape.empty()) {
+        int64_t product = 1;
+        for (int64_t d : ext_shape) product *= d;
+        if (product != spec->inner) {
+          return Unsupported(name, *full_type, " (tensor shape disagrees with its storage)");
+        }
+        spec->inner_shape = ext_shape;
+        spec->annotation = "arrow.fixed_shape_tensor";
+      }
+      spec->layout = SourceLayout::kFixed;
+      spec->source_dtype = spec->dtype = dtype;
+      return Status::OK();
+    }
+    case arrow::Type::LIST:
+    case arrow::Type::LARGE_LIST: {
+      const auto& list = static_cast<const arrow::BaseListType&>(*type);
+      if (!FixedWidthDType(*list.value_type(), &dtype, &annotation) || IsTemporal(annotation)) {
+        return Unsupported(name, *full_type, " (list values must be numeric)");
+      }
+      spec->layout = SourceLayout::kList;
+      spec->source_dtype = spec->dtype = dtype;
+      if (options.list_mode == ListMode::kUnset) {
+        return MakeError(ErrorKind::kUnsupportedType,
+                         "column '" + name + "' is a variable-length list (" +
+                             full_type->ToString() +
+                             "): choose lists={'" + name +
+                             "': 'padded'} for a [B, max_len] tensor plus lengths, or lists={'" +
+                             name + "': 'ragged'} for flat values plus offsets");
+      }
+      spec->kind =
+          options.list_mode == ListMode::kPadded ? ColumnKind::kPadded : ColumnKind::kRagged;
+      return Status::OK();
+    }
+    default:
+      return Unsupported(name, *full_type, "");
+  }
+}
+
+std::string Available(const arrow::Schema& schema) {
+  std::string out;
+  for (const auto& field : schema.fields()) {
+    if (!out.empty()) out += ", ";
+    out += field->name();
+  }
+  return out;
+}
+
+}  // namespace
+
+bool IsLosslessCast(DType from, DType to) {
+  if (from == to || from == DType::kBool) return true;
+  auto is_float = [](DType t) {
+    return t == DType::kFloat16 || t == DType::kFloat32 || t == DType::kFloat64;
+  };
+  auto is_signed = [](DType t) {
+    return t == DType::kInt8 || t == DType::kInt16 || t == DType::kInt32 || t == DType::kInt64;
+  };
+  const int from_bits = DTypeSize(from) * 8;
+  const int to_bits = DTypeSize(to) * 8;
+  if (to == DType::kBool) return false;
+  if (is_float(from)) return is_float(to) && to_bits > from_bits;
+  if (is_float(to)) {
+    const int mantissa = to == DType::kFloat16 ? 11 : to == DType::kFloat32 ? 24 : 53;
+    const int magnitude_bits = is_signed(from) ? from_bits - 1 : from_bits;
+    return magnitude_bits <= mantissa;
+  }
+  if (is_signed(from) && !is_signed(to)) return false;
+  return to_bits > from_bits;
+}
+
+Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options) {
+  const arrow::Schema& schema = *catalog.schema();
+  OutputSpec out;
+  std::set<std::string> needed;
+  std::set<std::string> seen_outputs;
+
+  auto lookup = [&](const std::string& name, ColumnSpec* spec) -> Status {
+    const int index = schema.GetFieldIndex(name);
+    if (index < 0) {
+      return MakeError(ErrorKind::kColumnNotFound,
+                       "column '" + name + "' is not in the dataset; available columns: " +
+                           Available(schema));
+    }
+    auto it = options.column_options.find(name);
+    const ColumnOptions& column_options =
+        it == options.column_options.end() ? options.default_column_options : it->second;
+    spec->field_index = index;
+    if (index >= catalog.num_file_fields()) {
+      spec->name = name;
+      spec->options = column_options;
+      spec->arrow_type = schema.field(index)->type()->ToString();
+      spec->layout = SourceLayout::kPartition;
+      if (schema.field(index)->type()->id() == arrow::Type::INT64) {
+        spec->source_dtype = spec->dtype = DType::kInt64;
+      } else {
+        spec->kind = ColumnKind::kStrings;
+        spec->source_dtype = spec->dtype = DType::kUInt8;
+        spec->annotation = "utf8";
+      }
+      return Status::OK();
+    }
+    needed.insert(name);
+    return Classify(name, schema.field(index)->type(), column_options, spec);
+  };
+
+  std::vector<std::string> columns = options.columns;
+  if (columns.empty() && options.features.empty()) {
+    for (const auto& field : schema.fields()) columns.push_back(field->name());
+  }
+  for (const auto& name : columns) {
+    if (!seen_outputs.insert(name).second) {
+      return MakeError(ErrorKind::kInvalidOption, "column '" + name + "' is listed twice in columns");
+    }
+    ColumnSpec spec;
+    STOKER_RETURN_NOT_OK(lookup(name, &spec));
+    out.columns.push_back(std::move(spec));
+  }
+  if (!options.features.empty()) {
+    if (seen_outputs.count(options.features_name)) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "features_name '" + options.features_name + "' clashes with a column");
+    }
+    std::set<std::string> seen_features;
+    for (const auto& name : options.features) {
+      if (!seen_features.insert(name).second) {
+        return MakeError(ErrorKind::kInvalidOption,
+                         "column '" + name + "' is listed twice in features");
+      }
+      ColumnSpec spec;
+      STOKER_RETURN_NOT_OK(lookup(name, &spec));
+      const bool scalar = (spec.layout == SourceLayout::kFixed && spec.inner == 1) ||
+                          spec.layout == SourceLayout::kBool;
+      if (!scalar || spec.layout == SourceLayout::kPartition) {
+        return MakeError(ErrorKind::kUnsupportedType,
+                         "feature column '" + name + "' has type " + spec.arrow_type +
+                             "; features must be scalar numeric or bool columns");
+      }
+      if (spec.options.null_mask) {
+        return MakeError(ErrorKind::kInvalidOption,
+                         "null_mask is not available for feature column '" + name +
+                             "'; use fill_null for it");
+      }
+      if (!options.allow_lossy_cast && !IsLosslessCast(spec.dtype, options.features_dtype)) {
+        return MakeError(ErrorKind::kLossyCast,
+                         std::string("feature column '") + name + "' is " + DTypeName(spec.dtype) +
+                             " and stacking it into " + DTypeName(options.features_dtype) +
+                             " can lose information; pass allow_lossy_cast=True or choose "
+                             "features_dtype accordingly");
+      }
+      spec.dtype = options.features_dtype;
+      out.features.push_back(std::move(spec));
+    }
+  }
+  for (const auto& field : schema.fields()) {
+    if (needed.count(field->name())) out.file_fields.push_back(field->name());
+  }
+  return out;
+}
+
+ColumnInfo ToColumnInfo(const ColumnSpec& spec) {
+  return {spec.name, spec.arrow_type, spec.kind, spec.dtype, spec.inner_shape, spec.annotation};
+}
+
+}  // namespace stoker

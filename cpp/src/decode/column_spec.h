@@ -1,0 +1,57 @@
+// ColumnSpec: what one requested column becomes, decided once from the schema and the options.
+//
+// Resolution is where type errors surface (unknown column, unsupported type, a list without a
+// chosen mode, a lossy feature cast), before any thread starts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <arrow/type_fwd.h>
+
+#include "catalog/catalog.h"
+#include "stoker/loader.h"
+#include "stoker/options.h"
+
+namespace stoker {
+
+/// How the source Arrow data is laid out.
+enum class SourceLayout {
+  kFixed,      // fixed-width values, `inner` per row (primitive or fixed_size_list of them)
+  kBool,       // bit-packed booleans
+  kList,       // list / large_list of fixed-width values
+  kString,     // string / binary (and large_ variants)
+  kPartition,  // a hive partition value, constant per file
+};
+
+struct ColumnSpec {
+  std::string name;
+  int field_index = -1;  // in Catalog::schema()
+  SourceLayout layout = SourceLayout::kFixed;
+  ColumnKind kind = ColumnKind::kDense;
+  DType source_dtype = DType::kUInt8;  // element type as stored
+  DType dtype = DType::kUInt8;         // element type delivered
+  int64_t inner = 1;                   // elements per row (fixed-size lists)
+  std::vector<int64_t> inner_shape;
+  bool dictionary = false;
+  ColumnOptions options;
+  std::string arrow_type;
+  std::string annotation;
+};
+
+struct OutputSpec {
+  std::vector<ColumnSpec> columns;   // one output tensor group each
+  std::vector<ColumnSpec> features;  // stacked into one [B, F] tensor
+  /// Field names the decoder must read (file fields only), in schema order.
+  std::vector<std::string> file_fields;
+};
+
+/// Resolves `options.columns` / `options.features` against the catalog's schema.
+Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options);
+
+/// Whether every value of `from` is exactly representable as `to`.
+bool IsLosslessCast(DType from, DType to);
+
+ColumnInfo ToColumnInfo(const ColumnSpec& spec);
+
+}  // namespace stoker

@@ -1,0 +1,286 @@
+#include "decode/decoder.h"
+
+#include <arrow/array/concatenate.h>
+#include <arrow/buffer.h>
+#include <arrow/extension_type.h>
+#include <arrow/table.h>
+#include <arrow/util/byte_size.h>
+#include <arrow/util/logging.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/exception.h>
+#include <parquet/file_reader.h>
+
+namespace stoker {
+namespace {
+
+// Dictionary arrays become plain arrays of their value type (fixed-width values only).
+template <typename Index>
+void GatherDictionary(const Index* indices, const uint8_t* dict_values, int width, int64_t n,
+                      uint8_t* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(out + i * width, dict_values + static_cast<int64_t>(indices[i]) * width, width);
+  }
+}
+
+Result<std::shared_ptr<arrow::Array>> MaterializeDictionary(const arrow::DictionaryArray& dict,
+                                                            const std::string& column,
+                                                            const std::string& where) {
+  const auto& values = *dict.dictionary();
+  const auto* fixed = dynamic_cast<const arrow::FixedWidthType*>(values.type().get());
+  if (fixed == nullptr || values.type()->id() == arrow::Type::BOOL) {
+    return MakeError(ErrorKind::kUnsupportedType,
+                     "column '" + column + "' in " + where + ": dictionary of " +
+                         values.type()->ToString() + " is not supported");
+  }
+  if (values.null_count() > 0) {
+    return MakeError(ErrorKind::kNullValues,
+                     "column '" + column + "' in " + where + " has nulls in its dictionary");
+  }
+  const int width = fixed->bit_width() / 8;
+  const auto& indices = *dict.indices();
+  const int64_t offset = indices.offset();
+  const int64_t n = indices.length();
+  ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateBuffer((offset + n) * width));
+  const uint8_t* dict_values = values.data()->buffers[1]->data() + values.offset() * width;
+  uint8_t* out = buffer->mutable_data() + offset * width;
+  const uint8_t* raw = indices.data()->buffers[1]->data();
+  switch (indices.type()->id()) {
+    case arrow::Type::INT8:
+      GatherDictionary(reinterpret_cast<const int8_t*>(raw) + offset, dict_values, width, n, out);
+      break;
+    case arrow::Type::INT16:
+      GatherDictionary(reinterpret_cast<const int16_t*>(raw) + offset, dict_values, width, n, out);
+      break;
+    case arrow::Type::INT32:
+      GatherDictionary(reinterpret_cast<const int32_t*>(raw) + offset, dict_values, width, n, out);
+      break;
+    default:
+      GatherDictionary(reinterpret_cast<const int64_t*>(raw) + offset, dict_values, width, n, out);
+      break;
+  }
+  // Null indices point anywhere; their slots are masked by the validity kept from the indices.
+  auto data = arrow::ArrayData::Make(values.type(), n,
+                                     {indices.data()->buffers[0], std::move(buffer)},
+                                     indices.null_count(), offset);
+  return arrow::MakeArray(data);
+}
+
+std::string NullAdvice(const std::string& column) {
+  return "; pass fill_null={'" + column + "': value} to replace them or null_mask=['" + column +
+         "'] to get a validity mask";
+}
+
+}  // namespace
+
+Decoder::Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const OutputSpec> spec)
+    : catalog_(std::move(catalog)), spec_(std::move(spec)) {}
+
+std::vector<DecodeTask> Decoder::MakeTasks(const Plan& plan, int segment,
+                                           int64_t task_bytes) const {
+  const Segment& seg = plan.segments[segment];
+  const RowGroupRef& rg = catalog_->row_groups()[seg.row_group];
+  const double fraction = static_cast<double>(seg.num_rows) / static_cast<double>(rg.num_rows);
+  std::vector<DecodeTask> tasks;
+  DecodeTask current;
+  current.segment = segment;
+  for (const auto& field : spec_->file_fields) {
+    // The whole row group is decoded even for a slice; its size is what the task costs.
+    const int64_t bytes = catalog_->FieldBytes(rg, field);
+    if (!current.fields.empty() && current.estimated_bytes + bytes > task_bytes) {
+      tasks.push_back(std::move(current));
+      current = DecodeTask{};
+      current.segment = segment;
+    }
+    current.fields.push_back(field);
+    current.estimated_bytes += static_cast<int64_t>(bytes * std::max(fraction, 0.0) + 0.5);
+  }
+  tasks.push_back(std::move(current));  // may be empty when only partition columns are read
+  return tasks;
+}
+
+Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task) const {
+  DecodedColumns out;
+  if (task.fields.empty()) return out;
+  const Segment& seg = plan.segments[task.segment];
+  const RowGroupRef& rg = catalog_->row_groups()[seg.row_group];
+  const CatalogFile& file = catalog_->files()[rg.file];
+
+  std::vector<int> leaves;
+  for (const auto& field : task.fields) {
+    const auto& field_leaves = file.fields.at(field).leaves;
+    leaves.insert(leaves.end(), field_leaves.begin(), field_leaves.end());
+  }
+  std::sort(leaves.begin(), leaves.end());
+
+  auto input = file.fs->OpenInputFile(file.path);
+  if (!input.ok()) {
+    return MakeError(ErrorKind::kStorage,
+                     "cannot open " + catalog_->Where(rg) + ": " + input.status().message());
+  }
+  std::shared_ptr<arrow::Table> table;
+  std::string failure;
+  try {
+    parquet::ArrowReaderProperties arrow_props;
+    arrow_props.set_use_threads(false);  // our workers are the parallelism
+    auto reader = parquet::ParquetFileReader::Open(*input, parquet::default_reader_properties(),
+                                                   file.metadata);
+    auto arrow_reader =
+        parquet::arrow::FileReader::Make(arrow::default_memory_pool(), std::move(reader),
+                                         arrow_props);
+    if (!arrow_reader.ok()) {
+      failure = arrow_reader.status().message();
+    } else {
+      auto result = (*arrow_reader)->ReadRowGroup(rg.row_group, leaves);
+      if (result.ok()) {
+        table = *result;
+      } else {
+        failure = result.status().message();
+      }
+    }
+  } catch (const parquet::ParquetException& e) {
+    failure = e.what();
+  }
+  if (!table) {
+    std::string columns;
+    for (const auto& f : task.fields) columns += (columns.empty() ? "'" : ", '") + f + "'";
+    return MakeError(ErrorKind::kCorruptFile, "cannot decode column(s) " + columns + " of " +
+                                                  catalog_->Where(rg) + ": " + failure);
+  }
+  for (const auto& field : task.fields) {
+    auto chunked = table->GetColumnByName(field);
+    if (!chunked) {
+      return MakeError(ErrorKind::kCorruptFile,
+                       "column '" + field + "' missing after decoding " + catalog_->Where(rg));
+    }
+    std::shared_ptr<arrow::Array> array;
+    if (chunked->num_chunks() == 1) {
+      array = chunked->chunk(0);
+    } else {
+      ARROW_ASSIGN_OR_RAISE(array, arrow::Concatenate(chunked->chunks()));
+    }
+    if (array->length() != rg.num_rows) {
+      return MakeError(ErrorKind::kCorruptFile,
+                       "column '" + field + "' of " + catalog_->Where(rg) + " has " +
+                           std::to_string(array->length()) + " values, the footer says " +
+                           std::to_string(rg.num_rows));
+    }
+    array = array->Slice(seg.row_begin, seg.num_rows);
+    if (array->type_id() == arrow::Type::DICTIONARY) {
+      ARROW_ASSIGN_OR_RAISE(array,
+                            MaterializeDictionary(static_cast<const arrow::DictionaryArray&>(*array),
+                                                  field, catalog_->Where(rg)));
+    }
+    if (array->type_id() == arrow::Type::EXTENSION) {
+      array = static_cast<const arrow::ExtensionArray&>(*array).storage();
+    }
+    out.bytes += arrow::util::TotalBufferSize(*array->data());
+    out.arrays.emplace_back(field, std::move(array));
+  }
+  return out;
+}
+
+Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
+                              const std::shared_ptr<arrow::Array>& array,
+                              ColumnSource* out) const {
+  const RowGroupRef& rg = catalog_->row_groups()[segment.row_group];
+  const bool nulls_allowed = spec.options.has_fill_null || spec.options.null_mask;
+  if (array->null_count() > 0 && !nulls_allowed) {
+    return MakeError(ErrorKind::kNullValues,
+                     "column '" + spec.name + "' has " + std::to_string(array->null_count()) +
+                         " null(s) in " + catalog_->Where(rg) + NullAdvice(spec.name));
+  }
+  out->array = array;
+  const arrow::ArrayData& data = *array->data();
+  if (array->null_count() > 0) {
+    out->validity = data.buffers[0]->data();
+    out->validity_offset = data.offset;
+  }
+  switch (spec.layout) {
+    case SourceLayout::kFixed: {
+      // Descend through fixed_size_list levels to the flat values.
+      const arrow::ArrayData* level = &data;
+      int64_t index = data.offset;
+      while (level->type->id() == arrow::Type::FIXED_SIZE_LIST) {
+        const int size = static_cast<const arrow::FixedSizeListType&>(*level->type).list_size();
+        level = level->child_data[0].get();
+        index = level->offset + index * size;
+        if (level->GetNullCount() > 0) {
+          return MakeError(ErrorKind::kNullValues,
+                           "column '" + spec.name + "' has null elements inside its lists in " +
+                               catalog_->Where(rg) + "; element nulls are not supported");
+        }
+      }
+      out->values = level->buffers[1]->data() + index * DTypeSize(spec.source_dtype);
+      break;
+    }
+    case SourceLayout::kBool:
+      out->values = data.buffers[1]->data();
+      out->bit_offset = data.offset;
+      break;
+    case SourceLayout::kList:
+    case SourceLayout::kString: {
+      const bool large = data.type->id() == arrow::Type::LARGE_LIST ||
+                         data.type->id() == arrow::Type::LARGE_STRING ||
+                         data.type->id() == arrow::Type::LARGE_BINARY;
+      if (large) {
+        out->offsets64 = data.GetValues<int64_t>(1);
+      } else {
+        out->offsets32 = data.GetValues<int32_t>(1);
+      }
+      if (spec.layout == SourceLayout::kString) {
+        out->values = data.buffers[2] ? data.buffers[2]->data() : nullptr;
+      } else {
+        const arrow::ArrayData& child = *data.child_data[0];
+        if (child.GetNullCount() > 0) {
+          return MakeError(ErrorKind::kNullValues,
+                           "column '" + spec.name + "' has null elements inside its lists in " +
+                               catalog_->Where(rg) + "; element nulls are not supported");
+        }
+        out->values = child.buffers[1]->data() + child.offset * DTypeSize(spec.source_dtype);
+      }
+      break;
+    }
+    case SourceLayout::kPartition:
+      break;
+  }
+  return Status::OK();
+}
+
+Result<std::shared_ptr<DecodedItem>> Decoder::Assemble(const Plan& plan, int segment,
+                                                       std::vector<DecodedColumns> parts) const {
+  const Segment& seg = plan.segments[segment];
+  const RowGroupRef& rg = catalog_->row_groups()[seg.row_group];
+  auto item = std::make_shared<DecodedItem>();
+  item->segment = segment;
+  item->num_rows = seg.num_rows;
+  item->padding = seg.padding;
+  auto find = [&](const std::string& name) -> std::shared_ptr<arrow::Array> {
+    for (const auto& part : parts) {
+      for (const auto& [field, array] : part.arrays) {
+        if (field == name) return array;
+      }
+    }
+    return nullptr;
+  };
+  for (const auto& part : parts) item->bytes += part.bytes;
+  auto add = [&](const ColumnSpec& spec) -> Status {
+    ColumnSource source;
+    if (spec.layout == SourceLayout::kPartition) {
+      const int key = spec.field_index - catalog_->num_file_fields();
+      const std::string& value = catalog_->files()[rg.file].partition_values[key];
+      source.partition_text = value;
+      if (spec.kind == ColumnKind::kDense) source.partition_int = std::stoll(value);
+    } else {
+      auto array = find(spec.name);
+      ARROW_DCHECK(array);
+      STOKER_RETURN_NOT_OK(PrepareSource(spec, seg, array, &source));
+    }
+    item->sources.push_back(std::move(source));
+    return Status::OK();
+  };
+  for (const auto& spec : spec_->columns) STOKER_RETURN_NOT_OK(add(spec));
+  for (const auto& spec : spec_->features) STOKER_RETURN_NOT_OK(add(spec));
+  return item;
+}
+
+}  // namespace stoker

@@ -1,0 +1,86 @@
+// Decoder: reads one task (a segment's row group, a group of its columns) through Arrow's
+// Parquet reader, then prepares each column for the batcher: slices it to the segment, checks
+// nulls against the options, and resolves dictionaries. Runs on the CPU workers (push-down), so
+// the batcher only copies.
+// Thread safety: Decode() is const and may run on many threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <arrow/array.h>
+
+#include "catalog/catalog.h"
+#include "decode/column_spec.h"
+#include "plan/planner.h"
+
+namespace stoker {
+
+/// One column of one decoded segment, as raw pointers the batcher can gather from.
+struct ColumnSource {
+  std::shared_ptr<arrow::Array> array;  // keeps the buffers alive
+  const uint8_t* values = nullptr;      // fixed: row 0; lists/strings: the child values
+  int64_t bit_offset = 0;               // bool values: bit index of row 0
+  const uint8_t* validity = nullptr;    // null bitmap of the rows, or nullptr
+  int64_t validity_offset = 0;
+  const int32_t* offsets32 = nullptr;   // lists/strings: offsets of row 0
+  const int64_t* offsets64 = nullptr;
+  // Partition columns: the constant value.
+  int64_t partition_int = 0;
+  std::string partition_text;
+
+  bool IsValid(int64_t row) const {
+    if (validity == nullptr) return true;
+    const int64_t bit = validity_offset + row;
+    return (validity[bit >> 3] >> (bit & 7)) & 1;
+  }
+  int64_t Begin(int64_t row) const { return offsets32 ? offsets32[row] : offsets64[row]; }
+  int64_t End(int64_t row) const { return offsets32 ? offsets32[row + 1] : offsets64[row + 1]; }
+};
+
+struct DecodeTask {
+  int segment = 0;                  // index into Plan::segments
+  std::vector<std::string> fields;  // file fields this task reads
+  int64_t estimated_bytes = 0;
+};
+
+/// Arrays of one task, by field name.
+struct DecodedColumns {
+  std::vector<std::pair<std::string, std::shared_ptr<arrow::Array>>> arrays;
+  int64_t bytes = 0;
+};
+
+/// Everything the batcher needs from one segment: one ColumnSource per output slot
+/// (OutputSpec::columns, then OutputSpec::features).
+struct DecodedItem {
+  int segment = 0;
+  int64_t num_rows = 0;
+  int64_t bytes = 0;
+  bool padding = false;
+  std::vector<ColumnSource> sources;
+};
+
+class Decoder {
+ public:
+  Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const OutputSpec> spec);
+
+  /// Splits a segment's columns into tasks of about `task_bytes` uncompressed bytes each.
+  std::vector<DecodeTask> MakeTasks(const Plan& plan, int segment, int64_t task_bytes) const;
+
+  Result<DecodedColumns> Decode(const Plan& plan, const DecodeTask& task) const;
+
+  /// Builds the item from every task's columns of one segment; checks nulls against options.
+  Result<std::shared_ptr<DecodedItem>> Assemble(const Plan& plan, int segment,
+                                                std::vector<DecodedColumns> parts) const;
+
+ private:
+  Status PrepareSource(const ColumnSpec& spec, const Segment& segment,
+                       const std::shared_ptr<arrow::Array>& array, ColumnSource* out) const;
+
+  std::shared_ptr<const Catalog> catalog_;
+  std::shared_ptr<const OutputSpec> spec_;
+};
+
+}  // namespace stoker

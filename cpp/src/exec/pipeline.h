@@ -1,0 +1,101 @@
+// Pipeline: runs one epoch (or the rest of one) of a Plan on worker threads.
+//
+//   tasks (plan order) --> N CPU workers: decode + prepare --> reorder buffer --> batcher thread:
+//   shuffle window + assemble --> bounded output queue --> Next()
+//
+// Workers take tasks strictly in plan order from a shared cursor, but finish in any order; the
+// batcher consumes segments strictly in plan order (the sequencer), so the output never depends
+// on the number of workers or their timing. Decoded data in flight (taken by a worker and not
+// yet taken into the batcher's window) stays within prefetch_bytes, except that one task is
+// always admitted so progress never stalls.
+// Thread safety: Next() and Stop() from one consumer thread; stats from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "batch/assembler.h"
+#include "decode/decoder.h"
+#include "plan/planner.h"
+#include "stoker/loader.h"
+
+namespace stoker {
+
+struct PipelineCounters {
+  std::atomic<int64_t> decode_busy_ns{0};
+  std::atomic<int64_t> decode_wait_ns{0};
+  std::atomic<int64_t> decode_tasks{0};
+  std::atomic<int64_t> decode_bytes{0};
+  std::atomic<int64_t> batch_busy_ns{0};
+  std::atomic<int64_t> batch_wait_input_ns{0};
+  std::atomic<int64_t> batch_wait_output_ns{0};
+  std::atomic<int64_t> batches{0};
+  std::atomic<int64_t> rows{0};
+  std::atomic<int64_t> batch_bytes{0};
+  std::atomic<int64_t> consumer_wait_ns{0};
+  std::atomic<int64_t> peak_inflight_bytes{0};
+};
+
+class Pipeline {
+ public:
+  Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decoder> decoder,
+           std::shared_ptr<const BatchAssembler> assembler, const LoaderOptions& options,
+           int64_t start_batch, std::shared_ptr<PipelineCounters> counters);
+  ~Pipeline();
+
+  void Start();
+  /// Waits up to timeout_ms. Sets *out to the next batch, or *done at the end of the epoch;
+  /// neither on a timeout.
+  Status Next(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* done);
+  void Stop();
+
+ private:
+  struct SegmentState {
+    int first_task = 0;
+    int num_tasks = 0;
+    int finished = 0;
+    int64_t accounted_bytes = 0;  // counts against prefetch_bytes until the batcher takes it
+    std::vector<DecodedColumns> parts;
+    std::shared_ptr<DecodedItem> item;
+  };
+
+  void WorkerLoop();
+  void BatcherLoop();
+  Status RunBatcher();
+  void Fail(const Status& status);
+  /// Blocks until segment `s` is decoded; takes it out of the reorder buffer.
+  Result<std::shared_ptr<DecodedItem>> TakeSegment(int s);
+  Status Emit(std::shared_ptr<Batch> batch);
+
+  const std::shared_ptr<const Plan> plan_;
+  const std::shared_ptr<const Decoder> decoder_;
+  const std::shared_ptr<const BatchAssembler> assembler_;
+  const LoaderOptions options_;
+  const int64_t start_batch_;
+  const std::shared_ptr<PipelineCounters> counters_;
+  int first_window_ = 0;
+
+  std::vector<DecodeTask> tasks_;
+  std::vector<int> task_segment_;  // index into segments_ of each task
+
+  std::mutex mutex_;
+  std::condition_variable work_cv_;    // workers wait for budget or stop
+  std::condition_variable item_cv_;    // batcher waits for its next segment
+  std::condition_variable output_cv_;  // both sides of the output queue
+  size_t next_task_ = 0;                            // GUARDED_BY(mutex_)
+  int64_t inflight_bytes_ = 0;                      // GUARDED_BY(mutex_)
+  std::map<int, SegmentState> segments_;            // GUARDED_BY(mutex_), by plan segment
+  std::deque<std::shared_ptr<Batch>> output_;       // GUARDED_BY(mutex_)
+  bool batcher_done_ = false;                       // GUARDED_BY(mutex_)
+  bool stopping_ = false;                           // GUARDED_BY(mutex_)
+  Status error_;                                    // GUARDED_BY(mutex_)
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace stoker

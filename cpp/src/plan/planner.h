@@ -1,0 +1,59 @@
+// Planner: the pure function (row groups, options, epoch, rank, world size) -> this rank's work.
+//
+// The epoch's global row sequence is the row groups in a seeded order (or natural order without
+// shuffle). Each rank takes one contiguous stretch of M rows of it, where M is the same on every
+// rank: drop_last=true drops the tail so M is a multiple of batch_size; drop_last=false wraps
+// around to the start of the sequence (those rows are marked as padding). The stretch is cut into
+// segments (a row group or a slice of one) and segments are grouped into shuffle windows.
+// Nothing here depends on threads, caches or time.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "catalog/catalog.h"
+#include "stoker/options.h"
+
+namespace stoker {
+
+struct Segment {
+  int row_group = 0;      // index into Catalog::row_groups()
+  int64_t row_begin = 0;  // first row inside the row group
+  int64_t num_rows = 0;
+  bool padding = false;   // rows repeated to even out ranks
+};
+
+struct Window {
+  int segment_begin = 0;
+  int segment_end = 0;
+  int64_t row_begin = 0;  // offset in this rank's row stream
+  int64_t num_rows = 0;
+  bool shuffled = false;
+};
+
+struct Plan {
+  int64_t epoch = 0;
+  std::vector<Segment> segments;
+  std::vector<Window> windows;
+  int64_t rank_rows = 0;
+  int64_t num_batches = 0;
+};
+
+/// Row counts of the rank stream for `total_rows` rows; shared with the Python front's len().
+struct RankShape {
+  int64_t rank_rows = 0;
+  int64_t num_batches = 0;
+};
+RankShape ComputeRankShape(int64_t total_rows, const LoaderOptions& options);
+
+Plan MakePlan(const std::vector<RowGroupRef>& row_groups, const LoaderOptions& options,
+              int64_t epoch);
+
+/// Index of the window holding row `row` of the rank stream (windows are sorted by row_begin).
+int FindWindow(const Plan& plan, int64_t row);
+
+/// The permutation of a shuffled window's rows (identity for an unshuffled one).
+void WindowOrder(const Plan& plan, const LoaderOptions& options, int window_index,
+                 std::vector<uint32_t>* out);
+
+}  // namespace stoker

@@ -1,0 +1,90 @@
+#include "stoker/options.h"
+
+#include "util/hash.h"
+
+namespace stoker {
+namespace {
+
+Status Invalid(const std::string& message) {
+  return MakeError(ErrorKind::kInvalidOption, message);
+}
+
+void HashColumnOptions(const ColumnOptions& options, Fnv1a* hash) {
+  hash->AddInt(static_cast<uint64_t>(options.list_mode));
+  hash->AddDouble(options.pad_value);
+  hash->AddInt(options.has_fill_null);
+  hash->AddDouble(options.has_fill_null ? options.fill_null : 0);
+  hash->AddInt(options.null_mask);
+}
+
+}  // namespace
+
+Status LoaderOptions::Validate() const {
+  if (batch_size <= 0) {
+    return Invalid("batch_size must be positive, got " + std::to_string(batch_size));
+  }
+  if (world_size < 1) {
+    return Invalid("world_size must be at least 1, got " + std::to_string(world_size));
+  }
+  if (rank < 0 || rank >= world_size) {
+    return Invalid("rank must be in [0, world_size=" + std::to_string(world_size) + "), got " +
+                   std::to_string(rank));
+  }
+  if (shuffle_window_rows < 0 || shuffle_window_rows > (int64_t{1} << 31)) {
+    return Invalid("shuffle_window must be between 0 and 2**31 rows, got " +
+                   std::to_string(shuffle_window_rows));
+  }
+  if (shuffle_window_bytes < 0) {
+    return Invalid("shuffle_window must not be negative, got " +
+                   std::to_string(shuffle_window_bytes) + " bytes");
+  }
+  if (num_threads < 0) {
+    return Invalid("num_threads must be positive (or None), got " + std::to_string(num_threads));
+  }
+  if (num_io_threads < 0) {
+    return Invalid("num_io_threads must be positive (or None), got " +
+                   std::to_string(num_io_threads));
+  }
+  if (prefetch_bytes <= 0) {
+    return Invalid("prefetch_bytes must be positive, got " + std::to_string(prefetch_bytes));
+  }
+  if (task_bytes <= 0) {
+    return Invalid("task_bytes must be positive, got " + std::to_string(task_bytes));
+  }
+  if (features_dtype == DType::kBool || features_dtype == DType::kFloat16) {
+    return Invalid(std::string("features_dtype ") + DTypeName(features_dtype) +
+                   " is not supported; use a float32/float64 or integer dtype");
+  }
+  if (features_name.empty()) return Invalid("features_name must not be empty");
+  return Status::OK();
+}
+
+uint64_t LoaderOptions::Fingerprint() const {
+  Fnv1a hash;
+  hash.Add("stoker-options-v1");
+  for (const auto& source : sources) hash.Add(source);
+  hash.AddInt(columns.size());
+  for (const auto& column : columns) hash.Add(column);
+  hash.AddInt(features.size());
+  for (const auto& feature : features) hash.Add(feature);
+  hash.Add(features_name);
+  hash.AddInt(static_cast<uint64_t>(features_dtype));
+  hash.AddInt(allow_lossy_cast);
+  for (const auto& [name, options] : column_options) {
+    hash.Add(name);
+    HashColumnOptions(options, &hash);
+  }
+  HashColumnOptions(default_column_options, &hash);
+  hash.AddInt(batch_size);
+  hash.AddInt(shuffle);
+  hash.AddInt(shuffle_window_rows);
+  hash.AddInt(shuffle_window_bytes);
+  hash.AddInt(drop_last);
+  hash.AddInt(padding_mask);
+  hash.Add(padding_name);
+  hash.AddInt(rank);
+  hash.AddInt(world_size);
+  return hash.digest();
+}
+
+}  // namespace stoker

@@ -1,0 +1,11 @@
+#include <nanobind/nanobind.h>
+
+#include "register.h"
+
+NB_MODULE(_stoker, m) {
+  m.doc() = "stoker's C++ engine. Use the `stoker` package, not this module.";
+  stoker::python::RegisterErrors(m);
+  stoker::python::RegisterOptions(m);
+  stoker::python::RegisterTensor(m);
+  stoker::python::RegisterLoader(m);
+}

@@ -1,0 +1,89 @@
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include "register.h"
+#include "stoker/loader.h"
+
+namespace nb = nanobind;
+
+namespace stoker::python {
+
+void RegisterLoader(nb::module_& m) {
+  nb::class_<ColumnInfo>(m, "ColumnInfo")
+      .def_ro("name", &ColumnInfo::name)
+      .def_ro("arrow_type", &ColumnInfo::arrow_type)
+      .def_ro("kind", &ColumnInfo::kind)
+      .def_prop_ro("dtype", [](const ColumnInfo& c) { return DTypeName(c.dtype); })
+      .def_ro("inner_shape", &ColumnInfo::inner_shape)
+      .def_ro("annotation", &ColumnInfo::annotation);
+
+  nb::class_<StageStats>(m, "StageStats")
+      .def_ro("name", &StageStats::name)
+      .def_ro("busy_s", &StageStats::busy_s)
+      .def_ro("wait_input_s", &StageStats::wait_input_s)
+      .def_ro("wait_output_s", &StageStats::wait_output_s)
+      .def_ro("items", &StageStats::items)
+      .def_ro("bytes", &StageStats::bytes);
+
+  nb::class_<LoaderStats>(m, "LoaderStats")
+      .def_ro("stages", &LoaderStats::stages)
+      .def_ro("batches", &LoaderStats::batches)
+      .def_ro("rows", &LoaderStats::rows)
+      .def_ro("consumer_wait_s", &LoaderStats::consumer_wait_s)
+      .def_ro("peak_inflight_bytes", &LoaderStats::peak_inflight_bytes);
+
+  nb::class_<Loader>(m, "Engine")
+      .def_static(
+          "open",
+          [](const LoaderOptions& options) {
+            Result<std::unique_ptr<Loader>> loader;
+            {
+              nb::gil_scoped_release release;
+              loader = Loader::Open(options);
+            }
+            ThrowIfError(loader.status());
+            return std::move(*loader);
+          },
+          nb::arg("options"))
+      .def(
+          "start_epoch",
+          [](Loader& self, int64_t epoch, int64_t start_batch) {
+            Status status;
+            {
+              nb::gil_scoped_release release;
+              status = self.StartEpoch(epoch, start_batch);
+            }
+            ThrowIfError(status);
+          },
+          nb::arg("epoch"), nb::arg("start_batch"))
+      // Returns (batch or None, done). Neither set means the timeout passed.
+      .def(
+          "next",
+          [](Loader& self, int64_t timeout_ms) {
+            std::shared_ptr<Batch> batch;
+            bool done = false;
+            Status status;
+            {
+              nb::gil_scoped_release release;
+              status = self.NextFor(timeout_ms, &batch, &done);
+            }
+            ThrowIfError(status);
+            return std::make_tuple(batch, done);
+          },
+          nb::arg("timeout_ms"))
+      .def("stop", &Loader::Stop, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("num_batches", &Loader::NumBatches)
+      .def_prop_ro("num_rows", &Loader::NumRows)
+      .def_prop_ro("shuffle_window_rows", &Loader::ShuffleWindowRows)
+      .def_prop_ro("dataset_rows", &Loader::DatasetRows)
+      .def_prop_ro("num_files", &Loader::NumFiles)
+      .def_prop_ro("num_row_groups", &Loader::NumRowGroups)
+      .def_prop_ro("fingerprint", &Loader::Fingerprint)
+      .def("columns", &Loader::Columns)
+      .def("stats", &Loader::Stats);
+}
+
+}  // namespace stoker::python

@@ -1,0 +1,60 @@
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "register.h"
+#include "stoker/options.h"
+
+namespace nb = nanobind;
+
+namespace stoker::python {
+
+void RegisterOptions(nb::module_& m) {
+  nb::enum_<ListMode>(m, "ListMode")
+      .value("unset", ListMode::kUnset)
+      .value("padded", ListMode::kPadded)
+      .value("ragged", ListMode::kRagged);
+
+  nb::class_<ColumnOptions>(m, "ColumnOptions")
+      .def(nb::init<>())
+      .def_rw("list_mode", &ColumnOptions::list_mode)
+      .def_rw("pad_value", &ColumnOptions::pad_value)
+      .def_rw("has_fill_null", &ColumnOptions::has_fill_null)
+      .def_rw("fill_null", &ColumnOptions::fill_null)
+      .def_rw("null_mask", &ColumnOptions::null_mask);
+
+  nb::class_<LoaderOptions>(m, "LoaderOptions")
+      .def(nb::init<>())
+      .def_rw("sources", &LoaderOptions::sources)
+      .def_rw("columns", &LoaderOptions::columns)
+      .def_rw("features", &LoaderOptions::features)
+      .def_rw("features_name", &LoaderOptions::features_name)
+      .def_prop_rw(
+          "features_dtype", [](const LoaderOptions& o) { return DTypeName(o.features_dtype); },
+          [](LoaderOptions& o, const std::string& name) {
+            if (!ParseDType(name, &o.features_dtype)) {
+              ThrowIfError(MakeError(ErrorKind::kInvalidOption,
+                                     "features_dtype '" + name + "' is not a known dtype"));
+            }
+          })
+      .def_rw("allow_lossy_cast", &LoaderOptions::allow_lossy_cast)
+      .def_rw("column_options", &LoaderOptions::column_options)
+      .def_rw("default_column_options", &LoaderOptions::default_column_options)
+      .def_rw("batch_size", &LoaderOptions::batch_size)
+      .def_rw("shuffle", &LoaderOptions::shuffle)
+      .def_rw("seed", &LoaderOptions::seed)
+      .def_rw("shuffle_window_rows", &LoaderOptions::shuffle_window_rows)
+      .def_rw("shuffle_window_bytes", &LoaderOptions::shuffle_window_bytes)
+      .def_rw("drop_last", &LoaderOptions::drop_last)
+      .def_rw("padding_mask", &LoaderOptions::padding_mask)
+      .def_rw("padding_name", &LoaderOptions::padding_name)
+      .def_rw("rank", &LoaderOptions::rank)
+      .def_rw("world_size", &LoaderOptions::world_size)
+      .def_rw("task_bytes", &LoaderOptions::task_bytes)
+      .def_rw("num_threads", &LoaderOptions::num_threads)
+      .def_rw("num_io_threads", &LoaderOptions::num_io_threads)
+      .def_rw("prefetch_bytes", &LoaderOptions::prefetch_bytes)
+      .def("fingerprint", &LoaderOptions::Fingerprint);
+}
+
+}  // namespace stoker::python

@@ -1,0 +1,11 @@
+"""stoker: a deterministic, parallel Parquet-to-tensor data loader with a C++ core."""
+
+import pyarrow  # noqa: F401  (loads libarrow/libparquet before the extension needs them)
+
+from . import errors
+from ._ragged import Ragged, to_pylist
+from .errors import StokerError
+from .loader import Loader
+
+__version__ = "0.1.0"
+__all__ = ["Loader", "Ragged", "StokerError", "errors", "to_pylist", "__version__"]

@@ -1,0 +1,61 @@
+"""Ragged: a batch of variable-length rows as flat values plus offsets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Ragged", "to_pylist"]
+
+
+class Ragged:
+    """Rows of different lengths: row ``i`` is ``values[offsets[i]:offsets[i + 1]]``.
+
+    Strings and binary columns arrive as a ``Ragged`` of ``uint8`` bytes with ``kind`` ``"utf8"`` or
+    ``"binary"``; variable-length list columns with ``lists="ragged"`` as a ``Ragged`` of their
+    value dtype. ``values`` and ``offsets`` are numpy arrays (or torch tensors with
+    ``output="torch"``) viewing stoker's batch memory without a copy.
+    """
+
+    __slots__ = ("values", "offsets", "kind")
+
+    def __init__(self, values: Any, offsets: Any, kind: str = "list") -> None:
+        self.values = values
+        self.offsets = offsets
+        self.kind = kind
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> Any:
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"row {i} out of range for {n} rows")
+        begin, end = int(self.offsets[i]), int(self.offsets[i + 1])
+        row = self.values[begin:end]
+        if self.kind == "utf8":
+            return bytes(np.asarray(row)).decode("utf-8")
+        if self.kind == "binary":
+            return bytes(np.asarray(row))
+        return row
+
+    def tolist(self) -> list:
+        """Python objects: ``str`` for utf8, ``bytes`` for binary, lists of numbers otherwise."""
+        if self.kind in ("utf8", "binary"):
+            return [self[i] for i in range(len(self))]
+        values = np.asarray(self.values)
+        offsets = np.asarray(self.offsets)
+        return [values[offsets[i] : offsets[i + 1]].tolist() for i in range(len(self))]
+
+    def __repr__(self) -> str:
+        return f"Ragged(kind={self.kind!r}, rows={len(self)}, values={len(self.values)})"
+
+
+def to_pylist(column: Any) -> list:
+    """Turns any batch column (array, tensor or :class:`Ragged`) into a Python list."""
+    if isinstance(column, Ragged):
+        return column.tolist()
+    return column.tolist()

@@ -1,0 +1,101 @@
+"""Exceptions raised by stoker.
+
+Every error a user can cause has its own class. Each subclasses :class:`StokerError` and the
+builtin a Python user would reach for (``FileNotFoundError``, ``ValueError``, ``KeyError``,
+``TypeError``, ``OSError``), so ``except ValueError`` keeps working. Messages name the file, row
+group, column or option involved.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "StokerError",
+    "DatasetNotFoundError",
+    "EmptyDatasetError",
+    "ColumnNotFoundError",
+    "InvalidOptionError",
+    "UnsupportedTypeError",
+    "NullValueError",
+    "LossyCastError",
+    "CorruptFileError",
+    "SchemaMismatchError",
+    "StateMismatchError",
+    "StorageError",
+    "InternalError",
+    "error_class",
+]
+
+
+class StokerError(Exception):
+    """Base class of every error stoker raises."""
+
+
+class DatasetNotFoundError(StokerError, FileNotFoundError):
+    """A source path or object does not exist."""
+
+
+class EmptyDatasetError(StokerError, ValueError):
+    """A source holds no Parquet files, or the dataset has no rows."""
+
+
+class ColumnNotFoundError(StokerError, KeyError):
+    """A requested column is not in the dataset. The message lists the available columns."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidOptionError(StokerError, ValueError):
+    """An option is out of range or inconsistent with another."""
+
+
+class UnsupportedTypeError(StokerError, TypeError):
+    """A column's type cannot become a tensor, or needs an explicit choice (e.g. ``lists``)."""
+
+
+class NullValueError(StokerError, ValueError):
+    """A column holds nulls and neither ``fill_null`` nor ``null_mask`` was given for it."""
+
+
+class LossyCastError(StokerError, ValueError):
+    """A cast could lose information and ``allow_lossy_cast`` was not set."""
+
+
+class CorruptFileError(StokerError, OSError):
+    """A file is not valid Parquet, is truncated, or a column chunk cannot be decoded."""
+
+
+class SchemaMismatchError(StokerError, ValueError):
+    """Two files of one dataset disagree on a column."""
+
+
+class StateMismatchError(StokerError, ValueError):
+    """A resume state does not belong to this loader's dataset and options."""
+
+
+class StorageError(StokerError, OSError):
+    """The storage layer failed (permissions, network, server errors after retries)."""
+
+
+class InternalError(StokerError, RuntimeError):
+    """A bug in stoker. Please report it with the message."""
+
+
+_BY_KIND = {
+    "not_found": DatasetNotFoundError,
+    "empty_dataset": EmptyDatasetError,
+    "column_not_found": ColumnNotFoundError,
+    "invalid_option": InvalidOptionError,
+    "unsupported_type": UnsupportedTypeError,
+    "null_values": NullValueError,
+    "lossy_cast": LossyCastError,
+    "corrupt_file": CorruptFileError,
+    "schema_mismatch": SchemaMismatchError,
+    "state_mismatch": StateMismatchError,
+    "storage": StorageError,
+}
+
+
+def error_class(kind: str) -> type[StokerError]:
+    """Returns the exception class for an engine error kind (used by the extension)."""
+    return _BY_KIND.get(kind, InternalError)
