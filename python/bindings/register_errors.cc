@@ -1,6 +1,8 @@
 #include <exception>
 #include <string>
 
+#include <nanobind/stl/string.h>
+
 #include "register.h"
 
 namespace nb = nanobind;

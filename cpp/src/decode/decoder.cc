@@ -122,6 +122,7 @@ Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task)
   try {
     parquet::ArrowReaderProperties arrow_props;
     arrow_props.set_use_threads(false);  // our workers are the parallelism
+    arrow_props.set_pre_buffer(false);   // else reads go through Arrow's global I/O pool
     auto reader = parquet::ParquetFileReader::Open(*input, parquet::default_reader_properties(),
                                                    file.metadata);
     auto arrow_reader =

@@ -89,19 +89,33 @@ void Pipeline::Fail(const Status& status) {
   output_cv_.notify_all();
 }
 
+void Pipeline::FailSegment(int s, size_t task, const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    SegmentState& state = segments_[s];
+    if (state.error.ok()) state.error = status;
+    fail_task_ = std::min(fail_task_, task);
+  }
+  item_cv_.notify_all();
+  work_cv_.notify_all();
+}
+
 void Pipeline::WorkerLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
+  auto finished = [&] {
+    return stopping_ || !error_.ok() || next_task_ >= tasks_.size() || next_task_ > fail_task_;
+  };
   while (true) {
     {
       const int64_t wait_start = NowNs();
       work_cv_.wait(lock, [&] {
-        if (stopping_ || !error_.ok() || next_task_ >= tasks_.size()) return true;
+        if (finished()) return true;
         return inflight_bytes_ == 0 ||
                inflight_bytes_ + tasks_[next_task_].estimated_bytes <= options_.prefetch_bytes;
       });
       counters_->decode_wait_ns += NowNs() - wait_start;
     }
-    if (stopping_ || !error_.ok() || next_task_ >= tasks_.size()) return;
+    if (finished()) return;
     const size_t task_index = next_task_++;
     const DecodeTask& task = tasks_[task_index];
     const int segment = task_segment_[task_index];
@@ -117,7 +131,7 @@ void Pipeline::WorkerLoop() {
       decoded = decoder_->Decode(*plan_, task);
     }
     if (!decoded.ok()) {
-      Fail(decoded.status());
+      FailSegment(segment, task_index, decoded.status());
       lock.lock();
       continue;
     }
@@ -136,6 +150,7 @@ void Pipeline::WorkerLoop() {
     if (++state.finished < state.num_tasks) continue;
 
     // Last part of the segment: build the item here, off the batcher's thread.
+    const size_t last_task = state.first_task + state.num_tasks - 1;
     std::vector<DecodedColumns> parts = std::move(state.parts);
     lock.unlock();
     Result<std::shared_ptr<DecodedItem>> item;
@@ -144,7 +159,7 @@ void Pipeline::WorkerLoop() {
       item = decoder_->Assemble(*plan_, segment, std::move(parts));
     }
     if (!item.ok()) {
-      Fail(item.status());
+      FailSegment(segment, last_task, item.status());
       lock.lock();
       continue;
     }
@@ -158,8 +173,11 @@ Result<std::shared_ptr<DecodedItem>> Pipeline::TakeSegment(int s) {
   std::unique_lock<std::mutex> lock(mutex_);
   const int64_t wait_start = NowNs();
   SegmentState& state = segments_.at(s);
-  item_cv_.wait(lock, [&] { return stopping_ || !error_.ok() || state.item != nullptr; });
+  item_cv_.wait(lock, [&] {
+    return stopping_ || !error_.ok() || state.item != nullptr || !state.error.ok();
+  });
   counters_->batch_wait_input_ns += NowNs() - wait_start;
+  if (!state.error.ok()) return state.error;
   if (!error_.ok()) return error_;
   if (stopping_) return Status::Cancelled("stopped");
   std::shared_ptr<DecodedItem> item = std::move(state.item);
@@ -270,7 +288,6 @@ Status Pipeline::Next(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* don
     return !output_.empty() || batcher_done_ || !error_.ok() || stopping_;
   });
   counters_->consumer_wait_ns += NowNs() - wait_start;
-  if (!error_.ok()) return error_;
   if (!output_.empty()) {
     *out = std::move(output_.front());
     output_.pop_front();
@@ -278,6 +295,7 @@ Status Pipeline::Next(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* don
     output_cv_.notify_all();
     return Status::OK();
   }
+  if (!error_.ok()) return error_;
   if (batcher_done_ || stopping_) *done = true;
   return Status::OK();
 }

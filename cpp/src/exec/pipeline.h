@@ -7,7 +7,9 @@
 // batcher consumes segments strictly in plan order (the sequencer), so the output never depends
 // on the number of workers or their timing. Decoded data in flight (taken by a worker and not
 // yet taken into the batcher's window) stays within prefetch_bytes, except that one task is
-// always admitted so progress never stalls.
+// always admitted so progress never stalls. A worker failure is reported when the batcher reaches
+// the failing segment, after every batch before it: the first error in plan order, whatever the
+// timing.
 // Thread safety: Next() and Stop() from one consumer thread; stats from any thread.
 #pragma once
 
@@ -63,12 +65,15 @@ class Pipeline {
     int64_t accounted_bytes = 0;  // counts against prefetch_bytes until the batcher takes it
     std::vector<DecodedColumns> parts;
     std::shared_ptr<DecodedItem> item;
+    Status error;  // surfaces when the batcher reaches this segment
   };
 
   void WorkerLoop();
   void BatcherLoop();
   Status RunBatcher();
   void Fail(const Status& status);
+  /// Records a worker failure on segment `s`; no task after `task` is started any more.
+  void FailSegment(int s, size_t task, const Status& status);
   /// Blocks until segment `s` is decoded; takes it out of the reorder buffer.
   Result<std::shared_ptr<DecodedItem>> TakeSegment(int s);
   Status Emit(std::shared_ptr<Batch> batch);
@@ -89,6 +94,7 @@ class Pipeline {
   std::condition_variable item_cv_;    // batcher waits for its next segment
   std::condition_variable output_cv_;  // both sides of the output queue
   size_t next_task_ = 0;                            // GUARDED_BY(mutex_)
+  size_t fail_task_ = SIZE_MAX;                     // GUARDED_BY(mutex_)
   int64_t inflight_bytes_ = 0;                      // GUARDED_BY(mutex_)
   std::map<int, SegmentState> segments_;            // GUARDED_BY(mutex_), by plan segment
   std::deque<std::shared_ptr<Batch>> output_;       // GUARDED_BY(mutex_)

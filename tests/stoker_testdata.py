@@ -1,0 +1,70 @@
+"""Dataset writers shared by the contract tests (real pyarrow files, written at test time)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Dict, Iterable, List, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def write_uneven_dataset(root: str, file_rows: Sequence[int] = (1000, 2500, 700, 1800),
+                         row_group_size: int = 300, seed: int = 0) -> int:
+    """Several files with uneven row groups. Column `id` is the row's global index."""
+    os.makedirs(root, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    start = 0
+    for f, rows in enumerate(file_rows):
+        ids = np.arange(start, start + rows, dtype=np.int64)
+        table = pa.table({
+            "id": ids,
+            "x": rng.standard_normal(rows).astype(np.float32),
+            "emb": pa.FixedSizeListArray.from_arrays(
+                pa.array(rng.standard_normal(rows * 4).astype(np.float32)), 4),
+            "flag": ids % 3 == 0,
+        })
+        # Uneven row groups: the last file uses another row-group size.
+        size = row_group_size if f % 2 == 0 else row_group_size * 2 + 17
+        pq.write_table(table, os.path.join(root, f"part-{f}.parquet"), row_group_size=size)
+        start += rows
+    return start
+
+
+def write_wide_dataset(root: str, files: int, rows_per_file: int, columns: int,
+                       row_group_size: int, seed: int = 0) -> int:
+    """Random float32 columns (incompressible) plus an int64 id."""
+    os.makedirs(root, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for f in range(files):
+        data: Dict[str, np.ndarray] = {
+            "id": np.arange(f * rows_per_file, (f + 1) * rows_per_file, dtype=np.int64)}
+        for c in range(columns):
+            data[f"c{c}"] = rng.standard_normal(rows_per_file).astype(np.float32)
+        pq.write_table(pa.table(data), os.path.join(root, f"part-{f}.parquet"),
+                       row_group_size=row_group_size, compression="none")
+    return files * rows_per_file
+
+
+def digest(batches: Iterable[Dict[str, object]]) -> List[str]:
+    """One sha256 per batch over every key's name, dtype, shape and bytes."""
+    out = []
+    for batch in batches:
+        h = hashlib.sha256()
+        for name in sorted(batch):
+            value = batch[name]
+            arrays = [value.values, value.offsets] if hasattr(value, "offsets") else [value]
+            for array in arrays:
+                array = np.asarray(array)
+                h.update(name.encode())
+                h.update(str(array.dtype).encode())
+                h.update(str(array.shape).encode())
+                h.update(np.ascontiguousarray(array).tobytes())
+        out.append(h.hexdigest())
+    return out
+
+
+def collect_ids(loader) -> List[np.ndarray]:
+    return [np.array(batch["id"], copy=True) for batch in loader]

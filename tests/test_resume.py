@@ -1,0 +1,70 @@
+"""Contract 3: state_dict() + load_state_dict() continue exactly where a loader stopped."""
+
+import itertools
+
+import pytest
+
+import stoker
+from stoker_testdata import digest, write_uneven_dataset
+
+OPTIONS = dict(batch_size=64, seed=11, shuffle_window=900, drop_last=False)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("resume"))
+    write_uneven_dataset(root)
+    return root
+
+
+@pytest.mark.parametrize("epoch", [0, 3])
+def test_resume_at_every_kind_of_position(dataset, epoch):
+    full_loader = stoker.Loader(dataset, num_threads=2, **OPTIONS)
+    full_loader.set_epoch(epoch)
+    full = digest(full_loader)
+    n = len(full)
+    window_batches = 900 // 64
+    for k in sorted({0, 1, window_batches // 2, window_batches + 3, n - 1, n}):
+        loader = stoker.Loader(dataset, num_threads=2, **OPTIONS)
+        loader.set_epoch(epoch)
+        head = digest(itertools.islice(loader, k)) if k else []
+        state = loader.state_dict()
+        assert state["batch"] == k and state["epoch"] == epoch
+        del loader
+        resumed = stoker.Loader(dataset, num_threads=5, **OPTIONS)
+        resumed.load_state_dict(state)
+        rest = digest(resumed)
+        assert head + rest == full, f"resume after {k} batches differs"
+
+
+def test_state_is_a_few_integers(dataset):
+    state = stoker.Loader(dataset, **OPTIONS).state_dict()
+    assert set(state) == {"version", "epoch", "batch", "seed", "fingerprint"}
+    assert all(isinstance(v, int) for v in state.values())
+
+
+def test_resume_adopts_the_seed_when_none_was_given(dataset):
+    options = dict(OPTIONS)
+    options.pop("seed")
+    first = stoker.Loader(dataset, **options)
+    head = digest(itertools.islice(first, 3))
+    state = first.state_dict()
+    full = digest(stoker.Loader(dataset, seed=first.seed, **options))
+    resumed = stoker.Loader(dataset, **options)
+    resumed.load_state_dict(state)
+    assert resumed.seed == first.seed
+    assert head + digest(resumed) == full
+
+
+def test_mismatched_options_are_rejected(dataset):
+    state = stoker.Loader(dataset, **OPTIONS).state_dict()
+    other = dict(OPTIONS, batch_size=32)
+    with pytest.raises(stoker.errors.StateMismatchError, match="batch_size"):
+        stoker.Loader(dataset, **other).load_state_dict(state)
+    with pytest.raises(stoker.errors.StateMismatchError, match="seed"):
+        stoker.Loader(dataset, **dict(OPTIONS, seed=12)).load_state_dict(state)
+    with pytest.raises(stoker.errors.StateMismatchError, match="missing"):
+        stoker.Loader(dataset, **OPTIONS).load_state_dict({"epoch": 0})
+    bad = dict(state, batch=10**9)
+    with pytest.raises(stoker.errors.StateMismatchError, match="outside"):
+        stoker.Loader(dataset, **OPTIONS).load_state_dict(bad)
