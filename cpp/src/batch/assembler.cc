@@ -37,21 +37,71 @@ float HalfToFloat(uint16_t h) {
   return out;
 }
 
+// Round-to-nearest-even float -> IEEE half, for fill and pad values of float16 columns.
+uint16_t FloatToHalf(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, sizeof(x));
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  const uint32_t abs = x & 0x7fffffff;
+  if (abs >= 0x7f800000) {  // inf or NaN (kept quiet)
+    return sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0);
+  }
+  if (abs >= 0x477ff000) return sign | 0x7c00;  // rounds past 65504: inf
+  if (abs < 0x38800000) {                       // below 2**-14: a half subnormal (or zero)
+    if (abs < 0x33000000) return sign;          // at most 2**-25: rounds to zero
+    const uint32_t mantissa = (abs & 0x7fffff) | 0x800000;
+    const uint32_t shift = 126 - (abs >> 23);
+    uint32_t half = mantissa >> shift;
+    const uint32_t rest = mantissa & ((1u << shift) - 1);
+    const uint32_t midpoint = 1u << (shift - 1);
+    if (rest > midpoint || (rest == midpoint && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = (abs - 0x38000000) >> 13;  // rebias the exponent from 127 to 15
+  const uint32_t rest = abs & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;  // a carry bumps the exponent
+  return static_cast<uint16_t>(sign | half);
+}
+
 template <typename F>
 void VisitDType(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kBool: f(uint8_t{}); break;
-    case DType::kInt8: f(int8_t{}); break;
-    case DType::kInt16: f(int16_t{}); break;
-    case DType::kInt32: f(int32_t{}); break;
-    case DType::kInt64: f(int64_t{}); break;
-    case DType::kUInt8: f(uint8_t{}); break;
-    case DType::kUInt16: f(uint16_t{}); break;
-    case DType::kUInt32: f(uint32_t{}); break;
-    case DType::kUInt64: f(uint64_t{}); break;
-    case DType::kFloat16: f(Half{}); break;
-    case DType::kFloat32: f(float{}); break;
-    case DType::kFloat64: f(double{}); break;
+    case DType::kBool:
+      f(uint8_t{});
+      break;
+    case DType::kInt8:
+      f(int8_t{});
+      break;
+    case DType::kInt16:
+      f(int16_t{});
+      break;
+    case DType::kInt32:
+      f(int32_t{});
+      break;
+    case DType::kInt64:
+      f(int64_t{});
+      break;
+    case DType::kUInt8:
+      f(uint8_t{});
+      break;
+    case DType::kUInt16:
+      f(uint16_t{});
+      break;
+    case DType::kUInt32:
+      f(uint32_t{});
+      break;
+    case DType::kUInt64:
+      f(uint64_t{});
+      break;
+    case DType::kFloat16:
+      f(Half{});
+      break;
+    case DType::kFloat32:
+      f(float{});
+      break;
+    case DType::kFloat64:
+      f(double{});
+      break;
   }
 }
 
@@ -73,7 +123,7 @@ inline D Convert(S value) {
 template <typename D>
 D FromDouble(double value) {
   if constexpr (std::is_same_v<D, Half>) {
-    return Half{0};
+    return Half{FloatToHalf(static_cast<float>(value))};
   } else {
     return static_cast<D>(value);
   }
@@ -173,8 +223,8 @@ void GatherFixedColumn(const std::vector<RowRef>& rows, int slot, const ColumnSp
 
 }  // namespace
 
-BatchAssembler::BatchAssembler(std::shared_ptr<const OutputSpec> spec,
-                               const LoaderOptions& options, std::shared_ptr<SlabPool> pool)
+BatchAssembler::BatchAssembler(std::shared_ptr<const OutputSpec> spec, const LoaderOptions& options,
+                               std::shared_ptr<SlabPool> pool)
     : spec_(std::move(spec)),
       pool_(std::move(pool)),
       features_dtype_(options.features_dtype),

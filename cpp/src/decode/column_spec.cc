@@ -1,10 +1,14 @@
 #include "decode/column_spec.h"
 
-#include <algorithm>
-#include <set>
-
 #include <arrow/extension_type.h>
 #include <arrow/type.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <set>
+#include <sstream>
 
 namespace stoker {
 namespace {
@@ -12,20 +16,48 @@ namespace {
 bool FixedWidthDType(const arrow::DataType& type, DType* out, std::string* annotation) {
   using arrow::Type;
   switch (type.id()) {
-    case Type::INT8: *out = DType::kInt8; return true;
-    case Type::INT16: *out = DType::kInt16; return true;
-    case Type::INT32: *out = DType::kInt32; return true;
-    case Type::INT64: *out = DType::kInt64; return true;
-    case Type::UINT8: *out = DType::kUInt8; return true;
-    case Type::UINT16: *out = DType::kUInt16; return true;
-    case Type::UINT32: *out = DType::kUInt32; return true;
-    case Type::UINT64: *out = DType::kUInt64; return true;
-    case Type::HALF_FLOAT: *out = DType::kFloat16; return true;
-    case Type::FLOAT: *out = DType::kFloat32; return true;
-    case Type::DOUBLE: *out = DType::kFloat64; return true;
+    case Type::INT8:
+      *out = DType::kInt8;
+      return true;
+    case Type::INT16:
+      *out = DType::kInt16;
+      return true;
+    case Type::INT32:
+      *out = DType::kInt32;
+      return true;
+    case Type::INT64:
+      *out = DType::kInt64;
+      return true;
+    case Type::UINT8:
+      *out = DType::kUInt8;
+      return true;
+    case Type::UINT16:
+      *out = DType::kUInt16;
+      return true;
+    case Type::UINT32:
+      *out = DType::kUInt32;
+      return true;
+    case Type::UINT64:
+      *out = DType::kUInt64;
+      return true;
+    case Type::HALF_FLOAT:
+      *out = DType::kFloat16;
+      return true;
+    case Type::FLOAT:
+      *out = DType::kFloat32;
+      return true;
+    case Type::DOUBLE:
+      *out = DType::kFloat64;
+      return true;
     // Temporal types travel as their integer storage; the unit goes to the annotation.
-    case Type::DATE32: *out = DType::kInt32; *annotation = "date32[day]"; return true;
-    case Type::DATE64: *out = DType::kInt64; *annotation = "date64[ms]"; return true;
+    case Type::DATE32:
+      *out = DType::kInt32;
+      *annotation = "date32[day]";
+      return true;
+    case Type::DATE64:
+      *out = DType::kInt64;
+      *annotation = "date64[ms]";
+      return true;
     case Type::TIMESTAMP:
     case Type::DURATION:
     case Type::TIME64:
@@ -43,23 +75,37 @@ bool FixedWidthDType(const arrow::DataType& type, DType* out, std::string* annot
 
 bool IsTemporal(const std::string& annotation) { return !annotation.empty(); }
 
-// Reads "shape":[a,b,...] from the serialized metadata of arrow.fixed_shape_tensor.
-bool ParseTensorShape(const std::string& json, std::vector<int64_t>* shape) {
-  const size_t key = json.find("\"shape\"");
-  if (key == std::string::npos) return false;
-  const size_t open = json.find('[', key);
+// Reads the integer array stored under `key` ("shape": [2, 3]) in the JSON metadata of
+// arrow.fixed_shape_tensor. Returns false when the key is absent or malformed.
+bool ParseIntArray(const std::string& json, const std::string& key, std::vector<int64_t>* out) {
+  const size_t at = json.find("\"" + key + "\"");
+  if (at == std::string::npos) return false;
+  const size_t open = json.find('[', at);
   const size_t close = json.find(']', open);
   if (open == std::string::npos || close == std::string::npos) return false;
-  shape->clear();
-  std::string body = json.substr(open + 1, close - open - 1);
+  out->clear();
+  const std::string body = json.substr(open + 1, close - open - 1);
   size_t pos = 0;
   while (pos < body.size()) {
     size_t end = body.find(',', pos);
     if (end == std::string::npos) end = body.size();
-    shape->push_back(std::stoll(body.substr(pos, end - pos)));
+    const std::string item = body.substr(pos, end - pos);
+    char* parsed_end = nullptr;
+    const long long value = std::strtoll(item.c_str(), &parsed_end, 10);
+    if (parsed_end == item.c_str()) return false;
+    out->push_back(value);
     pos = end + 1;
   }
-  return !shape->empty();
+  return true;
+}
+
+// pyarrow always writes a permutation, usually the identity [0, 1, ...]: that one is row-major
+// and needs nothing; any other would need a transpose.
+bool IsIdentityPermutation(const std::vector<int64_t>& permutation) {
+  for (size_t i = 0; i < permutation.size(); ++i) {
+    if (permutation[i] != static_cast<int64_t>(i)) return false;
+  }
+  return true;
 }
 
 Status Unsupported(const std::string& column, const arrow::DataType& type, const char* why) {
@@ -81,12 +127,16 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
   std::vector<int64_t> ext_shape;
   if (type->id() == arrow::Type::EXTENSION) {
     const auto& ext = static_cast<const arrow::ExtensionType&>(*type);
+    const std::string metadata = ext.Serialize();
     if (ext.extension_name() != "arrow.fixed_shape_tensor" ||
-        !ParseTensorShape(ext.Serialize(), &ext_shape)) {
+        !ParseIntArray(metadata, "shape", &ext_shape) || ext_shape.empty()) {
       return Unsupported(name, *type, " (only the arrow.fixed_shape_tensor extension is known)");
     }
-    if (ext.Serialize().find("permutation") != std::string::npos) {
-      return Unsupported(name, *type, " (tensors with a permutation are not supported)");
+    std::vector<int64_t> permutation;
+    if (ParseIntArray(metadata, "permutation", &permutation) &&
+        !IsIdentityPermutation(permutation)) {
+      return Unsupported(name, *type,
+                         " (tensors with a non-identity permutation are not supported)");
     }
     type = ext.storage_type();
   }
@@ -117,9 +167,6 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
       const bool utf8 =
           type->id() == arrow::Type::STRING || type->id() == arrow::Type::LARGE_STRING;
       spec->annotation = utf8 ? "utf8" : "binary";
-      if (spec->dictionary) {
-        return Unsupported(name, *full_type, " (dictionary-encoded strings are not supported)");
-      }
       return Status::OK();
     }
     case arrow::Type::FIXED_SIZE_LIST: {
@@ -157,8 +204,7 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
       if (options.list_mode == ListMode::kUnset) {
         return MakeError(ErrorKind::kUnsupportedType,
                          "column '" + name + "' is a variable-length list (" +
-                             full_type->ToString() +
-                             "): choose lists={'" + name +
+                             full_type->ToString() + "): choose lists={'" + name +
                              "': 'padded'} for a [B, max_len] tensor plus lengths, or lists={'" +
                              name + "': 'ragged'} for flat values plus offsets");
       }
@@ -171,6 +217,34 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
   }
 }
 
+std::string FormatValue(double value) {
+  std::ostringstream out;
+  out.precision(17);
+  out << value;
+  return out.str();
+}
+
+// fill_null and pad_value are written into the delivered dtype; a value that dtype cannot hold
+// would change silently, so it is refused up front.
+Status CheckOptionValues(const ColumnSpec& spec) {
+  const bool scalar_values =
+      spec.layout == SourceLayout::kFixed || spec.layout == SourceLayout::kBool;
+  if (scalar_values && spec.options.has_fill_null &&
+      !IsRepresentable(spec.options.fill_null, spec.dtype)) {
+    return MakeError(ErrorKind::kInvalidOption,
+                     "fill_null=" + FormatValue(spec.options.fill_null) + " for column '" +
+                         spec.name + "' cannot be stored exactly as " + DTypeName(spec.dtype) +
+                         "; pass fill_null={'" + spec.name + "': value} with a value it holds");
+  }
+  if (spec.kind == ColumnKind::kPadded && !IsRepresentable(spec.options.pad_value, spec.dtype)) {
+    return MakeError(ErrorKind::kInvalidOption,
+                     "pad_value=" + FormatValue(spec.options.pad_value) + " for column '" +
+                         spec.name + "' cannot be stored exactly as " + DTypeName(spec.dtype) +
+                         "; pass pad_value={'" + spec.name + "': value} with a value it holds");
+  }
+  return Status::OK();
+}
+
 std::string Available(const arrow::Schema& schema) {
   std::string out;
   for (const auto& field : schema.fields()) {
@@ -181,6 +255,46 @@ std::string Available(const arrow::Schema& schema) {
 }
 
 }  // namespace
+
+bool IsRepresentable(double value, DType dtype) {
+  auto integral_in = [value](double low, double high_exclusive) {
+    return std::trunc(value) == value && value >= low && value < high_exclusive;
+  };
+  switch (dtype) {
+    case DType::kBool:
+      return value == 0 || value == 1;
+    case DType::kInt8:
+      return integral_in(-0x1p7, 0x1p7);
+    case DType::kInt16:
+      return integral_in(-0x1p15, 0x1p15);
+    case DType::kInt32:
+      return integral_in(-0x1p31, 0x1p31);
+    case DType::kInt64:
+      return integral_in(-0x1p63, 0x1p63);
+    case DType::kUInt8:
+      return integral_in(0, 0x1p8);
+    case DType::kUInt16:
+      return integral_in(0, 0x1p16);
+    case DType::kUInt32:
+      return integral_in(0, 0x1p32);
+    case DType::kUInt64:
+      return integral_in(0, 0x1p64);
+    case DType::kFloat64:
+      return true;
+    case DType::kFloat32:
+      return std::isnan(value) || static_cast<double>(static_cast<float>(value)) == value;
+    case DType::kFloat16: {
+      if (std::isnan(value) || std::isinf(value) || value == 0) return true;
+      if (std::fabs(value) > 65504) return false;
+      // 11 significant bits for normals; subnormals are multiples of 2**-24.
+      int exponent = 0;
+      std::frexp(value, &exponent);
+      const double scaled = std::ldexp(value, std::min(11 - exponent, 24));
+      return std::trunc(scaled) == scaled;
+    }
+  }
+  return false;
+}
 
 bool IsLosslessCast(DType from, DType to) {
   if (from == to || from == DType::kBool) return true;
@@ -212,9 +326,9 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
   auto lookup = [&](const std::string& name, ColumnSpec* spec) -> Status {
     const int index = schema.GetFieldIndex(name);
     if (index < 0) {
-      return MakeError(ErrorKind::kColumnNotFound,
-                       "column '" + name + "' is not in the dataset; available columns: " +
-                           Available(schema));
+      return MakeError(
+          ErrorKind::kColumnNotFound,
+          "column '" + name + "' is not in the dataset; available columns: " + Available(schema));
     }
     auto it = options.column_options.find(name);
     const ColumnOptions& column_options =
@@ -235,7 +349,14 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       return Status::OK();
     }
     needed.insert(name);
-    return Classify(name, schema.field(index)->type(), column_options, spec);
+    STOKER_RETURN_NOT_OK(Classify(name, schema.field(index)->type(), column_options, spec));
+    const bool plain_values = (spec->layout == SourceLayout::kFixed && spec->inner == 1) ||
+                              spec->layout == SourceLayout::kString;
+    if (spec->dictionary && !plain_values) {
+      return Unsupported(name, *schema.field(index)->type(),
+                         " (dictionaries are supported for numeric and string values only)");
+    }
+    return Status::OK();
   };
 
   std::vector<std::string> columns = options.columns;
@@ -244,10 +365,12 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
   }
   for (const auto& name : columns) {
     if (!seen_outputs.insert(name).second) {
-      return MakeError(ErrorKind::kInvalidOption, "column '" + name + "' is listed twice in columns");
+      return MakeError(ErrorKind::kInvalidOption,
+                       "column '" + name + "' is listed twice in columns");
     }
     ColumnSpec spec;
     STOKER_RETURN_NOT_OK(lookup(name, &spec));
+    STOKER_RETURN_NOT_OK(CheckOptionValues(spec));
     out.columns.push_back(std::move(spec));
   }
   if (!options.features.empty()) {
@@ -271,9 +394,9 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
                              "; features must be scalar numeric or bool columns");
       }
       if (spec.options.null_mask) {
-        return MakeError(ErrorKind::kInvalidOption,
-                         "null_mask is not available for feature column '" + name +
-                             "'; use fill_null for it");
+        return MakeError(
+            ErrorKind::kInvalidOption,
+            "null_mask is not available for feature column '" + name + "'; use fill_null for it");
       }
       if (!options.allow_lossy_cast && !IsLosslessCast(spec.dtype, options.features_dtype)) {
         return MakeError(ErrorKind::kLossyCast,
@@ -283,6 +406,7 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
                              "features_dtype accordingly");
       }
       spec.dtype = options.features_dtype;
+      STOKER_RETURN_NOT_OK(CheckOptionValues(spec));
       out.features.push_back(std::move(spec));
     }
   }

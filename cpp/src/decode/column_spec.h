@@ -4,10 +4,10 @@
 // chosen mode, a lossy feature cast), before any thread starts.
 #pragma once
 
+#include <arrow/type_fwd.h>
+
 #include <string>
 #include <vector>
-
-#include <arrow/type_fwd.h>
 
 #include "catalog/catalog.h"
 #include "stoker/loader.h"
@@ -48,6 +48,10 @@ struct OutputSpec {
 
 /// Resolves `options.columns` / `options.features` against the catalog's schema.
 Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options);
+
+/// Whether `value` (a fill_null or pad_value option) is exactly representable as `dtype`.
+/// NaN and infinities count as representable in the float dtypes only.
+bool IsRepresentable(double value, DType dtype);
 
 /// Whether every value of `from` is exactly representable as `to`.
 bool IsLosslessCast(DType from, DType to);

@@ -13,56 +13,146 @@
 namespace stoker {
 namespace {
 
-// Dictionary arrays become plain arrays of their value type (fixed-width values only).
+// Row i's index into the dictionary, or -1 where the row is null (a null index, or an index
+// that points at a null dictionary entry).
 template <typename Index>
-void GatherDictionary(const Index* indices, const uint8_t* dict_values, int width, int64_t n,
-                      uint8_t* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(out + i * width, dict_values + static_cast<int64_t>(indices[i]) * width, width);
+Status ResolveIndices(const arrow::Array& indices, const arrow::Array& values,
+                      std::vector<int64_t>* rows) {
+  const Index* raw = indices.data()->GetValues<Index>(1);
+  const int64_t dict_length = values.length();
+  for (int64_t i = 0; i < indices.length(); ++i) {
+    if (indices.IsNull(i)) {
+      (*rows)[i] = -1;
+      continue;
+    }
+    const int64_t index = static_cast<int64_t>(raw[i]);
+    if (index < 0 || index >= dict_length) {
+      return Status::IndexError("dictionary index ", index, " at row ", i, " is outside [0, ",
+                                dict_length, ")");
+    }
+    (*rows)[i] = values.IsNull(index) ? -1 : index;
+  }
+  return Status::OK();
+}
+
+template <typename Offset>
+void GatherStrings(const arrow::ArrayData& values, const std::vector<int64_t>& rows,
+                   int64_t* offsets, std::vector<uint8_t>* bytes) {
+  const Offset* value_offsets = values.GetValues<Offset>(1);
+  const uint8_t* data = values.buffers[2] ? values.buffers[2]->data() : nullptr;
+  offsets[0] = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] >= 0) {
+      const int64_t begin = value_offsets[rows[i]];
+      const int64_t end = value_offsets[rows[i] + 1];
+      bytes->insert(bytes->end(), data + begin, data + end);
+    }
+    offsets[i + 1] = static_cast<int64_t>(bytes->size());
   }
 }
 
+// Dictionary arrays become plain arrays of their value type: fixed-width values, or strings and
+// binary (always with 64-bit offsets, so a slice can hold more than 2 GiB of text).
 Result<std::shared_ptr<arrow::Array>> MaterializeDictionary(const arrow::DictionaryArray& dict,
                                                             const std::string& column,
                                                             const std::string& where) {
-  const auto& values = *dict.dictionary();
-  const auto* fixed = dynamic_cast<const arrow::FixedWidthType*>(values.type().get());
-  if (fixed == nullptr || values.type()->id() == arrow::Type::BOOL) {
-    return MakeError(ErrorKind::kUnsupportedType,
-                     "column '" + column + "' in " + where + ": dictionary of " +
-                         values.type()->ToString() + " is not supported");
-  }
-  if (values.null_count() > 0) {
-    return MakeError(ErrorKind::kNullValues,
-                     "column '" + column + "' in " + where + " has nulls in its dictionary");
-  }
-  const int width = fixed->bit_width() / 8;
-  const auto& indices = *dict.indices();
-  const int64_t offset = indices.offset();
+  const arrow::Array& values = *dict.dictionary();
+  const arrow::Array& indices = *dict.indices();
   const int64_t n = indices.length();
-  ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateBuffer((offset + n) * width));
-  const uint8_t* dict_values = values.data()->buffers[1]->data() + values.offset() * width;
-  uint8_t* out = buffer->mutable_data() + offset * width;
-  const uint8_t* raw = indices.data()->buffers[1]->data();
-  switch (indices.type()->id()) {
+  std::vector<int64_t> rows(n);
+  Status status;
+  switch (indices.type_id()) {
     case arrow::Type::INT8:
-      GatherDictionary(reinterpret_cast<const int8_t*>(raw) + offset, dict_values, width, n, out);
+      status = ResolveIndices<int8_t>(indices, values, &rows);
+      break;
+    case arrow::Type::UINT8:
+      status = ResolveIndices<uint8_t>(indices, values, &rows);
       break;
     case arrow::Type::INT16:
-      GatherDictionary(reinterpret_cast<const int16_t*>(raw) + offset, dict_values, width, n, out);
+      status = ResolveIndices<int16_t>(indices, values, &rows);
+      break;
+    case arrow::Type::UINT16:
+      status = ResolveIndices<uint16_t>(indices, values, &rows);
       break;
     case arrow::Type::INT32:
-      GatherDictionary(reinterpret_cast<const int32_t*>(raw) + offset, dict_values, width, n, out);
+      status = ResolveIndices<int32_t>(indices, values, &rows);
+      break;
+    case arrow::Type::UINT32:
+      status = ResolveIndices<uint32_t>(indices, values, &rows);
+      break;
+    case arrow::Type::INT64:
+      status = ResolveIndices<int64_t>(indices, values, &rows);
+      break;
+    case arrow::Type::UINT64:
+      status = ResolveIndices<uint64_t>(indices, values, &rows);
       break;
     default:
-      GatherDictionary(reinterpret_cast<const int64_t*>(raw) + offset, dict_values, width, n, out);
+      status = Status::TypeError("index type ", indices.type()->ToString());
       break;
   }
-  // Null indices point anywhere; their slots are masked by the validity kept from the indices.
-  auto data = arrow::ArrayData::Make(values.type(), n,
-                                     {indices.data()->buffers[0], std::move(buffer)},
-                                     indices.null_count(), offset);
-  return arrow::MakeArray(data);
+  if (!status.ok()) {
+    return MakeError(ErrorKind::kCorruptFile,
+                     "column '" + column + "' in " + where + ": " + status.message());
+  }
+  int64_t null_count = 0;
+  for (int64_t row : rows) null_count += row < 0;
+  std::shared_ptr<arrow::Buffer> validity;
+  if (null_count > 0) {
+    ARROW_ASSIGN_OR_RAISE(auto bitmap, arrow::AllocateBitmap(n));
+    uint8_t* bits = bitmap->mutable_data();
+    std::memset(bits, 0, bitmap->size());
+    for (int64_t i = 0; i < n; ++i) {
+      if (rows[i] >= 0) bits[i >> 3] |= static_cast<uint8_t>(1u << (i & 7));
+    }
+    validity = std::move(bitmap);
+  }
+
+  const arrow::ArrayData& value_data = *values.data();
+  const auto* fixed = dynamic_cast<const arrow::FixedWidthType*>(values.type().get());
+  if (fixed != nullptr && values.type_id() != arrow::Type::BOOL && fixed->bit_width() % 8 == 0 &&
+      values.type_id() != arrow::Type::FIXED_SIZE_BINARY) {
+    const int width = fixed->bit_width() / 8;
+    ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateBuffer(n * width));
+    const uint8_t* from = value_data.buffers[1]->data() + value_data.offset * width;
+    uint8_t* out = buffer->mutable_data();
+    for (int64_t i = 0; i < n; ++i) {
+      // Null rows are zero so that null_mask delivers zeros, as for plain columns.
+      if (rows[i] >= 0) {
+        std::memcpy(out + i * width, from + rows[i] * width, width);
+      } else {
+        std::memset(out + i * width, 0, width);
+      }
+    }
+    return arrow::MakeArray(arrow::ArrayData::Make(
+        values.type(), n, {std::move(validity), std::move(buffer)}, null_count));
+  }
+  std::shared_ptr<arrow::DataType> type;
+  switch (values.type_id()) {
+    case arrow::Type::STRING:
+    case arrow::Type::LARGE_STRING:
+      type = arrow::large_utf8();
+      break;
+    case arrow::Type::BINARY:
+    case arrow::Type::LARGE_BINARY:
+      type = arrow::large_binary();
+      break;
+    default:
+      return MakeError(ErrorKind::kUnsupportedType,
+                       "column '" + column + "' in " + where + ": dictionary of " +
+                           values.type()->ToString() + " is not supported");
+  }
+  ARROW_ASSIGN_OR_RAISE(auto offsets, arrow::AllocateBuffer((n + 1) * sizeof(int64_t)));
+  std::vector<uint8_t> bytes;
+  auto* offsets_out = reinterpret_cast<int64_t*>(offsets->mutable_data());
+  if (values.type_id() == arrow::Type::STRING || values.type_id() == arrow::Type::BINARY) {
+    GatherStrings<int32_t>(value_data, rows, offsets_out, &bytes);
+  } else {
+    GatherStrings<int64_t>(value_data, rows, offsets_out, &bytes);
+  }
+  ARROW_ASSIGN_OR_RAISE(auto data, arrow::AllocateBuffer(static_cast<int64_t>(bytes.size())));
+  if (!bytes.empty()) std::memcpy(data->mutable_data(), bytes.data(), bytes.size());
+  return arrow::MakeArray(arrow::ArrayData::Make(
+      type, n, {std::move(validity), std::move(offsets), std::move(data)}, null_count));
 }
 
 std::string NullAdvice(const std::string& column) {
@@ -125,9 +215,8 @@ Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task)
     arrow_props.set_pre_buffer(false);   // else reads go through Arrow's global I/O pool
     auto reader = parquet::ParquetFileReader::Open(*input, parquet::default_reader_properties(),
                                                    file.metadata);
-    auto arrow_reader =
-        parquet::arrow::FileReader::Make(arrow::default_memory_pool(), std::move(reader),
-                                         arrow_props);
+    auto arrow_reader = parquet::arrow::FileReader::Make(arrow::default_memory_pool(),
+                                                         std::move(reader), arrow_props);
     if (!arrow_reader.ok()) {
       failure = arrow_reader.status().message();
     } else {
@@ -153,26 +242,34 @@ Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task)
       return MakeError(ErrorKind::kCorruptFile,
                        "column '" + field + "' missing after decoding " + catalog_->Where(rg));
     }
+    if (chunked->length() != rg.num_rows) {
+      return MakeError(ErrorKind::kCorruptFile, "column '" + field + "' of " + catalog_->Where(rg) +
+                                                    " has " + std::to_string(chunked->length()) +
+                                                    " values, the footer says " +
+                                                    std::to_string(rg.num_rows));
+    }
+    // Slice first so dictionaries are resolved for the segment's rows only; dictionaries and
+    // extensions are unwrapped chunk by chunk (chunks may carry different dictionaries).
+    const std::shared_ptr<arrow::ChunkedArray> sliced = chunked->Slice(seg.row_begin, seg.num_rows);
+    std::vector<std::shared_ptr<arrow::Array>> chunks;
+    for (auto chunk : sliced->chunks()) {
+      if (chunk->type_id() == arrow::Type::EXTENSION) {
+        chunk = static_cast<const arrow::ExtensionArray&>(*chunk).storage();
+      }
+      if (chunk->type_id() == arrow::Type::DICTIONARY) {
+        ARROW_ASSIGN_OR_RAISE(
+            chunk, MaterializeDictionary(static_cast<const arrow::DictionaryArray&>(*chunk), field,
+                                         catalog_->Where(rg)));
+      }
+      chunks.push_back(std::move(chunk));
+    }
     std::shared_ptr<arrow::Array> array;
-    if (chunked->num_chunks() == 1) {
-      array = chunked->chunk(0);
+    if (chunks.size() == 1) {
+      array = std::move(chunks[0]);
+    } else if (chunks.empty()) {
+      ARROW_ASSIGN_OR_RAISE(array, arrow::MakeEmptyArray(chunked->type()));
     } else {
-      ARROW_ASSIGN_OR_RAISE(array, arrow::Concatenate(chunked->chunks()));
-    }
-    if (array->length() != rg.num_rows) {
-      return MakeError(ErrorKind::kCorruptFile,
-                       "column '" + field + "' of " + catalog_->Where(rg) + " has " +
-                           std::to_string(array->length()) + " values, the footer says " +
-                           std::to_string(rg.num_rows));
-    }
-    array = array->Slice(seg.row_begin, seg.num_rows);
-    if (array->type_id() == arrow::Type::DICTIONARY) {
-      ARROW_ASSIGN_OR_RAISE(array,
-                            MaterializeDictionary(static_cast<const arrow::DictionaryArray&>(*array),
-                                                  field, catalog_->Where(rg)));
-    }
-    if (array->type_id() == arrow::Type::EXTENSION) {
-      array = static_cast<const arrow::ExtensionArray&>(*array).storage();
+      ARROW_ASSIGN_OR_RAISE(array, arrow::Concatenate(chunks));
     }
     out.bytes += arrow::util::TotalBufferSize(*array->data());
     out.arrays.emplace_back(field, std::move(array));
@@ -181,14 +278,22 @@ Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task)
 }
 
 Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
-                              const std::shared_ptr<arrow::Array>& array,
-                              ColumnSource* out) const {
+                              const std::shared_ptr<arrow::Array>& array, ColumnSource* out) const {
   const RowGroupRef& rg = catalog_->row_groups()[segment.row_group];
-  const bool nulls_allowed = spec.options.has_fill_null || spec.options.null_mask;
+  // A numeric fill value cannot stand for a missing string or list: those need the mask.
+  const bool variable_length =
+      spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
+  const bool nulls_allowed =
+      spec.options.null_mask || (spec.options.has_fill_null && !variable_length);
   if (array->null_count() > 0 && !nulls_allowed) {
-    return MakeError(ErrorKind::kNullValues,
-                     "column '" + spec.name + "' has " + std::to_string(array->null_count()) +
-                         " null(s) in " + catalog_->Where(rg) + NullAdvice(spec.name));
+    const std::string advice =
+        variable_length ? "; pass null_mask=['" + spec.name +
+                              "'] to get a validity mask (fill_null does not apply to strings "
+                              "and lists)"
+                        : NullAdvice(spec.name);
+    return MakeError(ErrorKind::kNullValues, "column '" + spec.name + "' has " +
+                                                 std::to_string(array->null_count()) +
+                                                 " null(s) in " + catalog_->Where(rg) + advice);
   }
   out->array = array;
   const arrow::ArrayData& data = *array->data();

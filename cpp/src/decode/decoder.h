@@ -5,12 +5,12 @@
 // Thread safety: Decode() is const and may run on many threads at once.
 #pragma once
 
+#include <arrow/array.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <arrow/array.h>
 
 #include "catalog/catalog.h"
 #include "decode/column_spec.h"
@@ -25,7 +25,7 @@ struct ColumnSource {
   int64_t bit_offset = 0;               // bool values: bit index of row 0
   const uint8_t* validity = nullptr;    // null bitmap of the rows, or nullptr
   int64_t validity_offset = 0;
-  const int32_t* offsets32 = nullptr;   // lists/strings: offsets of row 0
+  const int32_t* offsets32 = nullptr;  // lists/strings: offsets of row 0
   const int64_t* offsets64 = nullptr;
   // Partition columns: the constant value.
   int64_t partition_int = 0;

@@ -1,0 +1,261 @@
+#include "decode/column_spec.h"
+
+#include <arrow/api.h>
+#include <arrow/extension/fixed_shape_tensor.h>
+#include <arrow/io/file.h>
+#include <gtest/gtest.h>
+#include <parquet/arrow/writer.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <string>
+
+namespace stoker {
+namespace {
+
+#define ASSERT_STATUS_OK(expr)                             \
+  do {                                                     \
+    const ::arrow::Status _st = (expr);                    \
+    ASSERT_TRUE(_st.ok()) << #expr ": " << _st.ToString(); \
+  } while (false)
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+TEST(IsLosslessCast, SameTypeAndBoolAlwaysFit) {
+  for (DType t : {DType::kInt8, DType::kUInt64, DType::kFloat16, DType::kFloat64}) {
+    EXPECT_TRUE(IsLosslessCast(t, t));
+    EXPECT_TRUE(IsLosslessCast(DType::kBool, t));
+  }
+  EXPECT_FALSE(IsLosslessCast(DType::kInt8, DType::kBool));
+}
+
+TEST(IsLosslessCast, IntegersToFloatsNeedTheMantissa) {
+  EXPECT_TRUE(IsLosslessCast(DType::kInt8, DType::kFloat16));    // 7 bits <= 11
+  EXPECT_TRUE(IsLosslessCast(DType::kUInt8, DType::kFloat16));   // 8 bits <= 11
+  EXPECT_FALSE(IsLosslessCast(DType::kInt16, DType::kFloat16));  // 15 bits > 11
+  EXPECT_TRUE(IsLosslessCast(DType::kInt16, DType::kFloat32));
+  EXPECT_TRUE(IsLosslessCast(DType::kUInt16, DType::kFloat32));
+  EXPECT_FALSE(IsLosslessCast(DType::kInt32, DType::kFloat32));  // 31 bits > 24
+  EXPECT_FALSE(IsLosslessCast(DType::kUInt32, DType::kFloat32));
+  EXPECT_TRUE(IsLosslessCast(DType::kInt32, DType::kFloat64));
+  EXPECT_TRUE(IsLosslessCast(DType::kUInt32, DType::kFloat64));
+  EXPECT_FALSE(IsLosslessCast(DType::kInt64, DType::kFloat32));
+  EXPECT_FALSE(IsLosslessCast(DType::kInt64, DType::kFloat64));  // 63 bits > 53
+  EXPECT_FALSE(IsLosslessCast(DType::kUInt64, DType::kFloat64));
+}
+
+TEST(IsLosslessCast, FloatsOnlyWiden) {
+  EXPECT_TRUE(IsLosslessCast(DType::kFloat16, DType::kFloat32));
+  EXPECT_TRUE(IsLosslessCast(DType::kFloat16, DType::kFloat64));
+  EXPECT_TRUE(IsLosslessCast(DType::kFloat32, DType::kFloat64));
+  EXPECT_FALSE(IsLosslessCast(DType::kFloat64, DType::kFloat32));
+  EXPECT_FALSE(IsLosslessCast(DType::kFloat32, DType::kFloat16));
+  EXPECT_FALSE(IsLosslessCast(DType::kFloat16, DType::kInt64));
+  EXPECT_FALSE(IsLosslessCast(DType::kFloat32, DType::kInt64));
+}
+
+TEST(IsLosslessCast, IntegerWidthAndSign) {
+  EXPECT_TRUE(IsLosslessCast(DType::kInt8, DType::kInt16));
+  EXPECT_TRUE(IsLosslessCast(DType::kUInt8, DType::kInt16));
+  EXPECT_TRUE(IsLosslessCast(DType::kUInt32, DType::kInt64));
+  EXPECT_TRUE(IsLosslessCast(DType::kUInt16, DType::kUInt64));
+  EXPECT_FALSE(IsLosslessCast(DType::kUInt8, DType::kInt8));
+  EXPECT_FALSE(IsLosslessCast(DType::kUInt64, DType::kInt64));
+  EXPECT_FALSE(IsLosslessCast(DType::kInt8, DType::kUInt64));  // negatives
+  EXPECT_FALSE(IsLosslessCast(DType::kInt64, DType::kInt32));
+  EXPECT_FALSE(IsLosslessCast(DType::kUInt16, DType::kUInt8));
+}
+
+TEST(IsRepresentable, Integers) {
+  EXPECT_TRUE(IsRepresentable(-128, DType::kInt8));
+  EXPECT_TRUE(IsRepresentable(127, DType::kInt8));
+  EXPECT_FALSE(IsRepresentable(128, DType::kInt8));
+  EXPECT_FALSE(IsRepresentable(-129, DType::kInt8));
+  EXPECT_FALSE(IsRepresentable(0.5, DType::kInt32));
+  EXPECT_FALSE(IsRepresentable(-1, DType::kUInt64));
+  EXPECT_TRUE(IsRepresentable(65535, DType::kUInt16));
+  EXPECT_TRUE(IsRepresentable(-0x1p63, DType::kInt64));
+  EXPECT_FALSE(IsRepresentable(0x1p63, DType::kInt64));
+  EXPECT_FALSE(IsRepresentable(0x1p64, DType::kUInt64));
+  EXPECT_FALSE(IsRepresentable(kNaN, DType::kInt64));
+  EXPECT_FALSE(IsRepresentable(kInf, DType::kInt32));
+}
+
+TEST(IsRepresentable, BoolIsZeroOrOne) {
+  EXPECT_TRUE(IsRepresentable(0, DType::kBool));
+  EXPECT_TRUE(IsRepresentable(1, DType::kBool));
+  EXPECT_FALSE(IsRepresentable(2, DType::kBool));
+  EXPECT_FALSE(IsRepresentable(0.5, DType::kBool));
+}
+
+TEST(IsRepresentable, Floats) {
+  EXPECT_TRUE(IsRepresentable(0.1, DType::kFloat64));
+  EXPECT_FALSE(IsRepresentable(0.1, DType::kFloat32));
+  EXPECT_TRUE(IsRepresentable(0.5, DType::kFloat32));
+  EXPECT_TRUE(IsRepresentable(kNaN, DType::kFloat32));
+  EXPECT_TRUE(IsRepresentable(-kInf, DType::kFloat16));
+  EXPECT_TRUE(IsRepresentable(65504, DType::kFloat16));
+  EXPECT_FALSE(IsRepresentable(65505, DType::kFloat16));
+  EXPECT_TRUE(IsRepresentable(2049 - 1, DType::kFloat16));  // 11 significant bits
+  EXPECT_FALSE(IsRepresentable(2049, DType::kFloat16));     // 12
+  EXPECT_TRUE(IsRepresentable(0x1p-24, DType::kFloat16));   // smallest subnormal
+  EXPECT_FALSE(IsRepresentable(0x1p-25, DType::kFloat16));
+  EXPECT_TRUE(IsRepresentable(3 * 0x1p-24, DType::kFloat16));
+}
+
+// ResolveColumns against a real file's schema (written with Arrow's Parquet writer).
+class ResolveColumnsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("stoker_column_spec_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "types.parquet").string();
+
+    arrow::Int8Builder int8;
+    ASSERT_STATUS_OK(int8.AppendValues({1, 2}));
+    arrow::ListBuilder list(arrow::default_memory_pool(), std::make_shared<arrow::Int32Builder>());
+    ASSERT_STATUS_OK(list.Append());
+    ASSERT_STATUS_OK(static_cast<arrow::Int32Builder*>(list.value_builder())->Append(7));
+    ASSERT_STATUS_OK(list.Append());
+    arrow::StringBuilder words;
+    ASSERT_STATUS_OK(words.AppendValues({"a", "b"}));
+    arrow::FloatBuilder floats;
+    ASSERT_STATUS_OK(floats.AppendValues(std::vector<float>(12, 1.0f)));
+    arrow::TimestampBuilder stamps(arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"),
+                                   arrow::default_memory_pool());
+    ASSERT_STATUS_OK(stamps.AppendValues({1, 2}));
+
+    std::shared_ptr<arrow::Array> a_int8, a_list, a_words, a_floats, a_stamps;
+    ASSERT_STATUS_OK(int8.Finish(&a_int8));
+    ASSERT_STATUS_OK(list.Finish(&a_list));
+    ASSERT_STATUS_OK(words.Finish(&a_words));
+    ASSERT_STATUS_OK(floats.Finish(&a_floats));
+    ASSERT_STATUS_OK(stamps.Finish(&a_stamps));
+    auto dict = arrow::DictionaryArray::FromArrays(
+        arrow::dictionary(arrow::int32(), arrow::utf8()),
+        *arrow::MakeArrayFromScalar(arrow::Int32Scalar(0), 2), a_words);
+    ASSERT_TRUE(dict.ok()) << dict.status().ToString();
+    auto storage = arrow::FixedSizeListArray::FromArrays(a_floats, 6);
+    ASSERT_TRUE(storage.ok());
+    auto tensor_type = arrow::extension::fixed_shape_tensor(arrow::float32(), {2, 3}, {0, 1});
+    auto tensor = arrow::ExtensionType::WrapArray(tensor_type, *storage);
+
+    auto table = arrow::Table::Make(
+        arrow::schema({arrow::field("i8", arrow::int8()), arrow::field("l", a_list->type()),
+                       arrow::field("s", arrow::utf8()), arrow::field("d", (*dict)->type()),
+                       arrow::field("t", tensor_type), arrow::field("ts", a_stamps->type())}),
+        {a_int8, a_list, a_words, *dict, tensor, a_stamps});
+    auto sink = arrow::io::FileOutputStream::Open(path_);
+    ASSERT_TRUE(sink.ok());
+    auto props = parquet::ArrowWriterProperties::Builder().store_schema()->build();
+    ASSERT_STATUS_OK(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), *sink, 2,
+                                                parquet::default_writer_properties(), props));
+    ASSERT_STATUS_OK((*sink)->Close());
+    auto catalog = Catalog::Open({path_}, 1);
+    ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+    catalog_ = *catalog;
+  }
+
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  Result<OutputSpec> Resolve(std::vector<std::string> columns, ColumnOptions defaults = {}) {
+    LoaderOptions options;
+    options.sources = {path_};
+    options.columns = std::move(columns);
+    options.default_column_options = defaults;
+    return ResolveColumns(*catalog_, options);
+  }
+
+  std::filesystem::path dir_;
+  std::string path_;
+  std::shared_ptr<Catalog> catalog_;
+};
+
+TEST_F(ResolveColumnsTest, ListWithoutModeNamesColumnAndBothOptions) {
+  auto spec = Resolve({"l"});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(GetErrorKind(spec.status()), ErrorKind::kUnsupportedType);
+  const std::string message = spec.status().message();
+  EXPECT_NE(message.find("'l'"), std::string::npos) << message;
+  EXPECT_NE(message.find("padded"), std::string::npos) << message;
+  EXPECT_NE(message.find("ragged"), std::string::npos) << message;
+}
+
+TEST_F(ResolveColumnsTest, ListWithModeAndPadValue) {
+  ColumnOptions padded;
+  padded.list_mode = ListMode::kPadded;
+  auto spec = Resolve({"l"}, padded);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->columns[0].kind, ColumnKind::kPadded);
+  EXPECT_EQ(spec->columns[0].dtype, DType::kInt32);
+  padded.pad_value = 0.25;  // not an int32
+  spec = Resolve({"l"}, padded);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(GetErrorKind(spec.status()), ErrorKind::kInvalidOption);
+}
+
+TEST_F(ResolveColumnsTest, TensorWithIdentityPermutation) {
+  auto spec = Resolve({"t"});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const ColumnSpec& column = spec->columns[0];
+  EXPECT_EQ(column.kind, ColumnKind::kDense);
+  EXPECT_EQ(column.dtype, DType::kFloat32);
+  EXPECT_EQ(column.inner, 6);
+  EXPECT_EQ(column.inner_shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(column.annotation, "arrow.fixed_shape_tensor");
+}
+
+TEST_F(ResolveColumnsTest, DictionaryStringsAreStrings) {
+  auto spec = Resolve({"d", "s"});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(spec->columns[0].dictionary);
+  EXPECT_EQ(spec->columns[0].kind, ColumnKind::kStrings);
+  EXPECT_EQ(spec->columns[0].annotation, "utf8");
+  EXPECT_EQ(spec->columns[1].kind, ColumnKind::kStrings);
+}
+
+TEST_F(ResolveColumnsTest, TimestampKeepsItsUnit) {
+  auto spec = Resolve({"ts"});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->columns[0].dtype, DType::kInt64);
+  EXPECT_EQ(spec->columns[0].annotation, "timestamp[us, tz=UTC]");
+}
+
+TEST_F(ResolveColumnsTest, FillNullMustFitTheColumn) {
+  ColumnOptions fill;
+  fill.has_fill_null = true;
+  fill.fill_null = 200;  // not an int8
+  auto spec = Resolve({"i8"}, fill);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(GetErrorKind(spec.status()), ErrorKind::kInvalidOption);
+  EXPECT_NE(spec.status().message().find("'i8'"), std::string::npos);
+  // Strings ignore a numeric fill value (their nulls need the mask), so it is no error there.
+  EXPECT_TRUE(Resolve({"s"}, fill).ok());
+  fill.fill_null = -5;
+  EXPECT_TRUE(Resolve({"i8"}, fill).ok());
+}
+
+TEST_F(ResolveColumnsTest, LossyFeatureNamesColumnAndOption) {
+  LoaderOptions options;
+  options.sources = {path_};
+  options.features = {"i8", "ts"};
+  options.features_dtype = DType::kFloat32;
+  auto spec = ResolveColumns(*catalog_, options);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(GetErrorKind(spec.status()), ErrorKind::kLossyCast);
+  EXPECT_NE(spec.status().message().find("'ts'"), std::string::npos);
+  EXPECT_NE(spec.status().message().find("allow_lossy_cast"), std::string::npos);
+  options.allow_lossy_cast = true;
+  spec = ResolveColumns(*catalog_, options);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->features.size(), 2u);
+  EXPECT_EQ(spec->features[1].dtype, DType::kFloat32);
+}
+
+}  // namespace
+}  // namespace stoker

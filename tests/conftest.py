@@ -1,0 +1,82 @@
+"""Shared pytest fixtures: Parquet files written at test time by real writers, and batch readers.
+
+Fixtures here are generic so any suite can use them:
+
+- ``write_parquet(table, name=..., row_group_size=..., **kwargs)`` writes with pyarrow.
+- ``write_duckdb(query_or_table, name=..., row_group_size=...)`` writes with DuckDB's own Parquet
+  writer (``COPY ... TO ... (FORMAT PARQUET)``). DuckDB rounds row groups up to its vector size
+  (2048 rows), so use a few thousand rows to get several row groups.
+- ``load_batches(source, **loader_kwargs)`` returns every batch of one epoch as a list of dicts.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, List, Optional, Union
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+
+def _target(root, name: str) -> str:
+    path = os.path.join(os.fspath(root), name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def write_parquet(tmp_path) -> Callable[..., str]:
+    """Writes a pyarrow Table (or dict of columns) with pyarrow; returns the file's path."""
+
+    def write(table: Union[pa.Table, Dict[str, Any]], name: str = "data.parquet",
+              row_group_size: Optional[int] = None, **kwargs: Any) -> str:
+        if not isinstance(table, pa.Table):
+            table = pa.table(table)
+        path = _target(tmp_path, name)
+        pq.write_table(table, path, row_group_size=row_group_size, **kwargs)
+        return path
+
+    return write
+
+
+@pytest.fixture
+def write_duckdb(tmp_path) -> Callable[..., str]:
+    """Writes a SQL query's result (or a pyarrow Table) with DuckDB; returns the file's path.
+
+    ``setup`` statements (e.g. ``CREATE TYPE``) run first on the same connection.
+    """
+    duckdb = pytest.importorskip("duckdb")
+
+    def write(source: Union[str, pa.Table], name: str = "duck.parquet",
+              row_group_size: Optional[int] = None, setup: tuple = ()) -> str:
+        path = _target(tmp_path, name)
+        con = duckdb.connect()
+        try:
+            for statement in setup:
+                con.execute(statement)
+            if isinstance(source, pa.Table):
+                con.register("arrow_source", source)
+                source = "SELECT * FROM arrow_source"
+            options = "FORMAT PARQUET"
+            if row_group_size is not None:
+                options += f", ROW_GROUP_SIZE {int(row_group_size)}"
+            escaped = path.replace("'", "''")
+            con.execute(f"COPY ({source}) TO '{escaped}' ({options})")
+        finally:
+            con.close()
+        return path
+
+    return write
+
+
+@pytest.fixture
+def load_batches() -> Callable[..., List[Dict[str, Any]]]:
+    """Runs one epoch of a stoker.Loader and returns its batches (the loader is closed after)."""
+    import stoker
+
+    def load(source: Any, **kwargs: Any) -> List[Dict[str, Any]]:
+        with stoker.Loader(source, **kwargs) as loader:
+            return list(loader)
+
+    return load

@@ -1,0 +1,844 @@
+"""Types to tensors: every conversion checked against pyarrow's own, on files written by pyarrow
+and by DuckDB.
+
+The reference is always what pyarrow reads back from the very file stoker reads
+(``pq.read_table(path).column(c)`` and its ``to_numpy()`` / ``to_pylist()``), so a writer's type
+mapping (DuckDB's TIMESTAMP_S is stored as microseconds, pyarrow's date64 comes back as date32)
+is part of the reference, not something the test has to know. Batches are compared byte for byte
+after checking dtype and shape. Fixtures have several row groups and batch sizes that do not divide
+them, so batches cross row groups (and files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from fractions import Fraction
+from typing import Any, Dict, List
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+import stoker
+from stoker.errors import (InvalidOptionError, LossyCastError, NullValueError,
+                           UnsupportedTypeError)
+
+N = 300  # pyarrow fixtures: row groups of 64 -> 4 x 64 + 44
+PA_ROW_GROUP = 64
+PA_BATCHES = (1, 50, 1000)  # one row, crossing row groups, one short batch holding everything
+DUCK_N = 5000  # DuckDB rounds row groups up to 2048 rows -> 2048 + 2048 + 904
+DUCK_BATCHES = (333, 6000)
+
+
+# ------------------------------------------------------------------------------ reference side
+
+TEMPORAL = (pa.types.is_timestamp, pa.types.is_date, pa.types.is_time, pa.types.is_duration)
+
+
+def is_temporal(t: pa.DataType) -> bool:
+    return any(check(t) for check in TEMPORAL)
+
+
+def temporal_to_int64(col: pa.ChunkedArray) -> np.ndarray:
+    """pyarrow's integer view of a temporal column (its storage), widened to int64."""
+    bits = col.type.bit_width
+    storage = col.cast(pa.int32() if bits == 32 else pa.int64())
+    return storage.to_numpy().astype(np.int64)
+
+
+def expected_dense(col: pa.ChunkedArray) -> np.ndarray:
+    """What stoker must deliver for a dense column: pyarrow's numpy conversion, [rows, ...]."""
+    t = col.type
+    if isinstance(t, pa.FixedShapeTensorType):
+        return col.combine_chunks().to_numpy_ndarray()
+    if pa.types.is_fixed_size_list(t):
+        arr = col.combine_chunks()
+        shape = []
+        while pa.types.is_fixed_size_list(arr.type):
+            shape.append(arr.type.list_size)
+            arr = arr.flatten()
+        return arr.to_numpy(zero_copy_only=False).reshape(len(col), *shape)
+    if is_temporal(t):
+        return temporal_to_int64(col)
+    if pa.types.is_dictionary(t):
+        return col.cast(t.value_type).to_numpy()
+    return col.to_numpy()
+
+
+def assert_same_array(got: Any, want: np.ndarray, what: str = "") -> None:
+    """dtype, shape, then every byte (so -0.0, NaN payloads and bool bytes count)."""
+    got = np.asarray(got)
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    np.testing.assert_array_equal(got, want, err_msg=what)
+    np.testing.assert_array_equal(np.ascontiguousarray(got).view(np.uint8),
+                                  np.ascontiguousarray(want).view(np.uint8), err_msg=what)
+
+
+def reference(path: str, column: str) -> pa.ChunkedArray:
+    return pq.read_table(path, columns=[column]).column(column)
+
+
+def value_dtype(t: pa.DataType) -> np.dtype:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return np.dtype(t.to_pandas_dtype())
+
+
+def check_column(batches: List[Dict[str, Any]], name: str, col: pa.ChunkedArray, mode: str,
+                 pad_value: float = 0) -> None:
+    """Compares one column of a whole epoch (shuffle=False) with pyarrow's conversion."""
+    assert sum(len(b[name]) for b in batches) == len(col)
+    t = col.type
+    if mode == "dense":
+        got = np.concatenate([np.asarray(b[name]) for b in batches])
+        assert_same_array(got, expected_dense(col), name)
+        return
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    rows = col.to_pylist()
+    start = 0
+    for i, batch in enumerate(batches):
+        value = batch[name]
+        count = len(value)
+        want_rows = rows[start:start + count]
+        if mode == "strings":
+            assert isinstance(value, stoker.Ragged)
+            assert value.kind == ("binary" if pa.types.is_binary(t) or
+                                  pa.types.is_large_binary(t) else "utf8")
+            assert value.tolist() == want_rows, f"{name} batch {i}"
+            raw = [r.encode() if isinstance(r, str) else r for r in want_rows]
+            assert_same_array(value.values, np.frombuffer(b"".join(raw), np.uint8), name)
+            lengths = [len(r) for r in raw]
+            assert_same_array(value.offsets, np.concatenate([[0], np.cumsum(lengths)])
+                              .astype(np.int64), name)
+        elif mode == "ragged":
+            assert isinstance(value, stoker.Ragged) and value.kind == "list"
+            dtype = value_dtype(t.value_type)
+            flat = [v for r in want_rows for v in r]
+            assert_same_array(value.values, np.array(flat, dtype=dtype), name)
+            assert_same_array(value.offsets, np.concatenate(
+                [[0], np.cumsum([len(r) for r in want_rows])]).astype(np.int64), name)
+            assert value.tolist() == want_rows
+        else:  # padded
+            dtype = value_dtype(t.value_type)
+            longest = max((len(r) for r in want_rows), default=0)
+            want = np.full((count, longest), pad_value, dtype=dtype)
+            for r, row in enumerate(want_rows):
+                want[r, :len(row)] = np.array(row, dtype=dtype)
+            assert_same_array(value, want, f"{name} batch {i}")
+            assert_same_array(batch[name + "_lengths"],
+                              np.array([len(r) for r in want_rows], np.int64), name)
+        start += count
+    assert start == len(col)
+
+
+def mode_of(t: pa.DataType, lists: str) -> str:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or
+            pa.types.is_large_binary(t)):
+        return "strings"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return lists
+    return "dense"
+
+
+# ------------------------------------------------------------------------------ fixtures: data
+
+def float_values(n: int, dtype) -> np.ndarray:
+    info = np.finfo(dtype)
+    special = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, info.max, info.min, info.tiny,
+                        info.smallest_subnormal, 1.0 / 3.0], dtype=dtype)
+    rng = np.random.default_rng(7)
+    rest = rng.standard_normal(max(n - len(special), 0)).astype(dtype)
+    return np.concatenate([special, rest])[:n]
+
+
+def int_values(n: int, dtype) -> np.ndarray:
+    info = np.iinfo(dtype)
+    span = int(info.max) - int(info.min) + 1
+    # Both extremes first, then a walk that wraps around the whole range.
+    walk = [int(info.min) + (i * 2654435761) % span for i in range(n - 2)]
+    return np.array([info.min, info.max] + walk, dtype=dtype)[:n]
+
+
+def pyarrow_table(n: int = N) -> pa.Table:
+    """One column per type stoker converts, with edge values, no nulls."""
+    rng = np.random.default_rng(1)
+    cols: Dict[str, pa.Array] = {}
+    for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
+        cols[name] = pa.array(int_values(n, np.dtype(name)))
+    for name in ("float16", "float32", "float64"):
+        cols[name] = pa.array(float_values(n, np.dtype(name)))
+    cols["bool"] = pa.array(rng.random(n) < 0.3)
+    cols["fsl_f32"] = pa.FixedSizeListArray.from_arrays(
+        pa.array(rng.standard_normal(n * 3).astype(np.float32)), 3)
+    cols["fsl_u8"] = pa.FixedSizeListArray.from_arrays(
+        pa.array(rng.integers(0, 256, n * 5).astype(np.uint8)), 5)
+    cols["fsl_nested_i16"] = pa.FixedSizeListArray.from_arrays(
+        pa.FixedSizeListArray.from_arrays(pa.array(np.arange(n * 6, dtype=np.int16)), 3), 2)
+    cols["tensor_f32"] = pa.FixedShapeTensorArray.from_numpy_ndarray(
+        rng.standard_normal((n, 2, 3)).astype(np.float32))
+    cols["tensor_i64_3d"] = pa.FixedShapeTensorArray.from_numpy_ndarray(
+        np.arange(n * 8, dtype=np.int64).reshape(n, 2, 2, 2))
+    lengths = [(i * 7) % 6 for i in range(n)]  # includes empty lists
+    cols["list_i32"] = pa.array([list(range(i, i + k)) for i, k in enumerate(lengths)],
+                                pa.list_(pa.int32()))
+    cols["list_f16"] = pa.array([np.full(k, i / 4, np.float16) for i, k in enumerate(lengths)],
+                                pa.list_(pa.float16()))
+    cols["large_list_f64"] = pa.array([[i * 0.5] * k for i, k in enumerate(lengths)],
+                                      pa.large_list(pa.float64()))
+    cols["list_u64"] = pa.array([[2**64 - 1 - i] * (k % 3) for i, k in enumerate(lengths)],
+                                pa.list_(pa.uint64()))
+    texts = ["", "a", "héllo wörld", "日本語", "x" * 100, "tab\tnew\nline", "\x00nul"]
+    cols["string"] = pa.array([texts[i % len(texts)] + str(i) * (i % 3) for i in range(n)])
+    cols["large_string"] = pa.array([texts[(i + 3) % len(texts)] for i in range(n)],
+                                    pa.large_string())
+    cols["binary"] = pa.array([bytes(range(i % 9)) + b"\x00\xff" * (i % 2) for i in range(n)],
+                              pa.binary())
+    cols["large_binary"] = pa.array([b"" if i % 5 == 0 else bytes([i % 256]) * 3
+                                     for i in range(n)], pa.large_binary())
+    base = np.arange(n, dtype=np.int64) * 1_000_003 - 50_000_000
+    for unit in ("s", "ms", "us", "ns"):
+        cols[f"ts_{unit}"] = pa.array(base, pa.timestamp(unit))
+    cols["ts_ms_utc"] = pa.array(base, pa.timestamp("ms", tz="UTC"))
+    cols["ts_us_tokyo"] = pa.array(base, pa.timestamp("us", tz="Asia/Tokyo"))
+    cols["date32"] = pa.array((base // 1000).astype(np.int32), pa.date32())
+    cols["date64"] = pa.array((base // 1000) * 86_400_000, pa.date64())
+    for unit in ("s", "ms", "us", "ns"):
+        cols[f"duration_{unit}"] = pa.array(base, pa.duration(unit))
+    cols["time32_s"] = pa.array((np.arange(n) * 251 % 86400).astype(np.int32), pa.time32("s"))
+    cols["time32_ms"] = pa.array((np.arange(n) * 250_001 % 86_400_000).astype(np.int32),
+                                 pa.time32("ms"))
+    cols["time64_us"] = pa.array(np.arange(n) * 250_000_001 % 86_400_000_000, pa.time64("us"))
+    cols["time64_ns"] = pa.array(np.arange(n) * 250_000_000_001 % 86_400_000_000_000,
+                                 pa.time64("ns"))
+    words = ["red", "green", "blue", "", "ünïcode"]
+    cols["dict_string"] = pa.array([words[i % 5] for i in range(n)]).dictionary_encode()
+    cols["dict_binary"] = pa.array([bytes([i % 4]) * (i % 4) for i in range(n)],
+                                   pa.binary()).dictionary_encode()
+    cols["dict_int64"] = pa.array([(i % 4) * 1000 for i in range(n)]).dictionary_encode()
+    cols["dict_float32"] = pa.array(np.float32([0.5, -1.25, 3])[np.arange(n) % 3]
+                                    ).dictionary_encode()
+    return pa.table(cols)
+
+
+@pytest.fixture(scope="module")
+def pyarrow_file(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("types") / "pyarrow.parquet")
+    pq.write_table(pyarrow_table(), path, row_group_size=PA_ROW_GROUP)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 5
+    return path
+
+
+DUCK_SETUP = ("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy', 'ünïcode')",)
+DUCK_QUERY = """
+SELECT
+  (i % 256 - 128)::TINYINT AS int8, (i * 13 % 65536 - 32768)::SMALLINT AS int16,
+  ((i * 1000003) % 4294967296 - 2147483648)::INTEGER AS int32, (i * 1000000000007 - 9000000000000000000)::BIGINT
+    AS int64,
+  (i % 256)::UTINYINT AS uint8, (i * 13 % 65536)::USMALLINT AS uint16,
+  (i * 1000003 % 4294967296)::UINTEGER AS uint32, (18446744073709551615 - i)::UBIGINT AS uint64,
+  (i / 7.0)::FLOAT AS float32, (i / 7.0 - 300)::DOUBLE AS float64,
+  CASE WHEN i % 11 = 0 THEN 'NaN'::DOUBLE WHEN i % 13 = 0 THEN '-inf'::DOUBLE
+       ELSE (i * 1.5)::DOUBLE END AS float64_special,
+  i % 3 = 0 AS bool,
+  'row ' || i || repeat('é', i % 4) AS string,
+  ('\\x' || lpad(to_hex(i % 256), 2, '0'))::BLOB || repeat('z', i % 3)::BLOB AS binary,
+  TIMESTAMP '2001-02-03 04:05:06' + INTERVAL (i * 977) SECOND AS ts_us,
+  (TIMESTAMP '2001-02-03 04:05:06' + INTERVAL (i * 977) SECOND)::TIMESTAMP_MS AS ts_ms,
+  (TIMESTAMP '2001-02-03 04:05:06' + INTERVAL (i * 977) SECOND)::TIMESTAMP_S AS ts_s,
+  (TIMESTAMP '2001-02-03 04:05:06' + INTERVAL (i * 977) SECOND)::TIMESTAMP_NS AS ts_ns,
+  (TIMESTAMP '2001-02-03 04:05:06' + INTERVAL (i * 977) SECOND)::TIMESTAMPTZ AS ts_tz,
+  DATE '1960-01-01' + (i * 3)::INTEGER AS date,
+  TIME '00:00:00' + INTERVAL (i * 17) SECOND AS time,
+  [i::INTEGER, (i * 2)::INTEGER, i::INTEGER][1:i % 4] AS list_i32,
+  [(i * 0.25)::DOUBLE, NULL::DOUBLE][1:(i % 2)] AS list_f64,
+  [(i % 5)::SMALLINT, 1, 2, 3]::SMALLINT[4] AS array_i16,
+  (['sad', 'ok', 'happy', 'ünïcode'])[i % 4 + 1]::mood AS enum
+FROM range(5000) t(i)
+"""
+
+
+@pytest.fixture(scope="module")
+def duckdb_file(tmp_path_factory) -> str:
+    duckdb = pytest.importorskip("duckdb")
+    path = str(tmp_path_factory.mktemp("types") / "duckdb.parquet")
+    con = duckdb.connect()
+    for statement in DUCK_SETUP:
+        con.execute(statement)
+    con.execute(f"COPY ({DUCK_QUERY}) TO '{path}' (FORMAT PARQUET, ROW_GROUP_SIZE 2048)")
+    con.close()
+    assert pq.ParquetFile(path).metadata.num_row_groups == 3
+    return path
+
+
+PA_COLUMNS = pyarrow_table(16).column_names
+DUCK_COLUMNS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                "float32", "float64", "float64_special", "bool", "string", "binary", "ts_us",
+                "ts_ms", "ts_s", "ts_ns", "ts_tz", "date", "time", "list_i32", "array_i16",
+                "enum"]
+
+
+def load(path: str, columns, batch_size: int, **kwargs) -> List[Dict[str, Any]]:
+    with stoker.Loader(path, columns=columns, batch_size=batch_size, shuffle=False,
+                       drop_last=False, num_threads=2, **kwargs) as loader:
+        info = loader.columns
+        batches = list(loader)
+    for batch in batches:
+        batch["__info__"] = info
+    return batches
+
+
+def check_file_column(path: str, column: str, batch_size: int, lists: str = "padded") -> None:
+    col = reference(path, column)
+    batches = load(path, [column], batch_size, lists=lists)
+    expected_batches = -(-len(col) // batch_size)
+    assert len(batches) == expected_batches
+    for batch in batches[:-1]:
+        assert len(batch[column]) == batch_size
+    check_column(batches, column, col, mode_of(col.type, lists))
+    info = batches[0]["__info__"][column]
+    t = col.type
+    if is_temporal(t):
+        # The unit travels in the annotation; the values are int64 in that unit.
+        assert info.annotation == str(t)
+        assert info.dtype == "int64"
+
+
+@pytest.mark.parametrize("batch_size", PA_BATCHES)
+@pytest.mark.parametrize("column", PA_COLUMNS)
+def test_pyarrow_column(pyarrow_file, column, batch_size):
+    check_file_column(pyarrow_file, column, batch_size)
+
+
+@pytest.mark.parametrize("batch_size", DUCK_BATCHES)
+@pytest.mark.parametrize("column", DUCK_COLUMNS)
+def test_duckdb_column(duckdb_file, column, batch_size):
+    check_file_column(duckdb_file, column, batch_size)
+
+
+@pytest.mark.parametrize("column", ["list_i32", "list_f16", "large_list_f64", "list_u64"])
+def test_pyarrow_ragged_lists(pyarrow_file, column):
+    check_file_column(pyarrow_file, column, 50, lists="ragged")
+
+
+@pytest.mark.parametrize("column", ["list_i32", "array_i16"])
+def test_duckdb_ragged_lists(duckdb_file, column):
+    check_file_column(duckdb_file, column, 333, lists="ragged")
+
+
+def test_every_column_at_once(pyarrow_file):
+    """All columns in one loader: each slot of the batch lines up with its own column."""
+    table = pq.read_table(pyarrow_file)
+    batches = load(pyarrow_file, None, 97, lists="padded")
+    for name in table.column_names:
+        check_column(batches, name, table.column(name), mode_of(table.column(name).type,
+                                                                "padded"))
+
+
+def test_column_metadata(pyarrow_file):
+    with stoker.Loader(pyarrow_file, shuffle=False, lists="padded", batch_size=8) as loader:
+        info = loader.columns
+    assert info["int16"].dtype == "int16" and info["int16"].kind == stoker._stoker.ColumnKind.dense
+    assert info["float16"].dtype == "float16"
+    assert list(info["fsl_nested_i16"].inner_shape) == [2, 3]
+    assert list(info["tensor_f32"].inner_shape) == [2, 3]
+    assert info["tensor_f32"].annotation == "arrow.fixed_shape_tensor"
+    assert info["string"].annotation == "utf8" and info["binary"].annotation == "binary"
+    assert info["dict_string"].annotation == "utf8"
+    assert info["dict_int64"].dtype == "int64"
+    assert info["list_i32"].kind == stoker._stoker.ColumnKind.padded
+    assert info["ts_us_tokyo"].annotation == "timestamp[us, tz=Asia/Tokyo]"
+    assert info["ts_ms_utc"].annotation == "timestamp[ms, tz=UTC]"
+    # Parquet has no second-resolution time32: pyarrow stores and reads back milliseconds.
+    assert info["time32_s"].annotation == str(reference(pyarrow_file, "time32_s").type)
+    assert info["time32_s"].annotation == "time32[ms]"
+    assert info["date32"].annotation == "date32[day]"
+    assert info["duration_ns"].annotation == "duration[ns]"
+
+
+def test_several_files_in_order(write_parquet, tmp_path):
+    """Batches cross file boundaries too; shuffle=False keeps file then row order."""
+    table = pyarrow_table(N)
+    parts = [(0, 70, 16), (70, 181, 50), (181, N, 33)]
+    for k, (begin, end, row_group) in enumerate(parts):
+        write_parquet(table.slice(begin, end - begin), name=f"ds/part-{k}.parquet",
+                      row_group_size=row_group)
+    root = str(tmp_path / "ds")
+    columns = ["int64", "float16", "fsl_f32", "tensor_f32", "string", "list_i32", "ts_ns",
+               "dict_string"]
+    batches = load(root, columns, 23, lists="padded")
+    for name in columns:
+        col = table.column(name)
+        # What pyarrow reads back is the reference (types round-trip through Parquet).
+        col = pa.chunked_array([reference(os.path.join(root, f"part-{k}.parquet"), name)
+                                .combine_chunks() for k in range(3)])
+        check_column(batches, name, col, mode_of(col.type, "padded"))
+
+
+# ------------------------------------------------------------------------------ lists
+
+def test_list_without_mode_names_column_and_both_options(pyarrow_file):
+    for column in ("list_i32", "large_list_f64"):
+        with pytest.raises(UnsupportedTypeError) as err:
+            stoker.Loader(pyarrow_file, columns=["int8", column], shuffle=False)
+        message = str(err.value)
+        assert f"'{column}'" in message and "padded" in message and "ragged" in message
+
+
+def test_duckdb_list_without_mode(duckdb_file):
+    with pytest.raises(UnsupportedTypeError, match="'list_i32'.*padded.*ragged"):
+        stoker.Loader(duckdb_file, columns=["list_i32"], shuffle=False)
+
+
+@pytest.mark.parametrize("column,pad", [("list_i32", -7), ("list_f16", 0.5),
+                                        ("large_list_f64", float("nan")), ("list_u64", 3)])
+def test_pad_value_honoured(pyarrow_file, column, pad):
+    col = reference(pyarrow_file, column)
+    batches = load(pyarrow_file, [column], 50, lists={column: "padded"}, pad_value=pad)
+    check_column(batches, column, col, "padded", pad_value=pad)
+    # Some batch really is padded (not every row has the longest length).
+    assert any((np.asarray(b[column + "_lengths"]) < np.asarray(b[column]).shape[1]).any()
+               for b in batches)
+
+
+def test_lists_per_column_modes(pyarrow_file):
+    batches = load(pyarrow_file, ["list_i32", "large_list_f64", "int32"], 41,
+                   lists={"list_i32": "ragged", "large_list_f64": "padded"})
+    check_column(batches, "list_i32", reference(pyarrow_file, "list_i32"), "ragged")
+    check_column(batches, "large_list_f64", reference(pyarrow_file, "large_list_f64"), "padded")
+    check_column(batches, "int32", reference(pyarrow_file, "int32"), "dense")
+    assert "list_i32_lengths" not in batches[0]
+
+
+def test_pad_value_not_representable(pyarrow_file):
+    with pytest.raises(InvalidOptionError, match="pad_value.*'list_i32'.*int32"):
+        stoker.Loader(pyarrow_file, columns=["list_i32"], lists="padded", pad_value=0.5,
+                      shuffle=False)
+
+
+def test_list_of_strings_unsupported(write_parquet):
+    path = write_parquet({"tags": pa.array([["a"], ["b", "c"]])})
+    with pytest.raises(UnsupportedTypeError, match="'tags'"):
+        stoker.Loader(path, columns=["tags"], lists="ragged", shuffle=False)
+
+
+# ------------------------------------------------------------------------------ tensors
+
+def test_fixed_shape_tensor_with_permutation_is_refused(write_parquet):
+    storage = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(12, dtype=np.float32)), 6)
+    tensor_type = pa.fixed_shape_tensor(pa.float32(), [2, 3], permutation=[1, 0])
+    path = write_parquet({"t": pa.ExtensionArray.from_storage(tensor_type, storage)})
+    with pytest.raises(UnsupportedTypeError, match="'t'.*permutation"):
+        stoker.Loader(path, columns=["t"], shuffle=False)
+
+
+def test_fixed_shape_tensor_with_dim_names(write_parquet):
+    data = np.arange(40 * 6, dtype=np.uint16).reshape(40, 3, 2)
+    tensor_type = pa.fixed_shape_tensor(pa.uint16(), [3, 2], dim_names=["H", "W"])
+    storage = pa.FixedSizeListArray.from_arrays(pa.array(data.ravel()), 6)
+    path = write_parquet({"t": pa.ExtensionArray.from_storage(tensor_type, storage)},
+                         row_group_size=16)
+    batches = load(path, ["t"], 15)
+    check_column(batches, "t", reference(path, "t"), "dense")
+    assert_same_array(np.concatenate([b["t"] for b in batches]), data, "t")
+
+
+# ------------------------------------------------------------------------------ dictionaries
+
+def test_dictionary_chunks_with_different_dictionaries(write_parquet):
+    """Each row group carries its own dictionary; the high-cardinality one falls back to plain
+    pages mid-column."""
+    n = 1000
+    words = pa.array([f"w{(i * 37) % (5 + i // 200)}" for i in range(n)]).dictionary_encode()
+    unique = pa.array([f"u{i}" * 3 for i in range(n)]).dictionary_encode()
+    path = write_parquet({"words": words, "unique": unique}, row_group_size=300,
+                         dictionary_pagesize_limit=256)
+    for name in ("words", "unique"):
+        col = reference(path, name)
+        assert pa.types.is_dictionary(col.type)
+        check_column(load(path, [name], 128), name, col, "strings")
+
+
+def test_pandas_style_categoricals(write_parquet):
+    """What pyarrow writes for pandas categoricals: int8 codes, and the pandas schema metadata."""
+    n = 200
+    codes = pa.array((np.arange(n) * 5 % 3).astype(np.int8))
+    strings = pa.DictionaryArray.from_arrays(codes, pa.array(["low", "mid", "high"]))
+    numbers = pa.DictionaryArray.from_arrays(codes, pa.array([10, 20, 30], pa.int64()))
+    pandas_meta = {"index_columns": [], "column_indexes": [], "columns": [
+        {"name": name, "field_name": name, "pandas_type": "categorical", "numpy_type": "int8",
+         "metadata": {"num_categories": 3, "ordered": False}} for name in ("s", "i")],
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": "2.2.3"}
+    table = pa.table({"s": strings, "i": numbers}).replace_schema_metadata(
+        {b"pandas": json.dumps(pandas_meta).encode()})
+    path = write_parquet(table, row_group_size=64)
+    batches = load(path, ["s", "i"], 50)
+    check_column(batches, "s", reference(path, "s"), "strings")
+    check_column(batches, "i", reference(path, "i"), "dense")
+    assert np.concatenate([b["i"] for b in batches]).dtype == np.int64
+
+
+def test_real_pandas_categoricals(write_parquet):
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"c": pd.Categorical(["x", "y", "x", "z"] * 30),
+                       "n": pd.Categorical([1.5, 2.5, 1.5] * 40)})
+    path = write_parquet(pa.Table.from_pandas(df, preserve_index=False), row_group_size=50)
+    batches = load(path, ["c", "n"], 33)
+    check_column(batches, "c", reference(path, "c"), "strings")
+    check_column(batches, "n", reference(path, "n"), "dense")
+
+
+# ------------------------------------------------------------------------------ nulls
+
+def null_table(n: int = N) -> pa.Table:
+    """Nulls only from row group 2 on (rows 128+), so errors must name row group 2."""
+    def nulls_at(i):
+        return i >= 2 * PA_ROW_GROUP and i % 5 == 1
+    cols = {}
+    for name in ("int8", "int64", "uint16", "float16", "float32", "float64"):
+        cols[name] = pa.array([None if nulls_at(i) else (i % 100) for i in range(n)],
+                              pa.from_numpy_dtype(np.dtype(name)))
+    cols["bool"] = pa.array([None if nulls_at(i) else i % 2 == 0 for i in range(n)])
+    cols["ts_ms"] = pa.array([None if nulls_at(i) else i * 1000 for i in range(n)],
+                             pa.timestamp("ms"))
+    cols["date32"] = pa.array([None if nulls_at(i) else i for i in range(n)], pa.date32())
+    cols["string"] = pa.array([None if nulls_at(i) else f"s{i}" for i in range(n)])
+    cols["binary"] = pa.array([None if nulls_at(i) else bytes([i % 256]) for i in range(n)])
+    cols["list_i32"] = pa.array([None if nulls_at(i) else [i] * (i % 3) for i in range(n)],
+                                pa.list_(pa.int32()))
+    cols["dict_string"] = pa.array([None if nulls_at(i) else f"d{i % 3}" for i in range(n)]
+                                   ).dictionary_encode()
+    return pa.table(cols)
+
+
+NULL_NUMERIC = ["int8", "int64", "uint16", "float16", "float32", "float64", "bool", "ts_ms",
+                "date32"]
+NULL_VARIABLE = ["string", "binary", "list_i32", "dict_string"]
+
+
+@pytest.fixture(scope="module")
+def null_file(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("nulls") / "nulls.parquet")
+    pq.write_table(null_table(), path, row_group_size=PA_ROW_GROUP)
+    return path
+
+
+@pytest.fixture(scope="module")
+def duckdb_null_file(tmp_path_factory) -> str:
+    duckdb = pytest.importorskip("duckdb")
+    path = str(tmp_path_factory.mktemp("nulls") / "duck_nulls.parquet")
+    con = duckdb.connect()
+    con.execute(f"""COPY (SELECT
+        CASE WHEN i >= 2048 AND i % 5 = 1 THEN NULL ELSE i END::BIGINT AS int64,
+        CASE WHEN i >= 2048 AND i % 5 = 1 THEN NULL ELSE i / 4 END::DOUBLE AS float64,
+        CASE WHEN i >= 2048 AND i % 5 = 1 THEN NULL ELSE i % 2 = 0 END AS bool,
+        CASE WHEN i >= 2048 AND i % 5 = 1 THEN NULL ELSE 'v' || i END AS string,
+        CASE WHEN i >= 2048 AND i % 5 = 1 THEN NULL ELSE DATE '2000-01-01' + i::INTEGER END
+          AS date
+        FROM range({DUCK_N}) t(i)) TO '{path}' (FORMAT PARQUET, ROW_GROUP_SIZE 2048)""")
+    con.close()
+    return path
+
+
+@pytest.mark.parametrize("column", NULL_NUMERIC + NULL_VARIABLE)
+def test_nulls_raise_naming_column_and_row_group(null_file, column):
+    with pytest.raises(NullValueError) as err:
+        load(null_file, [column], 50, lists="padded")
+    message = str(err.value)
+    assert f"'{column}'" in message
+    assert null_file in message and "row group 2" in message
+    assert "null_mask" in message
+
+
+@pytest.mark.parametrize("column", ["int64", "float64", "bool", "string", "date"])
+def test_duckdb_nulls_raise(duckdb_null_file, column):
+    with pytest.raises(NullValueError, match=f"'{column}'.*row group 1"):
+        load(duckdb_null_file, [column], 1000)
+
+
+def fill_value_for(t: pa.DataType):
+    if pa.types.is_boolean(t):
+        return True
+    if pa.types.is_floating(t):
+        return -1.5
+    return 42 if pa.types.is_unsigned_integer(t) else -42
+
+
+@pytest.mark.parametrize("column", NULL_NUMERIC)
+def test_fill_null(null_file, column):
+    col = reference(null_file, column)
+    value = fill_value_for(col.type)
+    batches = load(null_file, [column], 50, fill_null={column: float(value)})
+    if is_temporal(col.type):
+        storage = pa.int32() if col.type.bit_width == 32 else pa.int64()
+        want = pc.fill_null(col.cast(storage), value).to_numpy().astype(np.int64)
+    else:
+        want = pc.fill_null(col, pa.scalar(value, col.type)).to_numpy()
+    got = np.concatenate([b[column] for b in batches])
+    assert_same_array(got, want, column)
+    assert column + "_mask" not in batches[0]
+
+
+@pytest.mark.parametrize("column", ["int64", "float64", "bool", "date"])
+def test_duckdb_fill_null(duckdb_null_file, column):
+    col = reference(duckdb_null_file, column)
+    value = fill_value_for(col.type)
+    batches = load(duckdb_null_file, [column], 1000, fill_null=float(value))
+    if is_temporal(col.type):
+        want = pc.fill_null(col.cast(pa.int32()), value).to_numpy().astype(np.int64)
+    else:
+        want = pc.fill_null(col, pa.scalar(value, col.type)).to_numpy()
+    assert_same_array(np.concatenate([b[column] for b in batches]), want, column)
+
+
+@pytest.mark.parametrize("column", NULL_NUMERIC)
+def test_null_mask_numeric(null_file, column):
+    col = reference(null_file, column)
+    batches = load(null_file, [column], 50, null_mask=[column])
+    mask = np.concatenate([b[column + "_mask"] for b in batches])
+    assert_same_array(mask, col.is_valid().to_numpy(zero_copy_only=False), column)
+    assert not mask.all()
+    got = np.concatenate([b[column] for b in batches])
+    if is_temporal(col.type):
+        storage = pa.int32() if col.type.bit_width == 32 else pa.int64()
+        want = pc.fill_null(col.cast(storage), 0).to_numpy().astype(np.int64)
+    else:
+        zero = False if pa.types.is_boolean(col.type) else 0
+        want = pc.fill_null(col, pa.scalar(zero, col.type)).to_numpy()
+    assert_same_array(got, want, column)  # zeros where null, the values elsewhere
+
+
+@pytest.mark.parametrize("column", NULL_VARIABLE)
+def test_null_mask_variable_length(null_file, column):
+    col = reference(null_file, column)
+    batches = load(null_file, [column], 50, null_mask=True, lists="ragged")
+    mask = np.concatenate([b[column + "_mask"] for b in batches])
+    assert_same_array(mask, col.is_valid().to_numpy(zero_copy_only=False), column)
+    got = [row for b in batches for row in b[column].tolist()]
+    empty = [] if pa.types.is_list(col.type) else (
+        b"" if pa.types.is_binary(col.type) else "")
+    assert got == [empty if row is None else row for row in col.to_pylist()]
+
+
+def test_null_mask_padded_list(null_file):
+    col = reference(null_file, "list_i32")
+    batches = load(null_file, ["list_i32"], 50, null_mask=True, lists="padded", pad_value=-1)
+    lengths = np.concatenate([b["list_i32_lengths"] for b in batches])
+    want = [0 if row is None else len(row) for row in col.to_pylist()]
+    assert_same_array(lengths, np.array(want, np.int64), "lengths")
+    for b in batches:
+        values = np.asarray(b["list_i32"])
+        for r, length in enumerate(np.asarray(b["list_i32_lengths"])):
+            assert (values[r, length:] == -1).all()
+
+
+@pytest.mark.parametrize("column", NULL_VARIABLE)
+def test_fill_null_does_not_apply_to_variable_length(null_file, column):
+    """A number cannot stand for a missing string or list: nulls there still need the mask."""
+    with pytest.raises(NullValueError, match=f"'{column}'.*null_mask"):
+        load(null_file, [column], 50, fill_null=0, lists="ragged")
+
+
+@pytest.mark.parametrize("column,value", [("int8", 0.5), ("int8", 300), ("uint16", -1),
+                                          ("bool", 2), ("int64", float("nan")),
+                                          ("float16", 1e-9), ("float32", 0.1)])
+def test_fill_null_not_representable(null_file, column, value):
+    with pytest.raises(InvalidOptionError, match=f"fill_null.*'{column}'"):
+        stoker.Loader(null_file, columns=[column], fill_null={column: value}, shuffle=False)
+
+
+def test_fill_null_special_float_values(null_file):
+    for value in (float("nan"), float("-inf")):
+        batches = load(null_file, ["float16", "float32"], 50, fill_null=value)
+        for column in ("float16", "float32"):
+            col = reference(null_file, column)
+            want = pc.fill_null(col, pa.scalar(value, col.type)).to_numpy()
+            assert_same_array(np.concatenate([b[column] for b in batches]), want, column)
+
+
+# ------------------------------------------------------------------------------ features
+
+FEATURE_SOURCES = {
+    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
+    "float16": np.float16, "float32": np.float32, "float64": np.float64, "bool": np.bool_,
+}
+
+
+@pytest.fixture(scope="module")
+def feature_file(tmp_path_factory) -> str:
+    rng = np.random.default_rng(3)
+    cols = {}
+    for name, dtype in FEATURE_SOURCES.items():
+        if dtype == np.bool_:
+            cols[name] = rng.random(N) < 0.5
+        elif np.issubdtype(dtype, np.floating):
+            cols[name] = (rng.standard_normal(N) * 100).astype(dtype)
+        else:
+            info = np.iinfo(dtype)
+            cols[name] = rng.integers(info.min, info.max, N, dtype=dtype, endpoint=True)
+    # Values a float32 cannot hold exactly, so a lossy cast visibly rounds.
+    cols["int64"][:3] = [2**53 + 1, -(2**62) - 1, 16_777_217]
+    cols["float64"][:2] = [0.1, 1e300]
+    path = str(tmp_path_factory.mktemp("features") / "features.parquet")
+    pq.write_table(pa.table(cols), path, row_group_size=PA_ROW_GROUP)
+    return path
+
+
+LOSSLESS = {
+    "float32": ["int8", "int16", "uint8", "uint16", "float16", "float32", "bool"],
+    "float64": ["int8", "int16", "int32", "uint8", "uint16", "uint32", "float16", "float32",
+                "float64", "bool"],
+    "int64": ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "bool"],
+    "int32": ["int8", "int16", "int32", "uint8", "uint16", "bool"],
+}
+LOSSY = {
+    "float32": ["int32", "int64", "uint32", "uint64", "float64"],
+    "float64": ["int64", "uint64"],
+    "int64": ["uint64", "float16", "float32", "float64"],
+    "int32": ["int64", "uint32", "float32"],
+}
+
+
+def expected_features(path: str, names, dtype) -> np.ndarray:
+    table = pq.read_table(path, columns=list(names))
+    with np.errstate(over="ignore"):  # 1e300 -> inf is the lossy cast under test
+        return np.stack([table.column(n).to_numpy().astype(dtype) for n in names], axis=1)
+
+
+@pytest.mark.parametrize("features_dtype", sorted(LOSSLESS))
+def test_features_lossless(feature_file, features_dtype):
+    names = LOSSLESS[features_dtype]
+    batches = load(feature_file, None, 50, features=names, features_dtype=features_dtype)
+    got = np.concatenate([b["features"] for b in batches])
+    assert_same_array(got, expected_features(feature_file, names, features_dtype), "features")
+    assert set(batches[0]) == {"features", "__info__"}
+
+
+@pytest.mark.parametrize("features_dtype,column",
+                         [(d, c) for d in sorted(LOSSY) for c in LOSSY[d]])
+def test_features_lossy_cast_refused(feature_file, features_dtype, column):
+    with pytest.raises(LossyCastError) as err:
+        stoker.Loader(feature_file, features=["int8", column], features_dtype=features_dtype,
+                      shuffle=False)
+    assert f"'{column}'" in str(err.value) and "allow_lossy_cast" in str(err.value)
+
+
+@pytest.mark.parametrize("features_dtype,columns", [
+    ("float32", ["int64", "float64", "uint64", "int32"]),
+    ("float64", ["int64", "uint64"]),
+])
+def test_features_lossy_cast_allowed(feature_file, features_dtype, columns):
+    batches = load(feature_file, None, 50, features=columns, features_dtype=features_dtype,
+                   allow_lossy_cast=True)
+    got = np.concatenate([b["features"] for b in batches])
+    want = expected_features(feature_file, columns, features_dtype)
+    assert_same_array(got, want, "features")
+    # The cast really was lossy for at least one value (else the test proves nothing).
+    table = pq.read_table(feature_file, columns=columns)
+    assert any(Fraction(float(want[k, j])) != Fraction(value) for j, c in enumerate(columns)
+               for k, value in enumerate(table.column(c).to_pylist()[:3]))
+
+
+def test_features_next_to_columns_and_with_fill(null_file):
+    batches = load(null_file, ["int8", "string"], 50, features=["float32", "bool", "int8"],
+                   fill_null={"float32": 2.5, "bool": 1, "int8": -3}, null_mask=["string"],
+                   features_name="x", features_dtype="float64")
+    table = pq.read_table(null_file)
+    want = np.stack([
+        pc.fill_null(table.column("float32"), 2.5).to_numpy().astype(np.float64),
+        pc.fill_null(table.column("bool"), True).to_numpy().astype(np.float64),
+        pc.fill_null(table.column("int8"), -3).to_numpy().astype(np.float64)], axis=1)
+    assert_same_array(np.concatenate([b["x"] for b in batches]), want, "x")
+    assert_same_array(np.concatenate([b["int8"] for b in batches]),
+                      pc.fill_null(table.column("int8"), -3).to_numpy(), "int8")
+
+
+def test_duckdb_features(duckdb_file):
+    names = ["int8", "int16", "uint8", "uint16", "float32", "bool"]
+    batches = load(duckdb_file, None, 333, features=names)
+    got = np.concatenate([b["features"] for b in batches])
+    assert_same_array(got, expected_features(duckdb_file, names, np.float32), "features")
+    with pytest.raises(LossyCastError, match="'float64'"):
+        stoker.Loader(duckdb_file, features=names + ["float64"], shuffle=False)
+
+
+def test_features_reject_non_scalar(pyarrow_file):
+    for column in ("fsl_f32", "string", "list_i32"):
+        with pytest.raises(UnsupportedTypeError, match=f"'{column}'"):
+            stoker.Loader(pyarrow_file, features=["int8", column], lists="padded",
+                          shuffle=False)
+
+
+# ------------------------------------------------------------------------------ partitions
+
+def test_hive_partitions(write_parquet, tmp_path):
+    rows = {}
+    for year in (2021, 2022):
+        for city in ("oslo", "rome"):
+            count = 37 if city == "oslo" else 20
+            values = np.arange(count, dtype=np.int32) + year * 100
+            write_parquet({"v": values}, name=f"hive/year={year}/city={city}/part.parquet",
+                          row_group_size=16)
+            rows[(year, city)] = values
+    order = sorted(rows, key=lambda k: f"year={k[0]}/city={k[1]}")
+    batches = load(str(tmp_path / "hive"), ["v", "year", "city"], 25)
+    with stoker.Loader(str(tmp_path / "hive"), shuffle=False, batch_size=8) as loader:
+        assert loader.columns["year"].dtype == "int64"
+        assert loader.columns["city"].kind == stoker._stoker.ColumnKind.strings
+    assert_same_array(np.concatenate([b["v"] for b in batches]),
+                      np.concatenate([rows[k] for k in order]), "v")
+    assert_same_array(np.concatenate([b["year"] for b in batches]),
+                      np.concatenate([np.full(len(rows[k]), k[0], np.int64) for k in order]),
+                      "year")
+    assert [c for b in batches for c in b["city"].tolist()] == [
+        k[1] for k in order for _ in range(len(rows[k]))]
+    # pyarrow's own reading of the partitioned dataset agrees on every row.
+    import pyarrow.dataset as ds
+    table = ds.dataset(str(tmp_path / "hive"), partitioning="hive").to_table()
+    pairs = sorted(zip(table.column("year").to_pylist(), table.column("city").to_pylist(),
+                       table.column("v").to_pylist()))
+    got = sorted(zip(np.concatenate([b["year"] for b in batches]).tolist(),
+                     [c for b in batches for c in b["city"].tolist()],
+                     np.concatenate([b["v"] for b in batches]).tolist()))
+    assert got == pairs
+
+
+def test_hive_partition_mixed_values_are_strings(write_parquet, tmp_path):
+    for key in ("7", "x7", "-3"):
+        write_parquet({"v": np.arange(5, dtype=np.int64)}, name=f"mixed/key={key}/p.parquet")
+    batches = load(str(tmp_path / "mixed"), ["key", "v"], 4)
+    keys = [k for b in batches for k in b["key"].tolist()]
+    assert keys == ["-3"] * 5 + ["7"] * 5 + ["x7"] * 5
+
+
+# ------------------------------------------------------------------------------ DuckDB specials
+
+@pytest.mark.parametrize("sql,column", [
+    ("SELECT (i * 1.5)::DECIMAL(10, 2) AS d FROM range(10) t(i)", "d"),
+    ("SELECT INTERVAL (i) SECOND AS iv FROM range(10) t(i)", "iv"),
+    ("SELECT {'a': i, 'b': i * 2} AS st FROM range(10) t(i)", "st"),
+    ("SELECT MAP {'k': i} AS m FROM range(10) t(i)", "m"),
+])
+def test_duckdb_unsupported_types_name_the_column(write_duckdb, sql, column):
+    path = write_duckdb(sql)
+    with pytest.raises(UnsupportedTypeError, match=f"'{column}'"):
+        stoker.Loader(path, columns=[column], lists="ragged", shuffle=False)
+    assert pq.read_table(path).num_rows == 10  # the file itself is fine
+
+
+def test_duckdb_from_arrow_table(write_duckdb):
+    """DuckDB re-encoding an Arrow table (its own writer, pyarrow's types going in)."""
+    table = pyarrow_table(DUCK_N).select(["int8", "uint32", "float64", "bool", "string",
+                                        "large_binary", "ts_ns", "date32", "list_i32"])
+    path = write_duckdb(table, row_group_size=2048)
+    assert pq.ParquetFile(path).metadata.num_row_groups >= 2
+    for column in table.column_names:
+        check_file_column(path, column, 700)
