@@ -85,6 +85,12 @@ def _resolve_rank(rank: Optional[int], world_size: Optional[int]) -> tuple:
     return 0, 1
 
 
+def _storage_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def _per_column(value: Any, option: str) -> tuple:
     """An option given for every column (a scalar) or per column (a dict) -> (default, dict)."""
     if isinstance(value, Mapping):
@@ -128,6 +134,15 @@ class Loader:
         allow_lossy_cast: Allow feature casts that can lose information (int64 -> float32).
         padding_mask: Add a bool ``__padding__`` array marking rows repeated by ``drop_last=False``.
         task_bytes: Target uncompressed size of one decode task (row groups are split by columns).
+        storage_options: Settings for remote filesystems, with Arrow's names (``endpoint_override``,
+            ``region``, ``scheme``, ``access_key``, ``secret_key``, ``session_token``,
+            ``anonymous``, ...). They can also be given as URI query parameters or through the
+            standard AWS environment variables and config files. Never logged or shown.
+        max_retries: Retries of a transient storage error (5xx, SlowDown, reset, timeout).
+        retry_base_delay: First backoff delay in seconds; it doubles per retry, with jitter.
+        cache_dir: Node-local cache folder shared by every process on the node (``None``: off).
+        cache_bytes: Byte budget of the cache (least recently used entries are evicted).
+        cache_min_free_bytes: Free space the cache always leaves on its disk.
     """
 
     def __init__(
@@ -155,6 +170,12 @@ class Loader:
         allow_lossy_cast: bool = False,
         padding_mask: bool = False,
         task_bytes: Union[int, str] = "16MiB",
+        storage_options: Optional[Mapping[str, Any]] = None,
+        max_retries: int = 5,
+        retry_base_delay: float = 0.1,
+        cache_dir: Optional[Union[str, os.PathLike]] = None,
+        cache_bytes: Union[int, str] = "50GiB",
+        cache_min_free_bytes: Union[int, str] = "1GiB",
     ) -> None:
         if output not in ("numpy", "torch"):
             raise InvalidOptionError(f"output must be 'numpy' or 'torch', got {output!r}")
@@ -202,6 +223,17 @@ class Loader:
         opts.num_io_threads = num_io_threads or 0
         opts.prefetch_bytes = parse_size(prefetch_bytes, "prefetch_bytes")
         opts.task_bytes = parse_size(task_bytes, "task_bytes")
+        if storage_options is not None:
+            if not isinstance(storage_options, Mapping):
+                raise InvalidOptionError("storage_options must be a dict of strings")
+            opts.storage_options = {str(k): _storage_value(v) for k, v in storage_options.items()}
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int):
+            raise InvalidOptionError(f"max_retries must be an integer, got {max_retries!r}")
+        opts.max_retries = max_retries
+        opts.retry_base_delay_s = float(retry_base_delay)
+        opts.cache_dir = os.path.abspath(os.fspath(cache_dir)) if cache_dir is not None else ""
+        opts.cache_bytes = parse_size(cache_bytes, "cache_bytes")
+        opts.cache_min_free_bytes = parse_size(cache_min_free_bytes, "cache_min_free_bytes")
         opts.default_column_options, opts.column_options = self._column_options(
             lists, pad_value, fill_null, null_mask, opts.columns + opts.features)
         self._options = opts

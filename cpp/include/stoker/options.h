@@ -68,6 +68,20 @@ struct LoaderOptions {
   int num_io_threads = 0;  // reserved for remote reads; 0: chosen from num_threads
   int64_t prefetch_bytes = 256 << 20;
 
+  /// Filesystem settings for remote sources, with Arrow's names (endpoint_override, region,
+  /// scheme, access_key, secret_key, session_token, anonymous, connect_timeout, request_timeout).
+  /// Values never appear in errors, logs, repr or stats.
+  std::map<std::string, std::string> storage_options;
+  /// Transient storage errors (5xx, SlowDown, resets, timeouts) are retried this many times with
+  /// exponential backoff and jitter starting at retry_base_delay_s.
+  int max_retries = 5;
+  double retry_base_delay_s = 0.1;
+
+  /// Node-local cache folder shared by every process on the node; empty: no cache.
+  std::string cache_dir;
+  int64_t cache_bytes = int64_t{50} << 30;
+  int64_t cache_min_free_bytes = int64_t{1} << 30;
+
   /// Checks ranges and consistency; errors name the option.
   Status Validate() const;
   /// A stable hash of every option that changes the delivered batches, except the seed (a

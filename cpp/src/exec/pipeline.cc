@@ -6,7 +6,8 @@
 namespace stoker {
 namespace {
 
-constexpr size_t kOutputQueueBatches = 2;
+// Batches that may be assembled or waiting for Next() beyond one per worker.
+constexpr int kExtraBatches = 2;
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -24,6 +25,12 @@ class ScopedTimer {
   int64_t start_;
 };
 
+void UpdatePeak(std::atomic<int64_t>* peak, int64_t value) {
+  int64_t seen = peak->load();
+  while (value > seen && !peak->compare_exchange_weak(seen, value)) {
+  }
+}
+
 }  // namespace
 
 Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decoder> decoder,
@@ -35,13 +42,14 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
       options_(options),
       start_batch_(start_batch),
       counters_(std::move(counters)) {
+  num_workers_ = options_.num_threads > 0
+                     ? options_.num_threads
+                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  next_output_ = start_batch_;
   const int64_t start_row = std::min(start_batch_ * options_.batch_size, plan_->rank_rows);
-  if (start_row >= plan_->rank_rows) {
-    first_window_ = static_cast<int>(plan_->windows.size());
-  } else {
-    first_window_ = FindWindow(*plan_, start_row);
-  }
-  const int first_segment = first_window_ < static_cast<int>(plan_->windows.size())
+  const int num_windows = static_cast<int>(plan_->windows.size());
+  first_window_ = start_row >= plan_->rank_rows ? num_windows : FindWindow(*plan_, start_row);
+  const int first_segment = first_window_ < num_windows
                                 ? plan_->windows[first_window_].segment_begin
                                 : static_cast<int>(plan_->segments.size());
   for (int s = first_segment; s < static_cast<int>(plan_->segments.size()); ++s) {
@@ -59,10 +67,8 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
 Pipeline::~Pipeline() { Stop(); }
 
 void Pipeline::Start() {
-  int workers = options_.num_threads;
-  if (workers <= 0) workers = std::max(1u, std::thread::hardware_concurrency());
-  for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { WorkerLoop(); });
-  threads_.emplace_back([this] { BatcherLoop(); });
+  for (int i = 0; i < num_workers_; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+  threads_.emplace_back([this] { SequencerLoop(); });
 }
 
 void Pipeline::Stop() {
@@ -100,73 +106,105 @@ void Pipeline::FailSegment(int s, size_t task, const Status& status) {
   work_cv_.notify_all();
 }
 
+bool Pipeline::DecodeAdmissible() const {
+  if (next_task_ >= tasks_.size() || next_task_ > fail_task_) return false;
+  return inflight_bytes_ == 0 ||
+         inflight_bytes_ + tasks_[next_task_].estimated_bytes <= options_.prefetch_bytes;
+}
+
 void Pipeline::WorkerLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
-  auto finished = [&] {
-    return stopping_ || !error_.ok() || next_task_ >= tasks_.size() || next_task_ > fail_task_;
-  };
   while (true) {
-    {
-      const int64_t wait_start = NowNs();
-      work_cv_.wait(lock, [&] {
-        if (finished()) return true;
-        return inflight_bytes_ == 0 ||
-               inflight_bytes_ + tasks_[next_task_].estimated_bytes <= options_.prefetch_bytes;
-      });
-      counters_->decode_wait_ns += NowNs() - wait_start;
+    const int64_t wait_start = NowNs();
+    // Workers outlive errors: batches before the failing one must still be finished.
+    work_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty() || DecodeAdmissible(); });
+    counters_->decode_wait_ns += NowNs() - wait_start;
+    if (stopping_) return;
+    if (!jobs_.empty()) {
+      RunAssemblyJob(&lock);
+    } else {
+      RunDecodeTask(&lock);
     }
-    if (finished()) return;
-    const size_t task_index = next_task_++;
-    const DecodeTask& task = tasks_[task_index];
-    const int segment = task_segment_[task_index];
-    inflight_bytes_ += task.estimated_bytes;
-    segments_[segment].accounted_bytes += task.estimated_bytes;
-    counters_->peak_inflight_bytes =
-        std::max(counters_->peak_inflight_bytes.load(), inflight_bytes_);
-    lock.unlock();
-
-    Result<DecodedColumns> decoded;
-    {
-      ScopedTimer timer(&counters_->decode_busy_ns);
-      decoded = decoder_->Decode(*plan_, task);
-    }
-    if (!decoded.ok()) {
-      FailSegment(segment, task_index, decoded.status());
-      lock.lock();
-      continue;
-    }
-    counters_->decode_tasks += 1;
-    counters_->decode_bytes += decoded->bytes;
-
-    lock.lock();
-    SegmentState& state = segments_[segment];
-    // Replace the estimate with what the task really holds.
-    const int64_t delta = decoded->bytes - task.estimated_bytes;
-    inflight_bytes_ += delta;
-    state.accounted_bytes += delta;
-    counters_->peak_inflight_bytes =
-        std::max(counters_->peak_inflight_bytes.load(), inflight_bytes_);
-    state.parts[task_index - state.first_task] = std::move(*decoded);
-    if (++state.finished < state.num_tasks) continue;
-
-    // Last part of the segment: build the item here, off the batcher's thread.
-    const size_t last_task = state.first_task + state.num_tasks - 1;
-    std::vector<DecodedColumns> parts = std::move(state.parts);
-    lock.unlock();
-    Result<std::shared_ptr<DecodedItem>> item;
-    {
-      ScopedTimer timer(&counters_->decode_busy_ns);
-      item = decoder_->Assemble(*plan_, segment, std::move(parts));
-    }
-    if (!item.ok()) {
-      FailSegment(segment, last_task, item.status());
-      lock.lock();
-      continue;
-    }
-    lock.lock();
-    segments_[segment].item = std::move(*item);
-    item_cv_.notify_all();
   }
+}
+
+void Pipeline::RunAssemblyJob(std::unique_lock<std::mutex>* lock) {
+  AssemblyJob job = std::move(jobs_.front());
+  jobs_.pop_front();
+  if (job.index > error_batch_) return;  // never delivered
+  lock->unlock();
+  Result<std::shared_ptr<Batch>> batch;
+  {
+    ScopedTimer timer(&counters_->batch_busy_ns);
+    batch = assembler_->Assemble(job.index, job.rows);
+  }
+  job.items.clear();  // drop the references to decoded data before taking the lock
+  lock->lock();
+  if (!batch.ok()) {
+    if (job.index < error_batch_) {
+      error_ = batch.status();
+      error_batch_ = job.index;
+    }
+  } else {
+    counters_->rows += (*batch)->num_rows;
+    counters_->batches += 1;
+    for (const auto& column : (*batch)->columns) {
+      counters_->batch_bytes += column.values.num_bytes();
+    }
+    ready_[job.index] = std::move(*batch);
+  }
+  output_cv_.notify_all();
+}
+
+void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
+  const size_t task_index = next_task_++;
+  const DecodeTask& task = tasks_[task_index];
+  const int segment = task_segment_[task_index];
+  inflight_bytes_ += task.estimated_bytes;
+  segments_[segment].accounted_bytes += task.estimated_bytes;
+  UpdatePeak(&counters_->peak_inflight_bytes, inflight_bytes_);
+  lock->unlock();
+
+  Result<DecodedColumns> decoded;
+  {
+    ScopedTimer timer(&counters_->decode_busy_ns);
+    decoded = decoder_->Decode(*plan_, task);
+  }
+  if (!decoded.ok()) {
+    FailSegment(segment, task_index, decoded.status());
+    lock->lock();
+    return;
+  }
+  counters_->decode_tasks += 1;
+  counters_->decode_bytes += decoded->bytes;
+
+  lock->lock();
+  SegmentState& state = segments_[segment];
+  // Replace the estimate with what the task really holds.
+  const int64_t delta = decoded->bytes - task.estimated_bytes;
+  inflight_bytes_ += delta;
+  state.accounted_bytes += delta;
+  UpdatePeak(&counters_->peak_inflight_bytes, inflight_bytes_);
+  state.parts[task_index - state.first_task] = std::move(*decoded);
+  if (++state.finished < state.num_tasks) return;
+
+  // Last part of the segment: build the item here, off the sequencer's thread.
+  const size_t last_task = state.first_task + state.num_tasks - 1;
+  std::vector<DecodedColumns> parts = std::move(state.parts);
+  lock->unlock();
+  Result<std::shared_ptr<DecodedItem>> item;
+  {
+    ScopedTimer timer(&counters_->decode_busy_ns);
+    item = decoder_->Assemble(*plan_, segment, std::move(parts));
+  }
+  if (!item.ok()) {
+    FailSegment(segment, last_task, item.status());
+    lock->lock();
+    return;
+  }
+  lock->lock();
+  segments_[segment].item = std::move(*item);
+  item_cv_.notify_all();
 }
 
 Result<std::shared_ptr<DecodedItem>> Pipeline::TakeSegment(int s) {
@@ -176,10 +214,9 @@ Result<std::shared_ptr<DecodedItem>> Pipeline::TakeSegment(int s) {
   item_cv_.wait(lock, [&] {
     return stopping_ || !error_.ok() || state.item != nullptr || !state.error.ok();
   });
-  counters_->batch_wait_input_ns += NowNs() - wait_start;
+  counters_->sequence_wait_input_ns += NowNs() - wait_start;
   if (!state.error.ok()) return state.error;
-  if (!error_.ok()) return error_;
-  if (stopping_) return Status::Cancelled("stopped");
+  if (stopping_ || !error_.ok()) return Status::Cancelled("stopped");
   std::shared_ptr<DecodedItem> item = std::move(state.item);
   inflight_bytes_ -= state.accounted_bytes;
   segments_.erase(s);
@@ -188,62 +225,45 @@ Result<std::shared_ptr<DecodedItem>> Pipeline::TakeSegment(int s) {
   return item;
 }
 
-Status Pipeline::Emit(std::shared_ptr<Batch> batch) {
+Status Pipeline::Submit(AssemblyJob job) {
   std::unique_lock<std::mutex> lock(mutex_);
   const int64_t wait_start = NowNs();
   output_cv_.wait(lock, [&] {
-    return stopping_ || !error_.ok() || output_.size() < kOutputQueueBatches;
+    return stopping_ || !error_.ok() || outstanding_batches_ < num_workers_ + kExtraBatches;
   });
-  counters_->batch_wait_output_ns += NowNs() - wait_start;
-  if (!error_.ok()) return error_;
-  if (stopping_) return Status::Cancelled("stopped");
-  output_.push_back(std::move(batch));
+  counters_->sequence_wait_output_ns += NowNs() - wait_start;
+  if (stopping_ || !error_.ok()) return Status::Cancelled("stopped");
+  ++outstanding_batches_;
+  jobs_.push_back(std::move(job));
   lock.unlock();
-  output_cv_.notify_all();
+  work_cv_.notify_one();
   return Status::OK();
 }
 
-void Pipeline::BatcherLoop() {
-  const Status status = RunBatcher();
-  if (!status.ok() && !status.IsCancelled()) {
-    Fail(status);
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    batcher_done_ = true;
+void Pipeline::SequencerLoop() {
+  const Status status = RunSequencer();
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Every batch submitted before the end (or the failure) is still delivered.
+  const int64_t submitted = next_output_ + outstanding_batches_;
+  if (status.ok()) {
+    end_batch_ = submitted;
+  } else if (!status.IsCancelled() && submitted < error_batch_) {
+    error_ = status;
+    error_batch_ = submitted;
   }
   output_cv_.notify_all();
 }
 
-Status Pipeline::RunBatcher() {
+Status Pipeline::RunSequencer() {
   const Plan& plan = *plan_;
   const int64_t batch_size = options_.batch_size;
   int64_t batch_index = start_batch_;
-  int64_t skip = start_batch_ * batch_size;  // rows of the rank stream already delivered
-  std::vector<RowRef> rows;
-  rows.reserve(batch_size);
-  // Items referenced by `rows`; a batch can span windows.
-  std::vector<std::shared_ptr<DecodedItem>> keep_alive;
+  const int64_t skip = start_batch_ * batch_size;  // rows of the rank stream already delivered
+  AssemblyJob job;
+  job.rows.reserve(batch_size);
   std::vector<uint32_t> order;
   std::vector<int64_t> segment_starts;
   std::vector<std::shared_ptr<DecodedItem>> window_items;
-
-  auto flush = [&]() -> Status {
-    std::shared_ptr<Batch> batch;
-    {
-      ScopedTimer timer(&counters_->batch_busy_ns);
-      STOKER_ASSIGN_OR_RAISE(batch, assembler_->Assemble(batch_index++, rows));
-    }
-    for (const auto& column : batch->columns) {
-      counters_->batch_bytes += column.values.num_bytes();
-    }
-    counters_->rows += batch->num_rows;
-    counters_->batches += 1;
-    rows.clear();
-    keep_alive.clear();
-    return Emit(std::move(batch));
-  };
 
   for (int w = first_window_; w < static_cast<int>(plan.windows.size()); ++w) {
     const Window& window = plan.windows[w];
@@ -256,26 +276,32 @@ Status Pipeline::RunBatcher() {
       segment_starts.push_back(start);
       start += plan.segments[s].num_rows;
     }
-    {
-      ScopedTimer timer(&counters_->batch_busy_ns);
-      WindowOrder(plan, options_, w, &order);
-    }
-    int64_t position = 0;
-    if (skip > window.row_begin) position = skip - window.row_begin;
-    keep_alive.insert(keep_alive.end(), window_items.begin(), window_items.end());
-    for (; position < window.num_rows; ++position) {
+    int64_t busy_start = NowNs();
+    WindowOrder(plan, options_, w, &order);
+    job.items.insert(job.items.end(), window_items.begin(), window_items.end());
+    for (int64_t position = std::max<int64_t>(0, skip - window.row_begin);
+         position < window.num_rows; ++position) {
       const int64_t row = order[position];
       const int k = static_cast<int>(
           std::upper_bound(segment_starts.begin(), segment_starts.end(), row) -
           segment_starts.begin() - 1);
-      rows.push_back({window_items[k].get(), row - segment_starts[k]});
-      if (static_cast<int64_t>(rows.size()) == batch_size) {
-        STOKER_RETURN_NOT_OK(flush());
-        keep_alive = window_items;
+      job.rows.push_back({window_items[k].get(), row - segment_starts[k]});
+      if (static_cast<int64_t>(job.rows.size()) == batch_size) {
+        job.index = batch_index++;
+        counters_->sequence_busy_ns += NowNs() - busy_start;
+        STOKER_RETURN_NOT_OK(Submit(std::move(job)));
+        busy_start = NowNs();
+        job = AssemblyJob{};
+        job.rows.reserve(batch_size);
+        job.items = window_items;
       }
     }
+    counters_->sequence_busy_ns += NowNs() - busy_start;
   }
-  if (!rows.empty()) STOKER_RETURN_NOT_OK(flush());
+  if (!job.rows.empty()) {
+    job.index = batch_index++;
+    STOKER_RETURN_NOT_OK(Submit(std::move(job)));
+  }
   return Status::OK();
 }
 
@@ -285,18 +311,24 @@ Status Pipeline::Next(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* don
   std::unique_lock<std::mutex> lock(mutex_);
   const int64_t wait_start = NowNs();
   output_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
-    return !output_.empty() || batcher_done_ || !error_.ok() || stopping_;
+    return stopping_ || ready_.count(next_output_) > 0 || next_output_ == end_batch_ ||
+           next_output_ >= error_batch_;
   });
   counters_->consumer_wait_ns += NowNs() - wait_start;
-  if (!output_.empty()) {
-    *out = std::move(output_.front());
-    output_.pop_front();
+  auto it = ready_.find(next_output_);
+  if (it != ready_.end()) {
+    *out = std::move(it->second);
+    ready_.erase(it);
+    ++next_output_;
+    --outstanding_batches_;
     lock.unlock();
     output_cv_.notify_all();
     return Status::OK();
   }
-  if (!error_.ok()) return error_;
-  if (batcher_done_ || stopping_) *done = true;
+  if (next_output_ >= error_batch_ || (next_output_ == end_batch_ && !error_.ok())) {
+    return error_;
+  }
+  if (next_output_ == end_batch_ || stopping_) *done = true;
   return Status::OK();
 }
 

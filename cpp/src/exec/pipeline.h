@@ -1,20 +1,26 @@
 // Pipeline: runs one epoch (or the rest of one) of a Plan on worker threads.
 //
-//   tasks (plan order) --> N CPU workers: decode + prepare --> reorder buffer --> batcher thread:
-//   shuffle window + assemble --> bounded output queue --> Next()
+//   decode tasks (plan order) --> N CPU workers: decode + prepare --> reorder buffer -->
+//   sequencer thread: shuffle window, rows of each batch --> assembly jobs --> N CPU workers:
+//   gather into slabs --> batches reordered by index --> Next()
 //
-// Workers take tasks strictly in plan order from a shared cursor, but finish in any order; the
-// batcher consumes segments strictly in plan order (the sequencer), so the output never depends
-// on the number of workers or their timing. Decoded data in flight (taken by a worker and not
-// yet taken into the batcher's window) stays within prefetch_bytes, except that one task is
-// always admitted so progress never stalls. A worker failure is reported when the batcher reaches
-// the failing segment, after every batch before it: the first error in plan order, whatever the
-// timing.
-// Thread safety: Next() and Stop() from one consumer thread; stats from any thread.
+// Workers take decode tasks strictly in plan order from a shared cursor but finish in any order;
+// the sequencer consumes segments strictly in plan order and numbers the batches, and Next()
+// releases batches strictly by number. So the output never depends on the number of workers or
+// their timing. Workers prefer assembly jobs to decode tasks (finishing batches frees memory).
+//
+// Memory: decoded data in flight (taken by a worker and not yet handed to the sequencer's
+// window) stays within prefetch_bytes, except that one task is always admitted so progress never
+// stalls; at most num_threads + kExtraBatches batches are being assembled or wait for Next().
+//
+// Errors: a worker failure is reported when the sequencer reaches the failing segment, after
+// every batch before it: the first error in plan order, whatever the timing.
+// Thread safety: Next() and Stop() from one consumer thread; counters from any thread.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
@@ -34,9 +40,10 @@ struct PipelineCounters {
   std::atomic<int64_t> decode_wait_ns{0};
   std::atomic<int64_t> decode_tasks{0};
   std::atomic<int64_t> decode_bytes{0};
+  std::atomic<int64_t> sequence_busy_ns{0};
+  std::atomic<int64_t> sequence_wait_input_ns{0};
+  std::atomic<int64_t> sequence_wait_output_ns{0};
   std::atomic<int64_t> batch_busy_ns{0};
-  std::atomic<int64_t> batch_wait_input_ns{0};
-  std::atomic<int64_t> batch_wait_output_ns{0};
   std::atomic<int64_t> batches{0};
   std::atomic<int64_t> rows{0};
   std::atomic<int64_t> batch_bytes{0};
@@ -62,21 +69,31 @@ class Pipeline {
     int first_task = 0;
     int num_tasks = 0;
     int finished = 0;
-    int64_t accounted_bytes = 0;  // counts against prefetch_bytes until the batcher takes it
+    int64_t accounted_bytes = 0;  // counts against prefetch_bytes until the sequencer takes it
     std::vector<DecodedColumns> parts;
     std::shared_ptr<DecodedItem> item;
-    Status error;  // surfaces when the batcher reaches this segment
+    Status error;  // surfaces when the sequencer reaches this segment
+  };
+
+  struct AssemblyJob {
+    int64_t index = 0;
+    std::vector<RowRef> rows;
+    std::vector<std::shared_ptr<DecodedItem>> items;  // keeps `rows` valid
   };
 
   void WorkerLoop();
-  void BatcherLoop();
-  Status RunBatcher();
+  void RunDecodeTask(std::unique_lock<std::mutex>* lock);
+  void RunAssemblyJob(std::unique_lock<std::mutex>* lock);
+  void SequencerLoop();
+  Status RunSequencer();
   void Fail(const Status& status);
   /// Records a worker failure on segment `s`; no task after `task` is started any more.
   void FailSegment(int s, size_t task, const Status& status);
   /// Blocks until segment `s` is decoded; takes it out of the reorder buffer.
   Result<std::shared_ptr<DecodedItem>> TakeSegment(int s);
-  Status Emit(std::shared_ptr<Batch> batch);
+  /// Queues a batch for assembly; blocks while too many batches are outstanding.
+  Status Submit(AssemblyJob job);
+  bool DecodeAdmissible() const;  // REQUIRES(mutex_)
 
   const std::shared_ptr<const Plan> plan_;
   const std::shared_ptr<const Decoder> decoder_;
@@ -84,23 +101,28 @@ class Pipeline {
   const LoaderOptions options_;
   const int64_t start_batch_;
   const std::shared_ptr<PipelineCounters> counters_;
+  int num_workers_ = 1;
   int first_window_ = 0;
 
   std::vector<DecodeTask> tasks_;
-  std::vector<int> task_segment_;  // index into segments_ of each task
+  std::vector<int> task_segment_;  // plan segment of each task
 
   std::mutex mutex_;
-  std::condition_variable work_cv_;    // workers wait for budget or stop
-  std::condition_variable item_cv_;    // batcher waits for its next segment
-  std::condition_variable output_cv_;  // both sides of the output queue
-  size_t next_task_ = 0;                            // GUARDED_BY(mutex_)
-  size_t fail_task_ = SIZE_MAX;                     // GUARDED_BY(mutex_)
-  int64_t inflight_bytes_ = 0;                      // GUARDED_BY(mutex_)
-  std::map<int, SegmentState> segments_;            // GUARDED_BY(mutex_), by plan segment
-  std::deque<std::shared_ptr<Batch>> output_;       // GUARDED_BY(mutex_)
-  bool batcher_done_ = false;                       // GUARDED_BY(mutex_)
-  bool stopping_ = false;                           // GUARDED_BY(mutex_)
-  Status error_;                                    // GUARDED_BY(mutex_)
+  std::condition_variable work_cv_;    // workers: a task, a job, or stop
+  std::condition_variable item_cv_;    // sequencer: its next segment
+  std::condition_variable output_cv_;  // sequencer: room for a job; consumer: the next batch
+  size_t next_task_ = 0;                              // GUARDED_BY(mutex_)
+  size_t fail_task_ = SIZE_MAX;                       // GUARDED_BY(mutex_)
+  int64_t inflight_bytes_ = 0;                        // GUARDED_BY(mutex_)
+  std::map<int, SegmentState> segments_;              // GUARDED_BY(mutex_)
+  std::deque<AssemblyJob> jobs_;                      // GUARDED_BY(mutex_)
+  int64_t outstanding_batches_ = 0;                   // GUARDED_BY(mutex_) submitted, not taken
+  std::map<int64_t, std::shared_ptr<Batch>> ready_;   // GUARDED_BY(mutex_) by batch index
+  int64_t next_output_ = 0;                           // GUARDED_BY(mutex_)
+  int64_t end_batch_ = -1;  // GUARDED_BY(mutex_) one past the last batch, once known
+  bool stopping_ = false;   // GUARDED_BY(mutex_)
+  Status error_;            // GUARDED_BY(mutex_) delivered after batches before it
+  int64_t error_batch_ = INT64_MAX;  // GUARDED_BY(mutex_)
   std::vector<std::thread> threads_;
 };
 

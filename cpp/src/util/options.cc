@@ -51,6 +51,17 @@ Status LoaderOptions::Validate() const {
   if (task_bytes <= 0) {
     return Invalid("task_bytes must be positive, got " + std::to_string(task_bytes));
   }
+  if (max_retries < 0) {
+    return Invalid("max_retries must be >= 0, got " + std::to_string(max_retries));
+  }
+  if (retry_base_delay_s < 0) return Invalid("retry_base_delay must be >= 0");
+  if (!cache_dir.empty() && cache_bytes <= 0) {
+    return Invalid("cache_bytes must be positive, got " + std::to_string(cache_bytes));
+  }
+  if (cache_min_free_bytes < 0) {
+    return Invalid("cache_min_free_bytes must be >= 0, got " +
+                   std::to_string(cache_min_free_bytes));
+  }
   if (features_dtype == DType::kBool || features_dtype == DType::kFloat16) {
     return Invalid(std::string("features_dtype ") + DTypeName(features_dtype) +
                    " is not supported; use a float32/float64 or integer dtype");
@@ -59,6 +70,7 @@ Status LoaderOptions::Validate() const {
   return Status::OK();
 }
 
+// Storage and cache settings are left out on purpose: they never change the batches.
 uint64_t LoaderOptions::Fingerprint() const {
   Fnv1a hash;
   hash.Add("stoker-options-v1");
