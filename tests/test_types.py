@@ -654,6 +654,21 @@ def test_fill_null_not_representable(null_file, column, value):
         stoker.Loader(null_file, columns=[column], fill_null={column: value}, shuffle=False)
 
 
+def test_global_fill_null_checked_where_nulls_are(write_parquet):
+    """fill_null=nan for every column: fine for an int column without nulls, an error naming
+    the column and row group for an int column with some (NaN has no int64 value)."""
+    path = write_parquet({"id": pa.array(np.arange(100)),
+                          "x": pa.array([None if i == 70 else i / 2 for i in range(100)]),
+                          "n": pa.array([None if i == 70 else i for i in range(100)])},
+                         row_group_size=32)
+    batches = load(path, ["id", "x"], 30, fill_null=float("nan"))
+    x = np.concatenate([b["x"] for b in batches])
+    assert_same_array(x, pc.fill_null(reference(path, "x"), float("nan")).to_numpy(), "x")
+    assert_same_array(np.concatenate([b["id"] for b in batches]), np.arange(100), "id")
+    with pytest.raises(InvalidOptionError, match="'n'.*row group 2.*fill_null=nan.*int64"):
+        load(path, ["id", "n"], 30, fill_null=float("nan"))
+
+
 def test_fill_null_special_float_values(null_file):
     for value in (float("nan"), float("-inf")):
         batches = load(null_file, ["float16", "float32"], 50, fill_null=value)
@@ -842,3 +857,72 @@ def test_duckdb_from_arrow_table(write_duckdb):
     assert pq.ParquetFile(path).metadata.num_row_groups >= 2
     for column in table.column_names:
         check_file_column(path, column, 700)
+
+
+# ------------------------------------------------------------------------------ slices
+
+SLICE_COLUMNS = ["bool", "float16", "uint64", "fsl_nested_i16", "tensor_f32", "list_i32",
+                 "large_list_f64", "string", "large_binary", "ts_ns", "dict_string",
+                 "dict_binary"]
+
+
+@pytest.mark.parametrize("lists", ["padded", "ragged"])
+def test_row_group_slices_across_ranks(pyarrow_file, lists):
+    """world_size=3 cuts the 300 rows at 100 and 200, inside row groups: every type must
+    decode from a slice that starts mid row group (offset buffers, bit offsets, dictionaries)."""
+    per_rank = [load(pyarrow_file, SLICE_COLUMNS, 30, lists=lists, rank=r, world_size=3)
+                for r in range(3)]
+    assert [sum(len(b["uint64"]) for b in batches) for batches in per_rank] == [100] * 3
+    table = pq.read_table(pyarrow_file, columns=SLICE_COLUMNS)
+    for r, batches in enumerate(per_rank):
+        part = table.slice(r * 100, 100)
+        for name in SLICE_COLUMNS:
+            check_column(batches, name, part.column(name), mode_of(part.column(name).type, lists))
+
+
+def test_null_mask_on_slices(null_file):
+    columns = ["int8", "bool", "float16", "string", "list_i32", "dict_string"]
+    table = pq.read_table(null_file, columns=columns)
+    for r in range(3):
+        batches = load(null_file, columns, 30, null_mask=True, lists="ragged", rank=r,
+                       world_size=3)
+        part = table.slice(r * 100, 100)
+        for name in columns:
+            mask = np.concatenate([b[name + "_mask"] for b in batches])
+            assert_same_array(mask, part.column(name).is_valid().to_numpy(zero_copy_only=False),
+                              name)
+        got = np.concatenate([b["int8"] for b in batches])
+        assert_same_array(got, pc.fill_null(part.column("int8"), 0).to_numpy(), "int8")
+        strings = [s for b in batches for s in b["dict_string"].tolist()]
+        assert strings == [s or "" for s in part.column("dict_string").to_pylist()]
+
+
+def test_padded_batch_of_empty_lists(write_parquet):
+    path = write_parquet({"l": pa.array([[]] * 10 + [[1, 2]] * 3, pa.list_(pa.int16()))},
+                         row_group_size=4)
+    batches = load(path, ["l"], 5, lists="padded")
+    assert np.asarray(batches[0]["l"]).shape == (5, 0)
+    check_column(batches, "l", reference(path, "l"), "padded")
+
+
+def test_null_elements_inside_lists_are_refused(write_parquet):
+    path = write_parquet({"l": pa.array([[1, None], [2]] * 10, pa.list_(pa.int32()))},
+                         row_group_size=8)
+    with pytest.raises(NullValueError, match="'l'.*row group 0"):
+        load(path, ["l"], 4, lists="ragged", null_mask=True)
+
+
+def test_torch_output_strings_and_ragged(pyarrow_file):
+    torch = pytest.importorskip("torch")
+    columns = ["string", "binary", "list_i32", "float16", "tensor_f32"]
+    batches = load(pyarrow_file, columns, 64, lists="ragged", output="torch")
+    table = pq.read_table(pyarrow_file, columns=columns)
+    assert isinstance(batches[0]["float16"], torch.Tensor)
+    assert batches[0]["float16"].dtype == torch.float16
+    assert tuple(batches[0]["tensor_f32"].shape) == (64, 2, 3)
+    for name in ("string", "binary", "list_i32"):
+        assert isinstance(batches[0][name].values, torch.Tensor)
+        got = [row for b in batches for row in stoker.to_pylist(b[name])]
+        assert got == table.column(name).to_pylist()
+    dense = np.concatenate([b["tensor_f32"].numpy() for b in batches])
+    assert_same_array(dense, expected_dense(table.column("tensor_f32")), "tensor_f32")

@@ -44,11 +44,14 @@ class Ragged:
 
     def tolist(self) -> list:
         """Python objects: ``str`` for utf8, ``bytes`` for binary, lists of numbers otherwise."""
+        offsets = np.asarray(self.offsets).tolist()
         if self.kind in ("utf8", "binary"):
-            return [self[i] for i in range(len(self))]
+            # One bytes object for the batch, then cheap slices (not one numpy view per row).
+            data = np.asarray(self.values).tobytes()
+            rows = [data[begin:end] for begin, end in zip(offsets, offsets[1:])]
+            return [row.decode("utf-8") for row in rows] if self.kind == "utf8" else rows
         values = np.asarray(self.values)
-        offsets = np.asarray(self.offsets)
-        return [values[offsets[i] : offsets[i + 1]].tolist() for i in range(len(self))]
+        return [values[begin:end].tolist() for begin, end in zip(offsets, offsets[1:])]
 
     def __repr__(self) -> str:
         return f"Ragged(kind={self.kind!r}, rows={len(self)}, values={len(self.values)})"

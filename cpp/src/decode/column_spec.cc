@@ -225,11 +225,11 @@ std::string FormatValue(double value) {
 }
 
 // fill_null and pad_value are written into the delivered dtype; a value that dtype cannot hold
-// would change silently, so it is refused up front.
+// would change silently, so it is refused up front. A fill value given for all columns at once
+// (fill_null=nan) is checked only where a column really has nulls (Decoder), so that it does not
+// trip over integer columns without any.
 Status CheckOptionValues(const ColumnSpec& spec) {
-  const bool scalar_values =
-      spec.layout == SourceLayout::kFixed || spec.layout == SourceLayout::kBool;
-  if (scalar_values && spec.options.has_fill_null &&
+  if (spec.explicit_options && FillNullApplies(spec) &&
       !IsRepresentable(spec.options.fill_null, spec.dtype)) {
     return MakeError(ErrorKind::kInvalidOption,
                      "fill_null=" + FormatValue(spec.options.fill_null) + " for column '" +
@@ -255,6 +255,12 @@ std::string Available(const arrow::Schema& schema) {
 }
 
 }  // namespace
+
+bool FillNullApplies(const ColumnSpec& spec) {
+  const bool scalar_values =
+      spec.layout == SourceLayout::kFixed || spec.layout == SourceLayout::kBool;
+  return scalar_values && spec.options.has_fill_null;
+}
 
 bool IsRepresentable(double value, DType dtype) {
   auto integral_in = [value](double low, double high_exclusive) {
@@ -334,6 +340,7 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
     const ColumnOptions& column_options =
         it == options.column_options.end() ? options.default_column_options : it->second;
     spec->field_index = index;
+    spec->explicit_options = it != options.column_options.end();
     if (index >= catalog.num_file_fields()) {
       spec->name = name;
       spec->options = column_options;

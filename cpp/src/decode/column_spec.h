@@ -35,6 +35,8 @@ struct ColumnSpec {
   std::vector<int64_t> inner_shape;
   bool dictionary = false;
   ColumnOptions options;
+  /// Whether `options` came from a per-column entry rather than the defaults for all columns.
+  bool explicit_options = false;
   std::string arrow_type;
   std::string annotation;
 };
@@ -48,6 +50,10 @@ struct OutputSpec {
 
 /// Resolves `options.columns` / `options.features` against the catalog's schema.
 Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options);
+
+/// Whether nulls of this column are replaced by its fill_null value (numeric and bool columns
+/// with fill_null set; strings and lists need null_mask instead).
+bool FillNullApplies(const ColumnSpec& spec);
 
 /// Whether `value` (a fill_null or pad_value option) is exactly representable as `dtype`.
 /// NaN and infinities count as representable in the float dtypes only.

@@ -227,17 +227,33 @@ TEST_F(ResolveColumnsTest, TimestampKeepsItsUnit) {
 }
 
 TEST_F(ResolveColumnsTest, FillNullMustFitTheColumn) {
+  LoaderOptions options;
+  options.sources = {path_};
+  options.columns = {"i8", "s"};
   ColumnOptions fill;
   fill.has_fill_null = true;
   fill.fill_null = 200;  // not an int8
-  auto spec = Resolve({"i8"}, fill);
+  options.column_options["i8"] = fill;
+  auto spec = ResolveColumns(*catalog_, options);
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(GetErrorKind(spec.status()), ErrorKind::kInvalidOption);
   EXPECT_NE(spec.status().message().find("'i8'"), std::string::npos);
+  options.column_options["i8"].fill_null = -5;
+  EXPECT_TRUE(ResolveColumns(*catalog_, options).ok());
   // Strings ignore a numeric fill value (their nulls need the mask), so it is no error there.
-  EXPECT_TRUE(Resolve({"s"}, fill).ok());
-  fill.fill_null = -5;
-  EXPECT_TRUE(Resolve({"i8"}, fill).ok());
+  options.column_options.clear();
+  options.column_options["s"] = fill;
+  EXPECT_TRUE(ResolveColumns(*catalog_, options).ok());
+}
+
+TEST_F(ResolveColumnsTest, DefaultFillNullIsCheckedOnlyWhereNullsAre) {
+  ColumnOptions fill;
+  fill.has_fill_null = true;
+  fill.fill_null = std::numeric_limits<double>::quiet_NaN();  // for every column
+  auto spec = Resolve({"i8"}, fill);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_FALSE(spec->columns[0].explicit_options);
+  EXPECT_TRUE(FillNullApplies(spec->columns[0]));
 }
 
 TEST_F(ResolveColumnsTest, LossyFeatureNamesColumnAndOption) {

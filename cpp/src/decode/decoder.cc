@@ -10,6 +10,10 @@
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
 
+#include <cstring>
+#include <sstream>
+#include <vector>
+
 namespace stoker {
 namespace {
 
@@ -294,6 +298,17 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
     return MakeError(ErrorKind::kNullValues, "column '" + spec.name + "' has " +
                                                  std::to_string(array->null_count()) +
                                                  " null(s) in " + catalog_->Where(rg) + advice);
+  }
+  if (array->null_count() > 0 && FillNullApplies(spec) &&
+      !IsRepresentable(spec.options.fill_null, spec.dtype)) {
+    std::ostringstream value;
+    value.precision(17);
+    value << spec.options.fill_null;
+    return MakeError(ErrorKind::kInvalidOption,
+                     "column '" + spec.name + "' has nulls in " + catalog_->Where(rg) +
+                         " and fill_null=" + value.str() + " cannot be stored exactly as " +
+                         DTypeName(spec.dtype) + "; pass fill_null={'" + spec.name +
+                         "': value} with a value it holds");
   }
   out->array = array;
   const arrow::ArrayData& data = *array->data();
