@@ -48,8 +48,9 @@ std::shared_ptr<Slab> SlabPool::Acquire(int64_t bytes) {
     }
   }
   if (slab == nullptr) {
-    // Headroom so batches of varying size (ragged columns) can reuse slabs.
-    slab = new AlignedSlab(bytes + bytes / 8);
+    // Headroom so batches of varying size (ragged columns) can reuse slabs; aligned_alloc
+    // needs a size that is a multiple of the alignment.
+    slab = new AlignedSlab((bytes + bytes / 8 + 63) / 64 * 64);
     std::lock_guard<std::mutex> lock(mutex_);
     allocated_bytes_ += slab->capacity();
   }

@@ -1,0 +1,169 @@
+// End-to-end tests of the engine from C++, so the sanitizer build covers the threaded pipeline.
+#include "stoker/loader.h"
+
+#include <arrow/api.h>
+#include <arrow/io/file.h>
+#include <gtest/gtest.h>
+#include <parquet/arrow/writer.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <set>
+
+namespace stoker {
+namespace {
+
+namespace fs = std::filesystem;
+
+class LoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("stoker_loader_test_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    int64_t next_id = 0;
+    for (int f = 0; f < 3; ++f)
+      WriteFile(dir_ / ("part-" + std::to_string(f) + ".parquet"), 1000 + 377 * f, &next_id);
+    total_rows_ = next_id;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static void WriteFile(const fs::path& path, int64_t rows, int64_t* next_id) {
+    arrow::Int64Builder ids;
+    arrow::FloatBuilder values;
+    for (int64_t i = 0; i < rows; ++i) {
+      ASSERT_TRUE(ids.Append(*next_id).ok());
+      ASSERT_TRUE(values.Append(static_cast<float>(*next_id) * 0.5f).ok());
+      ++*next_id;
+    }
+    std::shared_ptr<arrow::Array> id_array, value_array;
+    ASSERT_TRUE(ids.Finish(&id_array).ok());
+    ASSERT_TRUE(values.Finish(&value_array).ok());
+    auto table = arrow::Table::Make(arrow::schema({arrow::field("id", arrow::int64(), false),
+                                                   arrow::field("v", arrow::float32(), false)}),
+                                    {id_array, value_array});
+    auto out = arrow::io::FileOutputStream::Open(path.string());
+    ASSERT_TRUE(out.ok());
+    ASSERT_TRUE(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), *out, 250).ok());
+    ASSERT_TRUE((*out)->Close().ok());
+  }
+
+  LoaderOptions Options(int threads) const {
+    LoaderOptions options;
+    options.sources = {dir_.string()};
+    options.batch_size = 64;
+    options.seed = 42;
+    options.shuffle_window_rows = 600;
+    options.drop_last = false;
+    options.num_threads = threads;
+    options.prefetch_bytes = 8 << 10;  // tiny: exercises the budget
+    options.task_bytes = 1;            // one column per task
+    return options;
+  }
+
+  // Every id of the epoch, in delivery order.
+  static std::vector<int64_t> Drain(Loader* loader, int64_t epoch, int64_t start = 0) {
+    EXPECT_TRUE(loader->StartEpoch(epoch, start).ok());
+    std::vector<int64_t> ids;
+    while (true) {
+      auto batch = loader->Next();
+      EXPECT_TRUE(batch.ok()) << batch.status().ToString();
+      if (!batch.ok() || *batch == nullptr) break;
+      const OutputColumn& id = (*batch)->columns[0];
+      const OutputColumn& v = (*batch)->columns[1];
+      EXPECT_EQ(id.name, "id");
+      const auto* id_data = reinterpret_cast<const int64_t*>(id.values.data);
+      const auto* v_data = reinterpret_cast<const float*>(v.values.data);
+      for (int64_t i = 0; i < (*batch)->num_rows; ++i) {
+        EXPECT_EQ(v_data[i], static_cast<float>(id_data[i]) * 0.5f);  // rows stay whole
+        ids.push_back(id_data[i]);
+      }
+    }
+    return ids;
+  }
+
+  fs::path dir_;
+  int64_t total_rows_ = 0;
+};
+
+TEST_F(LoaderTest, EveryRowOnceAndSameOrderForAnyThreadCount) {
+  std::vector<int64_t> reference;
+  for (int threads : {1, 2, 4}) {
+    auto loader = Loader::Open(Options(threads));
+    ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    std::vector<int64_t> ids = Drain(loader->get(), 3);
+    if (reference.empty()) {
+      reference = ids;
+      std::vector<int64_t> sorted = ids;
+      std::sort(sorted.begin(), sorted.end());
+      std::vector<int64_t> expected(total_rows_);
+      std::iota(expected.begin(), expected.end(), 0);
+      EXPECT_EQ(sorted, expected);
+    } else {
+      EXPECT_EQ(ids, reference) << threads << " threads";
+    }
+  }
+}
+
+TEST_F(LoaderTest, ResumeMatchesTheTail) {
+  auto loader = Loader::Open(Options(3));
+  ASSERT_TRUE(loader.ok());
+  const std::vector<int64_t> full = Drain(loader->get(), 1);
+  const std::vector<int64_t> tail = Drain(loader->get(), 1, 7);
+  ASSERT_EQ(tail.size(), full.size() - 7 * 64);
+  EXPECT_TRUE(std::equal(tail.begin(), tail.end(), full.begin() + 7 * 64));
+}
+
+TEST_F(LoaderTest, StopMidEpochAndRestart) {
+  auto loader = Loader::Open(Options(4));
+  ASSERT_TRUE(loader.ok());
+  for (int round = 0; round < 5; ++round) {
+    ASSERT_TRUE((*loader)->StartEpoch(round, 0).ok());
+    auto batch = (*loader)->Next();
+    ASSERT_TRUE(batch.ok());
+    ASSERT_NE(*batch, nullptr);
+    (*loader)->Stop();
+  }
+  // Batches outlive the loader: their slabs are owned by the batch.
+  ASSERT_TRUE((*loader)->StartEpoch(0, 0).ok());
+  auto batch = (*loader)->Next();
+  ASSERT_TRUE(batch.ok());
+  loader->reset();
+  const auto* ids = reinterpret_cast<const int64_t*>((*batch)->columns[0].values.data);
+  EXPECT_GE(ids[0], 0);
+}
+
+TEST_F(LoaderTest, ErrorsArriveAfterEarlierBatchesAndNameTheFile) {
+  auto loader = Loader::Open(Options(2));
+  ASSERT_TRUE(loader.ok());
+  fs::remove(dir_ / "part-1.parquet");
+  ASSERT_TRUE((*loader)->StartEpoch(0, 0).ok());
+  Status status;
+  int batches = 0;
+  while (true) {
+    auto batch = (*loader)->Next();
+    if (!batch.ok()) {
+      status = batch.status();
+      break;
+    }
+    if (*batch == nullptr) break;
+    ++batches;
+  }
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("part-1.parquet"), std::string::npos) << status.ToString();
+  EXPECT_EQ(GetErrorKind(status), ErrorKind::kStorage);
+}
+
+TEST_F(LoaderTest, UnknownColumnIsAnError) {
+  LoaderOptions options = Options(1);
+  options.columns = {"id", "nope"};
+  auto loader = Loader::Open(options);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_EQ(GetErrorKind(loader.status()), ErrorKind::kColumnNotFound);
+  EXPECT_NE(loader.status().message().find("id, v"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stoker
