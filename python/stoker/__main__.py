@@ -1,4 +1,11 @@
-"""The `stoker` command line (also `python -m stoker`)."""
+"""The `stoker` command line (also `python -m stoker`).
+
+  stoker inspect URI     files, rows, row groups, column types/encodings/compression, what stoker
+                         will produce per column, and warnings with advice
+  stoker bench URI ...   stream the dataset with stoker, print rows/s, MB/s, the per-stage
+                         breakdown and the bottleneck
+  stoker demo            write a synthetic dataset and stream it
+"""
 
 from __future__ import annotations
 
@@ -9,14 +16,108 @@ from typing import List, Optional
 __all__ = ["main"]
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="stoker", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # exit 2 with the problem named, like argparse
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _names(text: str) -> List[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated column names, got {text!r}")
+    return names
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a positive number, got 0")
+    return value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="stoker", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
     demo = sub.add_parser("demo", help="write a synthetic dataset and stream it")
     demo.add_argument("--path", default="demo_data", help="dataset folder (default: demo_data)")
-    demo.add_argument("--batch-size", type=int, default=4096)
-    args = parser.parse_args(argv)
+    demo.add_argument("--batch-size", type=_positive_int, default=4096)
 
+    inspect = sub.add_parser("inspect", help="describe a Parquet dataset and what stoker makes of it")
+    inspect.add_argument("uri", help="a Parquet file, folder, glob or URI (s3://...)")
+    inspect.add_argument("--columns", type=_names, help="only these columns (comma-separated)")
+    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    bench = sub.add_parser("bench", help="measure stoker on a dataset and name the bottleneck")
+    bench.add_argument("uri", help="a Parquet file, folder, glob or URI (s3://...)")
+    stop = bench.add_mutually_exclusive_group()
+    stop.add_argument("--batches", type=_positive_int, help="stop after this many batches")
+    stop.add_argument("--seconds", type=_positive_float,
+                      help="stop after this many seconds (default: 10 when --batches is not given)")
+    bench.add_argument("--columns", type=_names, help="columns delivered one array each")
+    bench.add_argument("--features", type=_names, help="columns stacked into one [B, F] array")
+    bench.add_argument("--batch-size", type=_positive_int, default=1024)
+    bench.add_argument("--no-shuffle", dest="shuffle", action="store_false")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--shuffle-window", help="rows (an integer) or a size such as 256MiB")
+    bench.add_argument("--keep-last", dest="drop_last", action="store_false",
+                       help="keep the short last batch (drop_last=False)")
+    bench.add_argument("--num-threads", type=_positive_int)
+    bench.add_argument("--prefetch-bytes", help="e.g. 512MiB")
+    bench.add_argument("--output", choices=["numpy", "torch"], default="numpy")
+    bench.add_argument("--lists", choices=["padded", "ragged"],
+                       help="how variable-length list columns arrive")
+    bench.add_argument("--fill-null", type=float, help="value that replaces nulls")
+    bench.add_argument("--null-mask", action="store_true", help="add <name>_mask arrays")
+    bench.add_argument("--features-dtype", default="float32")
+    bench.add_argument("--allow-lossy-cast", action="store_true")
+    bench.add_argument("--step-ms", type=_non_negative_float, default=0.0,
+                       help="busy-wait this long per batch, standing in for the training step")
+    bench.add_argument("--no-progress", dest="progress", action="store_false")
+    return parser
+
+
+def _loader_kwargs(args: argparse.Namespace) -> dict:
+    kwargs = {"columns": args.columns, "features": args.features, "batch_size": args.batch_size,
+              "shuffle": args.shuffle, "seed": args.seed, "drop_last": args.drop_last,
+              "num_threads": args.num_threads, "output": args.output, "lists": args.lists,
+              "fill_null": args.fill_null, "null_mask": args.null_mask,
+              "features_dtype": args.features_dtype, "allow_lossy_cast": args.allow_lossy_cast}
+    if args.shuffle_window is not None:
+        window = args.shuffle_window.strip()
+        kwargs["shuffle_window"] = int(window) if window.isdigit() else window
+    if args.prefetch_bytes is not None:
+        text = args.prefetch_bytes.strip()
+        kwargs["prefetch_bytes"] = int(text) if text.isdigit() else text
+    return kwargs
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _build_parser().parse_args(argv)
+
+    from ._cli_inspect import CliError
     from .errors import StokerError
 
     try:
@@ -24,9 +125,21 @@ def main(argv: Optional[List[str]] = None) -> int:
             from ._demo import run_demo
 
             run_demo(args.path, args.batch_size)
-    except StokerError as error:
+        elif args.command == "inspect":
+            from ._cli_inspect import run_inspect
+
+            return run_inspect(args.uri, args.columns, args.json)
+        elif args.command == "bench":
+            from ._cli_bench import run_bench
+
+            run_bench(args.uri, _loader_kwargs(args), args.batches, args.seconds,
+                      step_ms=args.step_ms, progress=args.progress)
+    except (StokerError, CliError) as error:
         print(f"stoker: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("stoker: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

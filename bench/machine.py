@@ -1,0 +1,48 @@
+"""The machine and library versions, recorded with every report."""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib import metadata
+
+PACKAGES = ["stoker", "pyarrow", "numpy", "torch", "petastorm", "pandas", "ray", "datasets",
+            "pillow", "matplotlib", "psutil"]
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def describe() -> dict:
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    return {"cores": os.cpu_count(), "cpu_model": cpu_model(), "memory_bytes": memory_bytes(),
+            "platform": platform.platform(), "load_average_at_start": load,
+            "versions": versions()}

@@ -1,0 +1,165 @@
+"""Writes a suite's results: ``<name>.json`` (everything), ``<name>.md`` (tables) and
+``<name>.png`` (rows/s per system and workload)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import List
+
+from .runners import LABELS, ORDER
+
+
+def _fmt(value, spec: str = ",.0f", suffix: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, spec) + suffix
+
+
+def verdict(stats: dict, wall_s: float = 0.0) -> str:
+    """Which stage limits the loader, from loader.stats() (shared with `stoker bench`)."""
+    from stoker._cli_bench import bottleneck
+
+    return bottleneck(stats, wall_s)[0]
+
+
+def markdown(report: dict) -> str:
+    m = report["machine"]
+    v = m["versions"]
+    lines = [f"# stoker benchmark: {report['name']} ({report['profile']})", "",
+             f"Run {report['started']}, {report.get('elapsed_s', 0):.0f} s in all. "
+             "Medians of repeats; rows/s counts from constructing the loader to its last batch "
+             "(start-up included). Each measurement runs in a fresh process.", "",
+             f"Machine: {m['cores']} cores, {m['cpu_model']}, "
+             f"{m['memory_bytes'] / 2**30:.0f} GiB RAM, {m['platform']}; "
+             f"load average at start {m.get('load_average_at_start')}.", "",
+             "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val) + ".", ""]
+    lines += ["## Summary", ""] + summary_lines(report) + [""]
+    unavailable: List[str] = []
+    for workload, w in report["workloads"].items():
+        d = w["dataset"]
+        lines += [f"## {workload}", "",
+                  f"{d['rows']:,} rows in {d['num_files']} files, {d['row_groups']} row groups; "
+                  f"{d['uncompressed_bytes'] / 1e6:,.0f} MB uncompressed, "
+                  f"{d['compressed_bytes'] / 1e6:,.0f} MB on disk. Batch {w['batch_size']}. "
+                  f"Stall meter step: {w['step_s'] * 1e3:.1f} ms per batch "
+                  f"({report['settings']['step_factor']}x {w['step_basis']}'s time per batch).", "",
+                  "| system | rows/s | MB/s | stoker is | stoker (shuffle=False) is | "
+                  "fraction of limit | CPU s / M rows | peak RSS MB | first batch s | stall fraction |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        results = w["results"]
+        for n in ORDER:
+            if n not in results:
+                continue
+            r = results[n]
+            if r.get("status") != "ok":
+                unavailable.append(f"- {workload}, {LABELS[n]}: {r.get('status')}: {r.get('reason')}")
+                lines.append(f"| {LABELS[n]} | {r.get('status')} | | | | | | | | |")
+                continue
+            speed = "1.00x" if n == "stoker" else _fmt(r.get("stoker_speedup"), ".2f", "x")
+            speed2 = ("1.00x" if n == "stoker_noshuffle" else
+                      _fmt(r.get("stoker_noshuffle_speedup"), ".2f", "x"))
+            lines.append(
+                f"| {LABELS[n]} | {_fmt(r['rows_per_s'])} | {_fmt(r['mb_per_s'], ',.1f')} | {speed} | "
+                f"{speed2} | "
+                f"{_fmt(r.get('fraction_of_limit'), '.2f')} | {_fmt(r['cpu_s_per_mrows'], ',.1f')} | "
+                f"{_fmt(r['peak_rss_mb'], ',.0f')} | {_fmt(r['first_batch_s'], '.2f')} | "
+                f"{_fmt(r.get('stall_fraction'), '.3f')} |")
+        if workload == "images" and "stoker" not in results:
+            lines += ["", "stoker's image runner arrives with the transform issue; this table shows "
+                          "the image baselines and the decode limit only."]
+        stoker = results.get("stoker", {})
+        if stoker.get("loader_stats"):
+            s = stoker["loader_stats"]
+            stages = ", ".join(f"{k} busy {st['busy_s']:.2f} s / wait-in {st['wait_input_s']:.2f} s / "
+                               f"wait-out {st['wait_output_s']:.2f} s"
+                               for k, st in s["stages"].items())
+            wall = stoker.get("rows", 0) / stoker["rows_per_s"] if stoker.get("rows_per_s") else 0
+            lines += ["", f"stoker's stages (one run): {stages}; consumer waited "
+                          f"{s['consumer_wait_s']:.2f} s of {wall:.2f} s. Verdict: "
+                          f"{verdict(s, wall)}"]
+        lines.append("")
+    if unavailable:
+        lines += ["## Not measured", ""] + unavailable + [""]
+    lines += ["## Configurations", ""]
+    seen = set()
+    for workload, w in report["workloads"].items():
+        for n in ORDER:
+            r = w["results"].get(n)
+            if not r:
+                continue
+            key = (n, "images" if workload == "images" else "tabular")
+            if key in seen:
+                continue
+            seen.add(key)
+            conf = "; ".join(f"{k}={val}" for k, val in r.get("config", {}).items())
+            lines.append(f"- **{LABELS[n]}** ({key[1]}): {conf}")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def summary_lines(report: dict) -> List[str]:
+    out = []
+    for workload, w in report["workloads"].items():
+        results = w["results"]
+        for key, field in (("stoker", "stoker_speedup"), ("stoker_noshuffle", "stoker_noshuffle_speedup")):
+            stoker = results.get(key, {})
+            if stoker.get("status") != "ok":
+                continue
+            ratios = ", ".join(f"{results[n][field]:.2f}x {LABELS[n]}" for n in ORDER
+                               if n in results and n not in ("stoker", "stoker_noshuffle", "limit")
+                               and results[n].get(field))
+            limit = stoker.get("fraction_of_limit")
+            stall = stoker.get("stall_fraction")
+            out.append(f"- **{workload}**, {LABELS[key]}: {stoker['rows_per_s']:,.0f} rows/s = {ratios}; "
+                       f"fraction of the limit {_fmt(limit, '.2f')}; stall fraction "
+                       f"{_fmt(stall, '.3f')} at {w['step_s'] * 1e3:.1f} ms per batch.")
+    return out
+
+
+def chart(report: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = list(report["workloads"])
+    fig, axes = plt.subplots(1, len(workloads), figsize=(5.2 * len(workloads), 4.2), squeeze=False)
+    for ax, workload in zip(axes[0], workloads):
+        results = report["workloads"][workload]["results"]
+        names = [n for n in ORDER if n in results]
+        values = [results[n].get("rows_per_s") or 0 if results[n].get("status") == "ok" else 0
+                  for n in names]
+        colours = ["#d9534f" if n.startswith("stoker") else "#777777" if n == "limit" else "#5b8fd9"
+                   for n in names]
+        bars = ax.barh([LABELS[n] for n in names], values, color=colours)
+        for bar, n, value in zip(bars, names, values):
+            text = f"{value:,.0f}" if value else results[n].get("status", "")
+            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, " " + text,
+                    va="center", fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(workload, fontsize=10)
+        ax.set_xlabel("rows/s (median)")
+        ax.tick_params(axis="y", labelsize=8)
+        ax.set_xlim(0, max(values + [1]) * 1.35)
+    fig.suptitle(f"stoker vs peers ({report['profile']}, {report['machine']['cores']} cores)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_all(report: dict, out_dir: str, name: str) -> List[str]:
+    os.makedirs(out_dir, exist_ok=True)
+    base = os.path.join(out_dir, name)
+    with open(base + ".json", "w") as f:
+        json.dump(report, f, indent=1, sort_keys=False, default=str)
+    with open(base + ".md", "w") as f:
+        f.write(markdown(report))
+    written = [base + ".json", base + ".md"]
+    try:
+        chart(report, base + ".png")
+        written.append(base + ".png")
+    except ImportError as error:
+        print(f"no chart: {error}")
+    return written

@@ -1,0 +1,75 @@
+"""The limit: the cheapest read of the same columns on all cores, no batching, no shuffling.
+
+Tabular: ``pyarrow.parquet.read_table(path, columns, use_threads=True)`` then the NumPy
+conversion (features stacked [N, F] float32, embeddings [N, D], tags flattened + offsets).
+Images: JPEG decode alone (Pillow's libjpeg-turbo) on a thread pool of all cores.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+
+from .common import all_tabular_columns, feature_names, fixed_list_to_numpy
+
+NAME = "limit"
+WORKLOADS = ("tabular-snappy", "tabular-zstd", "images")
+
+
+def available():
+    return None
+
+
+def config(job):
+    if job["workload"] == "images":
+        return {"api": "PIL.Image.open(...).convert('RGB') (libjpeg-turbo), decode only",
+                "threads": job["threads"], "read": "pyarrow.parquet.ParquetFile per row group"}
+    return {"api": "pyarrow.parquet.read_table(columns, use_threads=True) per file + numpy",
+            "features": "one NumPy array per column (no stacking, no cast)",
+            "lists": "values + offsets (no padding)"}
+
+
+def _tabular(job):
+    import pyarrow.parquet as pq
+
+    feats = feature_names()
+    for path in job["files"]:
+        table = pq.read_table(path, columns=all_tabular_columns(), use_threads=True)
+        # One array per column (zero-copy where Arrow allows): the cheapest NumPy form.
+        out = {name: table.column(name).to_numpy() for name in feats}
+        out["label"] = table.column("label").to_numpy()
+        for name in ("emb16", "emb64"):
+            out[name] = fixed_list_to_numpy(table.column(name))
+        tags = table.column("tags").combine_chunks()
+        out["tags"] = tags.values.to_numpy()
+        out["tags_offsets"] = tags.offsets.to_numpy()
+        yield table.num_rows, out
+        del table
+
+
+def _decode(blob):
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(blob))
+    img.load()
+    return img.size
+
+
+def _images(job):
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.parquet as pq
+
+    with ThreadPoolExecutor(max_workers=job["threads"] or os.cpu_count()) as pool:
+        for path in job["files"]:
+            pf = pq.ParquetFile(path)
+            for g in range(pf.metadata.num_row_groups):
+                blobs = pf.read_row_group(g, columns=["image"]).column(0).to_pylist()
+                sizes = list(pool.map(_decode, blobs, chunksize=8))
+                yield len(sizes), sizes
+
+
+def batches(job):
+    return _images(job) if job["workload"] == "images" else _tabular(job)

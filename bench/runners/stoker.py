@@ -1,0 +1,44 @@
+"""stoker: the C++ engine, features stacked to [B, F] float32, the rest as columns."""
+
+from __future__ import annotations
+
+from .common import feature_names, other_columns
+
+NAME = "stoker"
+WORKLOADS = ("tabular-snappy", "tabular-zstd")  # images arrive with the transform issue
+
+
+def available():
+    try:
+        import stoker  # noqa: F401
+    except Exception as error:  # noqa: BLE001
+        return f"import stoker failed: {error}"
+    return None
+
+
+def _options(job, shuffle=True):
+    return dict(columns=other_columns(), features=feature_names(), batch_size=job["batch_size"],
+                shuffle=shuffle, seed=job["seed"], allow_lossy_cast=True, lists="padded", drop_last=False,
+                num_threads=job["threads"], prefetch_bytes="256MiB", output="torch")
+
+
+def config(job):
+    opts = _options(job, job.get("shuffle", True))
+    return {"api": "stoker.Loader", "columns": "label, emb16, emb64, tags",
+            "features": f"{len(opts['features'])} columns (200 float32 + 20 int64) -> [B, 220] float32",
+            **{k: v for k, v in opts.items() if k not in ("columns", "features")},
+            "shuffle_window": "65536 rows (default): rows are shuffled, unlike every peer"}
+
+
+def batches(job, shuffle=True):
+    import stoker
+
+    loader = stoker.Loader(job["path"], **_options(job, shuffle))
+    job["_stoker_loader"] = loader  # lets the worker read loader.stats() afterwards
+    for batch in loader:
+        yield len(batch["label"]), batch
+
+
+def stats(job):
+    loader = job.get("_stoker_loader")
+    return loader.stats() if loader is not None else None

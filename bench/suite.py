@@ -1,0 +1,203 @@
+"""The benchmark suite: generate data, run every runner in fresh processes, repeat, aggregate."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+from . import generators, machine, metrics
+from .runners import LABELS, load, names_for
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+# Per profile: repeats of the throughput pass, of the stall pass, the stall pass's batch cap,
+# and the timeout of one measurement.
+PROFILE = {
+    "smoke": {"repeats": 1, "stall_repeats": 1, "stall_batches": 4, "timeout": 180},
+    "quick": {"repeats": 3, "stall_repeats": 2, "stall_batches": 30, "timeout": 300},
+    "full": {"repeats": 5, "stall_repeats": 3, "stall_batches": 200, "timeout": 1800},
+}
+BATCH_SIZE = {"tabular": 4096, "images": 256}
+# The stall meter's step time, as a multiple of stoker's own time per batch at full speed: the
+# busy-waiting consumer takes one of the cores, so stoker should sustain about half its rate.
+STEP_FACTOR = 2.5
+MAX_STEP_S = 0.5
+
+
+def _log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run_job(job: dict, timeout: float) -> dict:
+    """Runs one measurement in a fresh interpreter; returns its result dict."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("RAY_DEDUP_LOGS", "0")
+    env.setdefault("RAY_AUTH_MODE", "disabled")  # a loopback-only cluster, started per run
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    env.setdefault("HF_DATASETS_OFFLINE", "1")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "bench.worker", json.dumps(job)],
+                              capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+    except subprocess.TimeoutExpired:
+        return {"status": "failed", "reason": f"timed out after {timeout:.0f} s"}
+    out = proc.stdout
+    marker = out.rfind("@@RESULT@@")
+    if marker < 0:
+        tail = (proc.stderr or out).strip().splitlines()[-5:]
+        return {"status": "failed",
+                "reason": f"worker exited with {proc.returncode}: " + " | ".join(tail)}
+    result = json.loads(out[marker + len("@@RESULT@@"):].strip().splitlines()[0])
+    result["process_s"] = time.perf_counter() - started
+    return result
+
+
+def _summarise(runs: List[dict], facts: dict) -> dict:
+    ok = [r for r in runs if r.get("status") == "ok"]
+    if not ok:
+        first = runs[0] if runs else {"status": "failed", "reason": "not run"}
+        return {"status": first.get("status", "failed"), "reason": first.get("reason", "")}
+    bytes_per_row = facts["uncompressed_bytes"] / max(facts["rows"], 1)
+    rows_per_s = [r["rows"] / r["wall_s"] for r in ok if r["wall_s"] > 0]
+    steady = [(r["rows"]) / r["steady_s"] for r in ok if r.get("steady_s")]
+    out = {
+        "status": "ok",
+        "repeats": len(ok),
+        "rows": ok[0]["rows"],
+        "rows_per_s": metrics.median(rows_per_s),
+        "rows_per_s_all": rows_per_s,
+        "steady_rows_per_s": metrics.median(steady),
+        "mb_per_s": metrics.median(rows_per_s) * bytes_per_row / 1e6,
+        "cpu_s_per_mrows": metrics.median([r["cpu_s"] / r["rows"] * 1e6 for r in ok if r["rows"]]),
+        "peak_rss_mb": metrics.median([r["peak_rss_bytes"] / 2**20 for r in ok]),
+        "first_batch_s": metrics.median([r["first_batch_s"] for r in ok if r["first_batch_s"] is not None]),
+        "batch_s": metrics.median([r["steady_s"] / max(r["batches"] - 1, 1) for r in ok]),
+    }
+    if len(ok) < len(runs):
+        out["failed_repeats"] = [r.get("reason") for r in runs if r.get("status") != "ok"]
+    stats = [r["loader_stats"] for r in ok if r.get("loader_stats")]
+    if stats:
+        out["loader_stats"] = stats[len(stats) // 2]
+    return out
+
+
+def workload_paths(data_root: str, profile: str, log=_log) -> Dict[str, dict]:
+    specs = generators.SPECS[profile]
+    root = os.path.join(data_root, profile)
+    os.makedirs(root, exist_ok=True)
+    out = {}
+    for compression in ("snappy", "zstd"):
+        path = generators.ensure_tabular(root, specs["tabular"], compression, log=log)
+        out[f"tabular-{compression}"] = path
+    out["images"] = generators.ensure_images(root, specs["images"], log=log)
+    return out
+
+
+def run_suite(profile: str, name: str, data_root: str, out_dir: str,
+              runners: Optional[List[str]] = None, workloads: Optional[List[str]] = None,
+              repeats: Optional[int] = None, stall: bool = True, install: bool = True) -> dict:
+    conf = dict(PROFILE[profile])
+    if install:
+        from .peers import ensure_nodeps_peers
+
+        problem = ensure_nodeps_peers(log=_log)
+        if problem:
+            _log(problem)
+    if repeats:
+        conf["repeats"] = repeats
+    started = time.time()
+    paths = workload_paths(os.path.abspath(data_root), profile)
+    report = {"name": name, "profile": profile, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)),
+              "machine": machine.describe(), "settings": {**conf, "step_factor": STEP_FACTOR},
+              "workloads": {}}
+    threads = os.cpu_count() or 1
+    for workload, path in paths.items():
+        if workloads and workload not in workloads:
+            continue
+        kind = "images" if workload == "images" else "tabular"
+        columns = ["image", "label"] if kind == "images" else \
+            sum(generators.tabular_columns().values(), [])
+        facts = generators.dataset_facts(path, columns)
+        names = [n for n in names_for(workload) if not runners or n in runners]
+        base = {"workload": workload, "path": path, "files": facts["files"],
+                "batch_size": BATCH_SIZE[kind], "threads": threads, "seed": 7}
+        _log(f"{workload}: {facts['rows']:,} rows, {facts['row_groups']} row groups, "
+             f"{facts['uncompressed_bytes'] / 1e6:.0f} MB uncompressed; runners: {', '.join(names)}")
+        runs: Dict[str, List[dict]] = {n: [] for n in names}
+        skip = set()
+        # Throughput: repeats interleaved across runners so that noise spreads evenly.
+        for rep in range(conf["repeats"]):
+            for n in names:
+                if n in skip:
+                    continue
+                result = run_job({**base, "runner": n}, conf["timeout"])
+                runs[n].append(result)
+                if result.get("status") == "ok" and not result.get("rows"):
+                    result = {**result, "status": "failed", "reason": "delivered no rows"}
+                    runs[n][-1] = result
+                if result.get("status") == "ok":
+                    _log(f"  {n:18s} rep {rep}: {result['rows'] / result['wall_s']:>12,.0f} rows/s  "
+                         f"first batch {result['first_batch_s']:.2f} s")
+                else:
+                    _log(f"  {n:18s} rep {rep}: {result.get('status')}: {result.get('reason')}")
+                    if result.get("status") == "unavailable" or rep == 0:
+                        skip.add(n)
+        summary = {n: _summarise(runs[n], facts) for n in names}
+        for n in names:
+            summary[n]["label"] = LABELS[n]
+            summary[n]["config"] = load(n).config(base)
+        # Stall meter at one step time for every batching runner.
+        ref = summary.get("stoker") if summary.get("stoker", {}).get("status") == "ok" else None
+        if ref is None and summary.get("limit", {}).get("status") == "ok":
+            ref = {"batch_s": BATCH_SIZE[kind] / summary["limit"]["rows_per_s"]}
+        step = min(STEP_FACTOR * ref["batch_s"], MAX_STEP_S) if ref else 0.0
+        if step > 0 and stall:
+            for n in names:
+                if n == "limit" or summary[n].get("status") != "ok":
+                    continue
+                stalls = []
+                for _ in range(conf["stall_repeats"]):
+                    r = run_job({**base, "runner": n, "step_s": step,
+                                 "max_batches": conf["stall_batches"]}, conf["timeout"])
+                    if r.get("status") == "ok" and r.get("stall_fraction") is not None:
+                        stalls.append(r["stall_fraction"])
+                    else:
+                        summary[n].setdefault("stall_errors", []).append(r.get("reason"))
+                        _log(f"  {n:18s} stall run: {r.get('status')}: {r.get('reason')}")
+                summary[n]["stall_fraction"] = metrics.median(stalls)
+                _log(f"  {n:18s} stall at step {step * 1e3:.1f} ms: {summary[n]['stall_fraction']:.3f}")
+        _add_ratios(summary)
+        report["workloads"][workload] = {
+            "dataset": {k: v for k, v in facts.items() if k != "files"},
+            "batch_size": BATCH_SIZE[kind], "step_s": step,
+            "step_basis": "stoker" if (ref and "rows_per_s" in ref) else "limit",
+            "results": summary, "raw": runs}
+    report["elapsed_s"] = time.time() - started
+    from . import report as rep
+
+    written = rep.write_all(report, out_dir, name)
+    _log("wrote " + ", ".join(written))
+    return report
+
+
+def _add_ratios(summary: Dict[str, dict]) -> None:
+    stoker = summary.get("stoker", {})
+    noshuffle = summary.get("stoker_noshuffle", {})
+    limit = summary.get("limit", {})
+    for n, s in summary.items():
+        if s.get("status") != "ok":
+            continue
+        if stoker.get("status") == "ok" and n != "stoker":
+            s["stoker_speedup"] = stoker["rows_per_s"] / s["rows_per_s"]
+        if noshuffle.get("status") == "ok" and n != "stoker_noshuffle":
+            s["stoker_noshuffle_speedup"] = noshuffle["rows_per_s"] / s["rows_per_s"]
+        if limit.get("status") == "ok":
+            s["fraction_of_limit"] = s["rows_per_s"] / limit["rows_per_s"]

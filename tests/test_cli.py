@@ -1,0 +1,191 @@
+"""The `stoker` command line: inspect, bench, and clear errors (exit code 2) for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from stoker.__main__ import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    """Two files, 3 row groups each: floats, an int label, a fixed-size embedding, a list column."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for f in range(2):
+        n = 3000
+        table = pa.table({
+            "x": rng.standard_normal(n).astype(np.float32),
+            "y": rng.standard_normal(n).astype(np.float32),
+            "label": rng.integers(0, 5, n),
+            "emb": pa.FixedSizeListArray.from_arrays(
+                pa.array(rng.standard_normal(n * 4).astype(np.float32)), 4),
+            "tags": pa.array([list(range(i % 5)) for i in range(n)], pa.list_(pa.int64())),
+        })
+        pq.write_table(table, folder / f"part-{f}.parquet", row_group_size=1000,
+                       compression="zstd")
+    return str(folder)
+
+
+@pytest.fixture
+def odd_dataset(tmp_path):
+    """A column with nulls and a struct column (unsupported), gzip-compressed."""
+    path = tmp_path / "odd.parquet"
+    table = pa.table({"a": pa.array([1.0, None, 3.0, 4.0]),
+                      "s": pa.array([{"q": i} for i in range(4)])})
+    pq.write_table(table, path, compression="gzip")
+    return str(path)
+
+
+def test_inspect_reports_files_rows_row_groups_and_columns(dataset, capsys):
+    assert main(["inspect", dataset]) == 0
+    out = capsys.readouterr().out
+    assert "part-0.parquet" in out and "part-1.parquet" in out
+    assert "6,000" in out  # rows
+    assert "row groups  6" in out
+    assert "ZSTD" in out
+    assert "dense float32 [B, 4]" in out  # what stoker makes of the embedding
+    assert "needs lists=" in out  # the variable-length column
+    assert "row groups are small" in out
+
+
+def test_inspect_json_has_per_column_production(dataset, capsys):
+    assert main(["inspect", dataset, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["rows"] == 6000 and report["num_files"] == 2 and report["row_groups"] == 6
+    cols = {c["name"]: c for c in report["columns"]}
+    assert cols["label"]["produces"].startswith("dense int64")
+    assert cols["emb"]["kind"] == "dense"
+    assert cols["tags"].get("needs_lists") is True
+    assert cols["x"]["compression"] == ["ZSTD"]
+
+
+def test_inspect_warns_about_nulls_unsupported_types_and_slow_codecs(odd_dataset, capsys):
+    assert main(["inspect", odd_dataset]) == 0
+    out = capsys.readouterr().out
+    assert "column 'a' has 1 null(s)" in out and "fill_null" in out
+    assert "column 's'" in out and "cannot read it" in out
+    assert "GZIP" in out and "slow to" in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["inspect", "/no/such/folder"], "no such file or folder: /no/such/folder"),
+    (["bench", "/no/such/folder", "--batches", "1"], "no such file or folder"),
+])
+def test_bad_uri_exits_2_naming_the_path(argv, needle, capsys):
+    assert main(argv) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_empty_folder_exits_2(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path)]) == 2
+    assert "no Parquet files" in capsys.readouterr().err
+
+
+def test_not_parquet_exits_2(tmp_path, capsys):
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet at all")
+    assert main(["inspect", str(bad)]) == 2
+    assert "bad.parquet" in capsys.readouterr().err
+
+
+def test_unknown_column_exits_2(dataset, capsys):
+    assert main(["inspect", dataset, "--columns", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert main(["bench", dataset, "--columns", "nope", "--batches", "1", "--no-progress"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["bench", "DATA", "--batch-size", "0"], "--batch-size"),
+    (["bench", "DATA", "--batches", "-3"], "--batches"),
+    (["bench", "DATA", "--seconds", "abc"], "--seconds"),
+    (["bench", "DATA", "--lists", "jagged"], "--lists"),
+    (["bench", "DATA", "--batches", "1", "--seconds", "1"], "not allowed with"),
+    (["inspect"], "uri"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_options_exit_2_naming_the_option(dataset, argv, needle, capsys):
+    argv = [dataset if a == "DATA" else a for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_bad_loader_option_value_exits_2(dataset, capsys):
+    code = main(["bench", dataset, "--columns", "label", "--prefetch-bytes", "12XB",
+                 "--batches", "1", "--no-progress"])
+    assert code == 2
+    assert "prefetch_bytes" in capsys.readouterr().err
+
+
+def test_bench_without_lists_for_a_list_column_explains(dataset, capsys):
+    assert main(["bench", dataset, "--columns", "tags", "--batches", "1", "--no-progress"]) == 2
+    assert "lists" in capsys.readouterr().err
+
+
+def test_bench_prints_rates_stages_and_verdict(dataset, capsys):
+    code = main(["bench", dataset, "--columns", "label,emb,tags", "--features", "x,y",
+                 "--lists", "padded", "--batch-size", "500", "--batches", "30", "--no-progress"])
+    assert code == 0
+    out = capsys.readouterr().out
+    # 30 batches of 500 rows: more than one epoch of 6000 rows
+    assert "15,000 rows in 30 batches" in out
+    assert "rows/s" in out and "MB/s" in out
+    assert "decode" in out  # a stage from loader.stats()
+    verdict = [line for line in out.splitlines() if line.startswith("verdict: ")]
+    assert len(verdict) == 1
+    assert verdict[0].split(": ")[1].split(":")[0] in (
+        "I/O-bound", "decode-bound", "transform-bound", "consumer")
+
+
+def test_bench_seconds_stops(dataset, capsys):
+    assert main(["bench", dataset, "--columns", "label", "--seconds", "0.5", "--no-progress"]) == 0
+    assert "rows/s" in capsys.readouterr().out
+
+
+def test_bottleneck_verdicts():
+    from stoker._cli_bench import bottleneck
+
+    stage = lambda busy, win, wout: {"busy_s": busy, "wait_input_s": win,  # noqa: E731
+                                     "wait_output_s": wout, "items": 1, "bytes": 1}
+    decode_bound = {"stages": {"decode": stage(1.9, 0.0, 0.0), "batch": stage(0.2, 0.8, 0.0)},
+                    "consumer_wait_s": 0.8}
+    assert bottleneck(decode_bound, 1.0)[1] == "decode-bound"
+    io_bound = {"stages": {"fetch": stage(0.9, 0.0, 0.0), "decode": stage(0.3, 1.5, 0.0)},
+                "consumer_wait_s": 0.9}
+    assert bottleneck(io_bound, 1.0)[1] == "I/O-bound"
+    transform = {"stages": {"decode": stage(0.5, 0.0, 1.5), "batch": stage(0.95, 0.05, 0.0)},
+                 "consumer_wait_s": 0.9}
+    assert bottleneck(transform, 1.0)[1] == "transform-bound"
+    consumer = {"stages": {"decode": stage(0.5, 0.0, 1.5)}, "consumer_wait_s": 0.01}
+    assert bottleneck(consumer, 1.0)[1] == "consumer"
+
+
+def test_python_dash_m_and_console_script_entry(dataset):
+    proc = subprocess.run([sys.executable, "-m", "stoker", "inspect", dataset, "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["rows"] == 6000
+    proc = subprocess.run([sys.executable, "-m", "stoker", "inspect", "/no/such/x"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "no such file or folder" in proc.stderr
+
+
+def test_pyproject_declares_the_console_script():
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        text = f.read()
+    assert '[project.scripts]' in text
+    assert 'stoker = "stoker.__main__:main"' in text
