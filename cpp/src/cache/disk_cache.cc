@@ -1,0 +1,734 @@
+#include "cache/disk_cache.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <new>
+#include <system_error>
+#include <tuple>
+
+#include "cache/xxhash64.h"
+
+namespace stoker {
+namespace {
+
+// Entry file: EntryHeader, namespace bytes, key bytes, zero padding to a multiple of 64, payload.
+// Fields are native-endian: the cache is node-local.
+constexpr char kMagic[8] = {'S', 'T', 'K', 'C', 'A', 'C', 'H', 'E'};
+constexpr uint32_t kFormatVersion = 1;
+constexpr int64_t kAlign = 64;
+constexpr size_t kMaxKeyBytes = size_t{1} << 20;
+constexpr size_t kMaxNamespaceBytes = 64;
+constexpr int64_t kWriteChunk = int64_t{8} << 20;
+constexpr size_t kMaxIov = 512;
+// A temporary file that nobody holds locked and that has not changed for this long is abandoned
+// even if its writer's pid is alive (pid reuse, or another pid namespace).
+constexpr int64_t kStaleTempSeconds = 600;
+constexpr uint64_t kNameSeed2 = 0x5374b0e7c0ffee11ULL;
+// Byte 0 of the lock file is the folder lock (accounting, eviction, commits); every key's
+// GetOrFill lock is one byte at an offset >= 1 derived from the key's hash. Bytes 0-7 of the
+// file's content hold the used-bytes counter (content and lock ranges are unrelated).
+constexpr off_t kFolderLockOffset = 0;
+
+struct EntryHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;  // offset of the payload, a multiple of kAlign
+  uint32_t ns_size;
+  uint32_t key_size;
+  uint64_t payload_size;
+  uint64_t payload_checksum;  // XXH64 of the payload
+  uint64_t header_checksum;   // XXH64 of the bytes before the payload (with this field 0)
+  uint8_t reserved[16];
+};
+static_assert(sizeof(EntryHeader) == 64, "the payload offset math assumes a 64-byte header");
+
+int64_t RoundUp(int64_t value, int64_t align) { return (value + align - 1) / align * align; }
+
+int64_t HeaderBytes(size_t ns_size, size_t key_size) {
+  return RoundUp(static_cast<int64_t>(sizeof(EntryHeader) + ns_size + key_size), kAlign);
+}
+
+// Covers every byte before the payload: the header, namespace, key and padding.
+uint64_t HeaderChecksum(const EntryHeader& header, const uint8_t* rest) {
+  EntryHeader copy = header;
+  copy.header_checksum = 0;
+  Xxh64 hash;
+  hash.Update(&copy, sizeof(copy));
+  hash.Update(rest, header.header_bytes - sizeof(EntryHeader));
+  return hash.Digest();
+}
+
+std::string ErrnoText(int err) { return std::system_category().message(err); }
+
+Status StorageError(const std::string& path, const std::string& what, int err) {
+  return MakeError(ErrorKind::kStorage,
+                   "stoker cache: " + what + " " + path + ": " + ErrnoText(err));
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+struct KeyName {
+  std::string hex;  // 32 hex digits: the file name
+  off_t lock_offset;
+};
+
+KeyName NameOf(const std::string& ns, const std::string& key) {
+  // The namespace has no NUL byte, so "ns\0key" is unambiguous.
+  uint64_t digests[2];
+  const uint64_t seeds[2] = {0, kNameSeed2};
+  for (int i = 0; i < 2; ++i) {
+    Xxh64 hash(seeds[i]);
+    hash.Update(ns.data(), ns.size());
+    hash.Update("", 1);
+    hash.Update(key.data(), key.size());
+    digests[i] = hash.Digest();
+  }
+  static const char kHex[] = "0123456789abcdef";
+  KeyName name;
+  name.hex.resize(32);
+  for (int i = 0; i < 32; ++i) {
+    name.hex[i] = kHex[(digests[i / 16] >> (60 - 4 * (i % 16))) & 0xF];
+  }
+  name.lock_offset = static_cast<off_t>(1 + (digests[0] >> 2));
+  return name;
+}
+
+bool IsHex(const std::string& text, size_t size) {
+  if (text.size() != size) return false;
+  return std::all_of(text.begin(), text.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+bool IsNamespace(const std::string& ns) {
+  if (ns.empty() || ns.size() > kMaxNamespaceBytes) return false;
+  return std::all_of(ns.begin(), ns.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
+  });
+}
+
+Status CheckNameAndKey(const std::string& dir, const std::string& ns, const std::string& key) {
+  if (!IsNamespace(ns)) {
+    return MakeError(ErrorKind::kInvalidOption, "stoker cache " + dir + ": namespace '" + ns +
+                                                    "' must be 1-64 characters of [A-Za-z0-9_-]");
+  }
+  if (key.size() > kMaxKeyBytes) {
+    return MakeError(ErrorKind::kInvalidOption, "stoker cache " + dir + ": a key of " +
+                                                    std::to_string(key.size()) +
+                                                    " bytes is longer than 1 MiB");
+  }
+  return Status::OK();
+}
+
+timespec Now() {
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return now;
+}
+
+// Marks an entry as used now. An explicit time (not UTIME_NOW, which has the kernel's coarse
+// tick) keeps the order of quick successive uses. Best effort: a shared folder written by another
+// user refuses it, and then recency falls back to the write time.
+void Touch(int fd) {
+  const timespec times[2] = {{0, UTIME_OMIT}, Now()};
+  (void)futimens(fd, times);
+}
+
+// Names in `path`; a missing or non-folder path lists as empty.
+Status ListDir(const std::string& path, std::vector<std::string>* names) {
+  names->clear();
+  DIR* dir = opendir(path.c_str());
+  if (dir == nullptr) {
+    if (errno == ENOENT || errno == ENOTDIR) return Status::OK();
+    return StorageError(path, "cannot list", errno);
+  }
+  while (const dirent* item = readdir(dir)) {
+    if (item->d_name[0] == '.') continue;  // ".", "..", and our own ".lock" / ".tmp"
+    names->emplace_back(item->d_name);
+  }
+  closedir(dir);
+  return Status::OK();
+}
+
+struct ScannedEntry {
+  timespec used;
+  int64_t size;
+  std::string path;
+};
+
+// Every committed entry: <dir>/<namespace>/<2 hex>/<32 hex>. Anything else is not ours.
+Status ScanEntries(const std::string& dir, std::vector<ScannedEntry>* out) {
+  out->clear();
+  std::vector<std::string> namespaces, shards, files;
+  STOKER_RETURN_NOT_OK(ListDir(dir, &namespaces));
+  for (const auto& ns : namespaces) {
+    if (!IsNamespace(ns)) continue;
+    STOKER_RETURN_NOT_OK(ListDir(dir + "/" + ns, &shards));
+    for (const auto& shard : shards) {
+      if (!IsHex(shard, 2)) continue;
+      const std::string shard_path = dir + "/" + ns + "/" + shard;
+      STOKER_RETURN_NOT_OK(ListDir(shard_path, &files));
+      for (const auto& file : files) {
+        if (!IsHex(file, 32) || file.compare(0, 2, shard) != 0) continue;
+        std::string path = shard_path + "/" + file;
+        struct stat st;
+        if (lstat(path.c_str(), &st) != 0) {
+          if (errno == ENOENT) continue;
+          return StorageError(path, "cannot stat", errno);
+        }
+        if (!S_ISREG(st.st_mode)) continue;
+        out->push_back({st.st_mtim, static_cast<int64_t>(st.st_size), std::move(path)});
+      }
+    }
+  }
+  return Status::OK();
+}
+
+// Takes (or with wait=false, tries) the one-byte open-file-description lock at `offset`. OFD
+// locks belong to the open file, not the process, so they exclude threads that opened the file
+// separately, and the kernel drops them when their holder dies.
+Result<bool> LockByte(int fd, off_t offset, bool wait, const std::string& path) {
+  struct flock lock = {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = offset;
+  lock.l_len = 1;
+  for (;;) {
+    if (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &lock) == 0) return true;
+    if (errno == EINTR) continue;
+    if (!wait && (errno == EAGAIN || errno == EACCES)) return false;
+    return StorageError(path, "cannot lock", errno);
+  }
+}
+
+void UnlockByte(int fd, off_t offset) {
+  struct flock lock = {};
+  lock.l_type = F_UNLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = offset;
+  lock.l_len = 1;
+  (void)fcntl(fd, F_OFD_SETLK, &lock);
+}
+
+// Maps a whole file read-only. The mapping outlives unlink() and close().
+Result<std::shared_ptr<const void>> MapFile(int fd, int64_t size, const std::string& path) {
+  void* base =
+      mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (base == MAP_FAILED) return StorageError(path, "cannot map", errno);
+  return std::shared_ptr<const void>(
+      base, [size](const void* p) { munmap(const_cast<void*>(p), static_cast<size_t>(size)); });
+}
+
+// Writes `iov` fully, at most kWriteChunk bytes per writev().
+Status WriteAll(int fd, std::vector<iovec> iov, const std::string& path,
+                const std::function<void(int64_t)>& on_write) {
+  size_t index = 0;
+  int64_t written = 0;
+  std::vector<iovec> batch;
+  while (index < iov.size()) {
+    if (iov[index].iov_len == 0) {
+      ++index;
+      continue;
+    }
+    batch.clear();
+    int64_t bytes = 0;
+    for (size_t i = index; i < iov.size() && batch.size() < kMaxIov && bytes < kWriteChunk; ++i) {
+      iovec piece = iov[i];
+      piece.iov_len = std::min<size_t>(piece.iov_len, static_cast<size_t>(kWriteChunk - bytes));
+      batch.push_back(piece);
+      bytes += static_cast<int64_t>(piece.iov_len);
+    }
+    const ssize_t n = writev(fd, batch.data(), static_cast<int>(batch.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return StorageError(path, "cannot write", n < 0 ? errno : ENOSPC);
+    written += n;
+    size_t left = static_cast<size_t>(n);
+    while (left > 0) {
+      if (left >= iov[index].iov_len) {
+        left -= iov[index].iov_len;
+        ++index;
+      } else {
+        iov[index].iov_base = static_cast<char*>(iov[index].iov_base) + left;
+        iov[index].iov_len -= left;
+        left = 0;
+      }
+    }
+    if (on_write) on_write(written);
+  }
+  return Status::OK();
+}
+
+std::shared_ptr<CacheEntry> CopyToMemory(const DiskCache::Parts& parts) {
+  size_t size = 0;
+  for (const auto& part : parts) size += part.second;
+  auto* buffer =
+      static_cast<uint8_t*>(::operator new (std::max<size_t>(size, 1), std::align_val_t{kAlign}));
+  std::shared_ptr<const void> owner(buffer, [](const void* p) {
+    ::operator delete (const_cast<void*>(p), std::align_val_t{kAlign});
+  });
+  size_t offset = 0;
+  for (const auto& part : parts) {
+    if (part.second > 0) std::memcpy(buffer + offset, part.first, part.second);
+    offset += part.second;
+  }
+  return std::make_shared<CacheEntry>(buffer, static_cast<int64_t>(size), std::move(owner));
+}
+
+}  // namespace
+
+// Holds the folder lock: this process's mutex, then byte 0 of the lock file.
+class DiskCache::FolderLock {
+ public:
+  explicit FolderLock(const DiskCache* cache) : cache_(cache), guard_(cache->folder_mutex_) {}
+  ~FolderLock() {
+    if (locked_) UnlockByte(fd_, kFolderLockOffset);
+  }
+  Status Acquire() {
+    STOKER_ASSIGN_OR_RAISE(fd_, cache_->LockFd());
+    STOKER_ASSIGN_OR_RAISE(locked_, LockByte(fd_, kFolderLockOffset, true, cache_->lock_path_));
+    return Status::OK();
+  }
+  int fd() const { return fd_; }
+
+ private:
+  const DiskCache* cache_;
+  std::lock_guard<std::mutex> guard_;
+  int fd_ = -1;
+  bool locked_ = false;
+};
+
+DiskCache::DiskCache(DiskCacheOptions options)
+    : options_(std::move(options)),
+      lock_path_(options_.dir + "/.lock"),
+      tmp_dir_(options_.dir + "/.tmp") {}
+
+DiskCache::~DiskCache() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+Result<std::shared_ptr<DiskCache>> DiskCache::Open(const DiskCacheOptions& options) {
+  if (options.dir.empty()) {
+    return MakeError(ErrorKind::kInvalidOption, "cache_dir is empty");
+  }
+  if (options.max_bytes <= 0) {
+    return MakeError(ErrorKind::kInvalidOption, "cache_bytes must be positive, got " +
+                                                    std::to_string(options.max_bytes) +
+                                                    " (cache_dir " + options.dir + ")");
+  }
+  if (options.min_free_bytes < 0) {
+    return MakeError(ErrorKind::kInvalidOption, "cache_min_free_bytes must be >= 0, got " +
+                                                    std::to_string(options.min_free_bytes) +
+                                                    " (cache_dir " + options.dir + ")");
+  }
+  std::error_code error;
+  std::filesystem::create_directories(options.dir, error);
+  if (error || !std::filesystem::is_directory(options.dir)) {
+    return MakeError(ErrorKind::kInvalidOption,
+                     "cache_dir " + options.dir + " is not a usable folder" +
+                         (error ? ": " + error.message() : std::string()));
+  }
+  std::shared_ptr<DiskCache> cache(new DiskCache(options));
+  if (mkdir(cache->tmp_dir_.c_str(), 0777) != 0 && errno != EEXIST) {
+    return MakeError(ErrorKind::kInvalidOption, "cache_dir " + options.dir +
+                                                    " is not writable: cannot create " +
+                                                    cache->tmp_dir_ + ": " + ErrnoText(errno));
+  }
+  FolderLock lock(cache.get());
+  Status status = lock.Acquire();
+  if (!status.ok()) {
+    return MakeError(ErrorKind::kInvalidOption,
+                     "cache_dir " + options.dir + " is not usable: " + status.message());
+  }
+  STOKER_RETURN_NOT_OK(cache->CleanTempsLocked());
+  STOKER_RETURN_NOT_OK(cache->RecountLocked());
+  return cache;
+}
+
+std::string DiskCache::EntryPath(const std::string& ns, const std::string& key) const {
+  const KeyName name = NameOf(ns, key);
+  return options_.dir + "/" + ns + "/" + name.hex.substr(0, 2) + "/" + name.hex;
+}
+
+Result<int> DiskCache::LockFd() const {
+  const int pid = static_cast<int>(getpid());
+  if (lock_fd_ >= 0 && lock_fd_pid_ == pid) return lock_fd_;
+  // After fork() the inherited descriptor shares its open file, hence its locks, with the parent.
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+  lock_fd_ = open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (lock_fd_ < 0) return StorageError(lock_path_, "cannot open", errno);
+  lock_fd_pid_ = pid;
+  return lock_fd_;
+}
+
+Result<int64_t> DiskCache::ReadUsedLocked() const {
+  int64_t used = 0;
+  const ssize_t n = pread(lock_fd_, &used, sizeof(used), 0);
+  if (n < 0) return StorageError(lock_path_, "cannot read", errno);
+  return n == sizeof(used) ? std::max<int64_t>(used, 0) : 0;
+}
+
+Status DiskCache::WriteUsedLocked(int64_t used) const {
+  used = std::max<int64_t>(used, 0);
+  if (pwrite(lock_fd_, &used, sizeof(used), 0) != sizeof(used)) {
+    return StorageError(lock_path_, "cannot write", errno);
+  }
+  return Status::OK();
+}
+
+Status DiskCache::RecountLocked() const {
+  std::vector<ScannedEntry> entries;
+  STOKER_RETURN_NOT_OK(ScanEntries(options_.dir, &entries));
+  int64_t used = 0;
+  for (const auto& entry : entries) used += entry.size;
+  return WriteUsedLocked(used);
+}
+
+Status DiskCache::CleanTempsLocked() const {
+  std::vector<std::string> names;
+  STOKER_RETURN_NOT_OK(ListDir(tmp_dir_, &names));
+  const timespec now = Now();
+  for (const auto& name : names) {
+    const std::string path = tmp_dir_ + "/" + name;
+    // <32 hex>.<pid>.<seq>.tmp
+    long pid = 0;
+    const size_t dot = name.find('.');
+    if (dot != std::string::npos) pid = std::strtol(name.c_str() + dot + 1, nullptr, 10);
+    Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (fd.get() < 0) continue;  // gone meanwhile, or not a file
+    // A writer holds flock() on its temporary file until it is renamed or removed.
+    if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    struct stat st;
+    if (fstat(fd.get(), &st) != 0) continue;
+    const bool writer_dead = pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+    const bool stale = now.tv_sec - st.st_mtim.tv_sec > kStaleTempSeconds;
+    if ((writer_dead || stale) && unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return StorageError(path, "cannot remove", errno);
+    }
+  }
+  return Status::OK();
+}
+
+Result<int64_t> DiskCache::FreeBytes() const {
+  if (options_.free_bytes_for_testing) return options_.free_bytes_for_testing();
+  struct statvfs fs;
+  if (statvfs(options_.dir.c_str(), &fs) != 0)
+    return StorageError(options_.dir, "cannot statvfs", errno);
+  return static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+}
+
+Result<bool> DiskCache::EvictLocked(int64_t incoming_bytes, int64_t incoming_disk_bytes) {
+  STOKER_ASSIGN_OR_RAISE(int64_t used, ReadUsedLocked());
+  STOKER_ASSIGN_OR_RAISE(const int64_t free_bytes, FreeBytes());
+  const int64_t max_bytes = options_.max_bytes;
+  const int64_t floor = options_.min_free_bytes;
+  if (used + incoming_bytes <= max_bytes && free_bytes - incoming_disk_bytes >= floor) return true;
+
+  // Count from the folder itself: this also repairs a counter left stale by a killed writer.
+  std::vector<ScannedEntry> entries;
+  STOKER_RETURN_NOT_OK(ScanEntries(options_.dir, &entries));
+  used = 0;
+  for (const auto& entry : entries) used += entry.size;
+  int64_t to_free = 0;
+  if (used + incoming_bytes > max_bytes) {
+    // Go a little below the budget so that the next commits do not each scan the folder.
+    to_free = used + incoming_bytes - (max_bytes - max_bytes / 64);
+  }
+  to_free = std::max(to_free, floor + incoming_disk_bytes - free_bytes);
+  std::sort(entries.begin(), entries.end(), [](const ScannedEntry& a, const ScannedEntry& b) {
+    return std::tie(a.used.tv_sec, a.used.tv_nsec, a.path) <
+           std::tie(b.used.tv_sec, b.used.tv_nsec, b.path);
+  });
+  int64_t freed = 0;
+  for (const auto& entry : entries) {
+    if (freed >= to_free) break;
+    if (unlink(entry.path.c_str()) != 0 && errno != ENOENT) {
+      (void)WriteUsedLocked(used - freed);
+      return StorageError(entry.path, "cannot evict", errno);
+    }
+    freed += entry.size;
+    counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+  }
+  used -= freed;
+  STOKER_RETURN_NOT_OK(WriteUsedLocked(used));
+  // Space of an unlinked entry that someone still maps returns only when it is unmapped; the
+  // next commit's statvfs() sees the truth.
+  return used + incoming_bytes <= max_bytes && free_bytes + freed - incoming_disk_bytes >= floor;
+}
+
+Status DiskCache::DropCorrupt(const std::string& path, int fd) {
+  FolderLock lock(this);
+  STOKER_RETURN_NOT_OK(lock.Acquire());
+  // Unlink only the file we judged: a writer may have renamed a good entry over it meanwhile.
+  struct stat judged, current;
+  if (fstat(fd, &judged) != 0) return StorageError(path, "cannot stat", errno);
+  if (stat(path.c_str(), &current) != 0 || current.st_ino != judged.st_ino ||
+      current.st_dev != judged.st_dev) {
+    return Status::OK();
+  }
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return StorageError(path, "cannot remove corrupt entry", errno);
+  }
+  STOKER_ASSIGN_OR_RAISE(const int64_t used, ReadUsedLocked());
+  return WriteUsedLocked(used - static_cast<int64_t>(judged.st_size));
+}
+
+Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, const std::string& key,
+                                                      bool count_miss) {
+  STOKER_RETURN_NOT_OK(CheckNameAndKey(options_.dir, ns, key));
+  const std::string path = EntryPath(ns, key);
+  auto miss = [&]() -> std::shared_ptr<CacheEntry> {
+    if (count_miss) counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  };
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) return miss();
+    return StorageError(path, "cannot open", errno);
+  }
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return StorageError(path, "cannot stat", errno);
+  const int64_t file_size = static_cast<int64_t>(st.st_size);
+
+  auto corrupt = [&]() -> Result<std::shared_ptr<CacheEntry>> {
+    counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
+    STOKER_RETURN_NOT_OK(DropCorrupt(path, fd.get()));
+    return miss();
+  };
+  if (file_size < static_cast<int64_t>(sizeof(EntryHeader))) return corrupt();
+  STOKER_ASSIGN_OR_RAISE(auto mapping, MapFile(fd.get(), file_size, path));
+  const auto* base = static_cast<const uint8_t*>(mapping.get());
+  EntryHeader header;
+  std::memcpy(&header, base, sizeof(header));
+  if (std::memcmp(header.magic, kMagic, sizeof(kMagic)) != 0 || header.version != kFormatVersion ||
+      static_cast<int64_t>(header.header_bytes) != HeaderBytes(header.ns_size, header.key_size) ||
+      header.header_bytes > file_size ||
+      header.payload_size != static_cast<uint64_t>(file_size - header.header_bytes)) {
+    return corrupt();
+  }
+  const uint8_t* stored_ns = base + sizeof(EntryHeader);
+  const uint8_t* stored_key = stored_ns + header.ns_size;
+  if (HeaderChecksum(header, stored_ns) != header.header_checksum) return corrupt();
+  // Another key whose name hashes the same: not ours, and not damaged either.
+  if (header.ns_size != ns.size() || header.key_size != key.size() ||
+      std::memcmp(stored_ns, ns.data(), ns.size()) != 0 ||
+      std::memcmp(stored_key, key.data(), key.size()) != 0) {
+    return miss();
+  }
+  const uint8_t* payload = base + header.header_bytes;
+  if (XxHash64(payload, header.payload_size) != header.payload_checksum) return corrupt();
+  Touch(fd.get());
+  counters_.hits.fetch_add(1, std::memory_order_relaxed);
+  counters_.bytes_read.fetch_add(static_cast<int64_t>(header.payload_size),
+                                 std::memory_order_relaxed);
+  return std::make_shared<CacheEntry>(payload, static_cast<int64_t>(header.payload_size),
+                                      std::move(mapping));
+}
+
+Result<std::shared_ptr<CacheEntry>> DiskCache::Get(const std::string& ns, const std::string& key) {
+  return Lookup(ns, key, /*count_miss=*/true);
+}
+
+Status DiskCache::Put(const std::string& ns, const std::string& key, const Parts& parts) {
+  return PutImpl(ns, key, parts, /*want_entry=*/false).status();
+}
+
+Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
+                                                       const std::string& key, const Parts& parts,
+                                                       bool want_entry) {
+  STOKER_RETURN_NOT_OK(CheckNameAndKey(options_.dir, ns, key));
+  const int64_t header_bytes = HeaderBytes(ns.size(), key.size());
+  int64_t payload_size = 0;
+  for (const auto& part : parts) payload_size += static_cast<int64_t>(part.second);
+  const int64_t file_size = header_bytes + payload_size;
+  auto not_stored = [&]() -> std::shared_ptr<CacheEntry> {
+    counters_.not_stored.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  };
+  // Evicting everything would not make room: keep the cache as it is.
+  if (file_size > options_.max_bytes) return not_stored();
+
+  // Make room above the floor for the temporary file before writing it.
+  STOKER_ASSIGN_OR_RAISE(const int64_t free_bytes, FreeBytes());
+  if (free_bytes - file_size < options_.min_free_bytes) {
+    FolderLock lock(this);
+    STOKER_RETURN_NOT_OK(lock.Acquire());
+    STOKER_ASSIGN_OR_RAISE(const bool fits, EvictLocked(0, file_size));
+    if (!fits) return not_stored();
+  }
+
+  std::vector<uint8_t> head(static_cast<size_t>(header_bytes), 0);
+  EntryHeader header = {};
+  std::memcpy(header.magic, kMagic, sizeof(kMagic));
+  header.version = kFormatVersion;
+  header.header_bytes = static_cast<uint32_t>(header_bytes);
+  header.ns_size = static_cast<uint32_t>(ns.size());
+  header.key_size = static_cast<uint32_t>(key.size());
+  header.payload_size = static_cast<uint64_t>(payload_size);
+  Xxh64 checksum;
+  for (const auto& part : parts) checksum.Update(part.first, part.second);
+  header.payload_checksum = checksum.Digest();
+  std::memcpy(head.data() + sizeof(header), ns.data(), ns.size());
+  std::memcpy(head.data() + sizeof(header) + ns.size(), key.data(), key.size());
+  header.header_checksum = HeaderChecksum(header, head.data() + sizeof(header));
+  std::memcpy(head.data(), &header, sizeof(header));
+
+  const KeyName name = NameOf(ns, key);
+  const std::string temp_path = tmp_dir_ + "/" + name.hex + "." + std::to_string(getpid()) + "." +
+                                std::to_string(temp_seq_.fetch_add(1)) + ".tmp";
+  Fd fd(open(temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return StorageError(temp_path, "cannot create", errno);
+  // Tells Open()/Clear() in other processes that this file has a live writer.
+  (void)flock(fd.get(), LOCK_EX | LOCK_NB);
+  auto discard = [&](Status status) {
+    unlink(temp_path.c_str());
+    return status;
+  };
+
+  std::vector<iovec> iov;
+  iov.reserve(parts.size() + 1);
+  iov.push_back({head.data(), head.size()});
+  for (const auto& part : parts) iov.push_back({const_cast<void*>(part.first), part.second});
+  Status status = WriteAll(fd.get(), std::move(iov), temp_path, options_.on_write_for_testing);
+  if (!status.ok()) return discard(status);
+
+  const std::string final_path = EntryPath(ns, key);
+  {
+    FolderLock lock(this);
+    status = lock.Acquire();
+    if (!status.ok()) return discard(status);
+    // The temporary file is on disk already: only the budget needs room, the floor must hold.
+    Result<bool> fits = EvictLocked(file_size, 0);
+    if (!fits.ok()) return discard(fits.status());
+    if (!*fits) {
+      unlink(temp_path.c_str());
+      return not_stored();
+    }
+    Touch(fd.get());
+    struct stat old;
+    const int64_t replaced = stat(final_path.c_str(), &old) == 0 && S_ISREG(old.st_mode)
+                                 ? static_cast<int64_t>(old.st_size)
+                                 : 0;
+    if (rename(temp_path.c_str(), final_path.c_str()) != 0) {
+      if (errno != ENOENT) return discard(StorageError(final_path, "cannot commit", errno));
+      const std::string ns_dir = options_.dir + "/" + ns;
+      const std::string shard_dir = ns_dir + "/" + name.hex.substr(0, 2);
+      (void)mkdir(ns_dir.c_str(), 0777);
+      (void)mkdir(shard_dir.c_str(), 0777);
+      if (rename(temp_path.c_str(), final_path.c_str()) != 0) {
+        return discard(StorageError(final_path, "cannot commit", errno));
+      }
+    }
+    STOKER_ASSIGN_OR_RAISE(const int64_t used, ReadUsedLocked());
+    STOKER_RETURN_NOT_OK(WriteUsedLocked(used + file_size - replaced));
+  }
+  counters_.writes.fetch_add(1, std::memory_order_relaxed);
+  counters_.bytes_written.fetch_add(payload_size, std::memory_order_relaxed);
+  if (!want_entry) return nullptr;
+  // Map our own descriptor: the entry may already be evicted by another process.
+  STOKER_ASSIGN_OR_RAISE(auto mapping, MapFile(fd.get(), file_size, final_path));
+  const auto* payload = static_cast<const uint8_t*>(mapping.get()) + header_bytes;
+  return std::make_shared<CacheEntry>(payload, payload_size, std::move(mapping));
+}
+
+Result<std::shared_ptr<CacheEntry>> DiskCache::GetOrFill(const std::string& ns,
+                                                         const std::string& key,
+                                                         const Filler& fill) {
+  STOKER_ASSIGN_OR_RAISE(auto entry, Lookup(ns, key, /*count_miss=*/false));
+  if (entry) return entry;
+
+  // A descriptor of our own: OFD locks on separately opened descriptors exclude each other, in
+  // this process too, and closing it releases the key's lock.
+  Fd fd(open(lock_path_.c_str(), O_RDWR | O_CLOEXEC));
+  if (fd.get() < 0) return StorageError(lock_path_, "cannot open", errno);
+  const off_t offset = NameOf(ns, key).lock_offset;
+  STOKER_ASSIGN_OR_RAISE(const bool locked, LockByte(fd.get(), offset, false, lock_path_));
+  if (!locked) {
+    counters_.waits.fetch_add(1, std::memory_order_relaxed);
+    STOKER_RETURN_NOT_OK(LockByte(fd.get(), offset, true, lock_path_).status());
+  }
+  STOKER_ASSIGN_OR_RAISE(entry, Lookup(ns, key, /*count_miss=*/true));
+  if (entry) return entry;
+
+  Parts parts;
+  std::shared_ptr<void> keep_alive;
+  STOKER_RETURN_NOT_OK(fill(&parts, &keep_alive));
+  STOKER_ASSIGN_OR_RAISE(entry, PutImpl(ns, key, parts, /*want_entry=*/true));
+  if (entry) return entry;
+  return CopyToMemory(parts);
+}
+
+Status DiskCache::Clear() {
+  FolderLock lock(this);
+  STOKER_RETURN_NOT_OK(lock.Acquire());
+  std::vector<ScannedEntry> entries;
+  STOKER_RETURN_NOT_OK(ScanEntries(options_.dir, &entries));
+  for (const auto& entry : entries) {
+    if (unlink(entry.path.c_str()) != 0 && errno != ENOENT) {
+      (void)RecountLocked();
+      return StorageError(entry.path, "cannot remove", errno);
+    }
+  }
+  // Empty shard and namespace folders go too; rmdir() refuses non-empty ones (foreign files).
+  std::vector<std::string> namespaces, shards;
+  STOKER_RETURN_NOT_OK(ListDir(options_.dir, &namespaces));
+  for (const auto& ns : namespaces) {
+    if (!IsNamespace(ns)) continue;
+    const std::string ns_dir = options_.dir + "/" + ns;
+    STOKER_RETURN_NOT_OK(ListDir(ns_dir, &shards));
+    for (const auto& shard : shards) {
+      if (IsHex(shard, 2)) (void)rmdir((ns_dir + "/" + shard).c_str());
+    }
+    (void)rmdir(ns_dir.c_str());
+  }
+  STOKER_RETURN_NOT_OK(CleanTempsLocked());
+  return WriteUsedLocked(0);
+}
+
+Result<int64_t> DiskCache::UsedBytes() const {
+  std::vector<ScannedEntry> entries;
+  STOKER_RETURN_NOT_OK(ScanEntries(options_.dir, &entries));
+  int64_t used = 0;
+  for (const auto& entry : entries) used += entry.size;
+  return used;
+}
+
+DiskCacheStats DiskCache::stats() const {
+  DiskCacheStats out;
+  out.hits = counters_.hits.load();
+  out.misses = counters_.misses.load();
+  out.writes = counters_.writes.load();
+  out.not_stored = counters_.not_stored.load();
+  out.corrupt = counters_.corrupt.load();
+  out.evictions = counters_.evictions.load();
+  out.bytes_read = counters_.bytes_read.load();
+  out.bytes_written = counters_.bytes_written.load();
+  out.waits = counters_.waits.load();
+  return out;
+}
+
+}  // namespace stoker

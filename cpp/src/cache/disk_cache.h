@@ -1,0 +1,177 @@
+// DiskCache: the storage primitive of the node-local cache (docs/cache.md).
+//
+// A folder of immutable entries, each a byte payload stored under (namespace, key), shared by every
+// process on the node that opens the same folder. The block cache ("blocks") and the ready-tensor
+// cache ("tensors") are two namespaces of one DiskCache, so they share one byte budget.
+//
+// Guarantees:
+//  - An entry is visible whole or not at all: it is written to a temporary file and rename()d
+//    into place. A process killed mid-write leaves only a temporary file, which the next Open()
+//    (in any process) removes once its writer is dead.
+//  - Get() returns only verified bytes: magic, format version, the full key (hashes name the
+//    files; the key in the header rules out collisions), size and an XXH64 checksum of the
+//    payload. A corrupt or truncated entry is deleted, counted in stats().corrupt, and is a miss.
+//  - Committed entries stay within `max_bytes` and the file system keeps `min_free_bytes` free:
+//    each commit evicts least-recently-used entries (last use = file mtime, set on write and hit).
+//  - GetOrFill() runs the filler once per key across threads and processes (a byte-range lock
+//    per key on the folder's lock file); the others wait, then read the filled entry.
+//
+// Usage:
+//  1. auto cache = DiskCache::Open({dir, max_bytes, min_free_bytes});
+//  2. auto entry = cache->GetOrFill("blocks", key, [&](auto* parts, auto* keep_alive) {...});
+//     or Get() / Put() when the caller coordinates itself.
+//  3. Read entry->data()[0, entry->size()): a read-only mapping, 64-byte aligned, valid while the
+//     shared_ptr lives even if the entry is evicted, replaced or cleared meanwhile.
+//
+// Thread safety: every method may be called from any thread at once. A DiskCache may be used in a
+// child after fork() (the folder lock is reopened there), provided no thread of the parent was
+// inside a DiskCache call at the time of the fork. Entries must never be edited in place (a
+// mapped file that shrinks raises SIGBUS in its readers); the cache itself only creates, renames
+// and unlinks.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stoker/error.h"
+
+namespace stoker {
+
+struct DiskCacheOptions {
+  /// The cache folder; created if missing. Node-local storage only (no NFS: locks and rename()
+  /// semantics are what make sharing safe).
+  std::string dir;
+  /// Budget of committed entries (header + payload bytes).
+  int64_t max_bytes = int64_t{50} << 30;
+  /// Eviction keeps at least this much free space on the cache's file system.
+  int64_t min_free_bytes = int64_t{1} << 30;
+
+  /// Test seams; leave empty. `free_bytes_for_testing` replaces statvfs();
+  /// `on_write_for_testing` runs after each chunk of a temporary file is written.
+  std::function<int64_t()> free_bytes_for_testing;
+  std::function<void(int64_t bytes_written)> on_write_for_testing;
+};
+
+/// Per-DiskCache-object counters (each process counts its own).
+struct DiskCacheStats {
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t writes = 0;         // entries committed by this object
+  int64_t not_stored = 0;     // Put()s skipped: larger than the budget, or no room above the floor
+  int64_t corrupt = 0;        // entries found corrupt and deleted
+  int64_t evictions = 0;      // entries evicted by this object
+  int64_t bytes_read = 0;     // payload bytes returned by hits
+  int64_t bytes_written = 0;  // payload bytes committed
+  int64_t waits = 0;          // GetOrFill() calls that waited for another filler
+};
+
+/// A read-only view of one payload. Owns what keeps the bytes alive (a mapping of the entry
+/// file, or the filler's buffers when an entry could not be stored); copyable via shared_ptr.
+class CacheEntry {
+ public:
+  CacheEntry(const uint8_t* data, int64_t size, std::shared_ptr<const void> owner)
+      : data_(data), size_(size), owner_(std::move(owner)) {}
+
+  /// 64-byte aligned (for payloads read from disk).
+  const uint8_t* data() const { return data_; }
+  int64_t size() const { return size_; }
+
+ private:
+  const uint8_t* data_;
+  int64_t size_;
+  std::shared_ptr<const void> owner_;
+};
+
+class DiskCache {
+ public:
+  /// Payload pieces, concatenated in order (written with one writev per chunk, never copied).
+  using Parts = std::vector<std::pair<const void*, size_t>>;
+  /// Produces the payload of a missing key. `keep_alive` may hold the buffers `parts` point to
+  /// (it is released after the write, or kept by the returned entry when nothing was stored).
+  using Filler = std::function<Status(Parts* parts, std::shared_ptr<void>* keep_alive)>;
+
+  /// Creates the folder if needed, removes temporary files of dead writers and recounts the
+  /// used bytes. kInvalidOption for an empty, non-folder or unwritable `dir` or a bad budget.
+  static Result<std::shared_ptr<DiskCache>> Open(const DiskCacheOptions& options);
+  ~DiskCache();
+
+  DiskCache(const DiskCache&) = delete;
+  DiskCache& operator=(const DiskCache&) = delete;
+
+  /// The verified entry, or nullptr on a miss (absent, corrupt, or another key's file).
+  /// Marks the entry as recently used. `ns`: [A-Za-z0-9_-]{1,64}; `key`: any bytes.
+  Result<std::shared_ptr<CacheEntry>> Get(const std::string& ns, const std::string& key);
+
+  /// Stores (or replaces) an entry, evicting as needed. Not an error when the entry cannot be
+  /// stored because it exceeds max_bytes or no room is left above the floor (counted in
+  /// stats().not_stored); kStorage on an I/O failure (nothing is left behind).
+  Status Put(const std::string& ns, const std::string& key, const Parts& parts);
+
+  /// Get(), or on a miss: take the key's lock (waiting for any other thread or process that
+  /// holds it; a killed holder releases it), Get() again, and only if still missing run `fill`
+  /// and store its payload. Returns the entry in every case (from memory when it could not be
+  /// stored). An error from `fill` is returned and the next caller fills again.
+  Result<std::shared_ptr<CacheEntry>> GetOrFill(const std::string& ns, const std::string& key,
+                                                const Filler& fill);
+
+  /// Removes every entry and dead writers' temporary files (files the cache did not create are
+  /// left alone). Mappings held by callers stay valid.
+  Status Clear();
+
+  /// Bytes of committed entries, counted from the folder itself (a full scan).
+  Result<int64_t> UsedBytes() const;
+
+  /// This object's counters.
+  DiskCacheStats stats() const;
+
+  /// Where the entry for (ns, key) lives (whether or not it exists). For tools and tests.
+  std::string EntryPath(const std::string& ns, const std::string& key) const;
+
+  const DiskCacheOptions& options() const { return options_; }
+
+ private:
+  struct Counters {
+    std::atomic<int64_t> hits{0}, misses{0}, writes{0}, not_stored{0}, corrupt{0}, evictions{0},
+        bytes_read{0}, bytes_written{0}, waits{0};
+  };
+  class FolderLock;
+
+  explicit DiskCache(DiskCacheOptions options);
+
+  Result<std::shared_ptr<CacheEntry>> Lookup(const std::string& ns, const std::string& key,
+                                             bool count_miss);
+  // Returns nullptr when the entry was not stored (or not wanted).
+  Result<std::shared_ptr<CacheEntry>> PutImpl(const std::string& ns, const std::string& key,
+                                              const Parts& parts, bool want_entry);
+  Result<int64_t> FreeBytes() const;
+  Status DropCorrupt(const std::string& path, int fd);
+  // The rest need the folder lock held (FolderLock).
+  Result<int> LockFd() const;
+  // Evicts least-recently-used entries until `incoming_bytes` more fit in the budget and
+  // `incoming_disk_bytes` more leave the floor free; false when even an empty cache would not do.
+  Result<bool> EvictLocked(int64_t incoming_bytes, int64_t incoming_disk_bytes);
+  Result<int64_t> ReadUsedLocked() const;
+  Status WriteUsedLocked(int64_t used) const;
+  Status RecountLocked() const;
+  Status CleanTempsLocked() const;
+
+  const DiskCacheOptions options_;
+  const std::string lock_path_;
+  const std::string tmp_dir_;
+  mutable Counters counters_;
+  std::atomic<uint64_t> temp_seq_{0};
+
+  // Serializes this process's holders of the folder lock, and guards lock_fd_ (reopened after
+  // fork(): a descriptor inherited from the parent would share the parent's locks).
+  mutable std::mutex folder_mutex_;
+  mutable int lock_fd_ = -1;      // GUARDED_BY(folder_mutex_)
+  mutable int lock_fd_pid_ = -1;  // GUARDED_BY(folder_mutex_)
+};
+
+}  // namespace stoker

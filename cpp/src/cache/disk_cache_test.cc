@@ -1,0 +1,835 @@
+#include "cache/disk_cache.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "cache/xxhash64.h"
+#include "util/hash.h"
+
+namespace stoker {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define ASSERT_OK(expr)                                    \
+  do {                                                     \
+    const ::arrow::Status _st = (expr);                    \
+    ASSERT_TRUE(_st.ok()) << #expr ": " << _st.ToString(); \
+  } while (false)
+
+#define DC_CONCAT_INNER(a, b) a##b
+#define DC_CONCAT(a, b) DC_CONCAT_INNER(a, b)
+#define ASSERT_OK_AND_ASSIGN_IMPL(result, lhs, rexpr)                    \
+  auto result = (rexpr);                                                 \
+  ASSERT_TRUE(result.ok()) << #rexpr ": " << result.status().ToString(); \
+  lhs = std::move(result).ValueUnsafe();
+#define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
+  ASSERT_OK_AND_ASSIGN_IMPL(DC_CONCAT(_result_, __LINE__), lhs, rexpr)
+
+// Deterministic bytes that differ by seed and position.
+std::string Pattern(size_t size, uint64_t seed) {
+  std::string out(size, '\0');
+  uint64_t state = seed * 0x9E3779B97F4A7C15ULL + 1;
+  for (size_t i = 0; i < size; ++i) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    out[i] = static_cast<char>(state >> 56);
+  }
+  return out;
+}
+
+DiskCache::Parts PartsOf(const std::string& payload) { return {{payload.data(), payload.size()}}; }
+
+std::optional<std::string> GetString(DiskCache& cache, const std::string& ns,
+                                     const std::string& key) {
+  auto entry = cache.Get(ns, key);
+  EXPECT_TRUE(entry.ok()) << entry.status().ToString();
+  if (!entry.ok() || *entry == nullptr) return std::nullopt;
+  return std::string(reinterpret_cast<const char*>((*entry)->data()), (*entry)->size());
+}
+
+int64_t FolderBytes(const std::string& dir) {
+  int64_t total = 0;
+  std::error_code error;
+  for (auto it = fs::recursive_directory_iterator(dir, error); it != fs::end(it);
+       it.increment(error)) {
+    if (it->is_regular_file(error)) total += static_cast<int64_t>(it->file_size(error));
+  }
+  return total;
+}
+
+std::vector<std::string> TempFiles(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& item : fs::directory_iterator(dir + "/.tmp")) {
+    names.push_back(item.path().filename());
+  }
+  return names;
+}
+
+// The file of a 1000-byte payload under a short key in "blocks": a 128-byte head, then the payload.
+constexpr int64_t kEntryFileBytes = 128 + 1000;
+
+class DiskCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char path[] = "/tmp/stoker-disk-cache-XXXXXX";
+    ASSERT_NE(mkdtemp(path), nullptr);
+    dir_ = path;
+  }
+  void TearDown() override {
+    std::error_code error;
+    fs::remove_all(dir_, error);
+  }
+  DiskCacheOptions Options(int64_t max_bytes = int64_t{1} << 30) const {
+    DiskCacheOptions options;
+    options.dir = dir_;
+    options.max_bytes = max_bytes;
+    options.min_free_bytes = 0;
+    return options;
+  }
+  std::shared_ptr<DiskCache> OpenOrDie(const DiskCacheOptions& options) {
+    auto cache = DiskCache::Open(options);
+    EXPECT_TRUE(cache.ok()) << cache.status().ToString();
+    return cache.ok() ? *cache : nullptr;
+  }
+
+  std::string dir_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Checksum
+
+TEST(DiskCacheChecksum, MatchesReferenceXxh64) {
+  EXPECT_EQ(XxHash64("", 0), 0xEF46DB3751D8E999ULL);
+  const std::string text = "Nobody inspects the spammish repetition";
+  EXPECT_EQ(XxHash64(text.data(), text.size()), 0xFBCEA83C8A378BF1ULL);
+  // Reference values from the xxhash Python package, for every tail-handling branch.
+  std::string data(1000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 7 + 3) & 0xFF);
+  const struct {
+    size_t size;
+    uint64_t seed0, seed42;
+  } kCases[] = {
+      {1, 0x1f25c8d0bc1f4bb6ULL, 0x4d71bef0290052dbULL},
+      {3, 0x31d2363f52e564c9ULL, 0xbf4dd3c814a1fb9eULL},
+      {4, 0x9bb64b7d66ee9fdaULL, 0xbcb54295ab591e0dULL},
+      {8, 0xdab99d95c6f90092ULL, 0x9fe8789ac2a1a649ULL},
+      {31, 0xa2aa5f33cc4a6119ULL, 0x10ab8a7706d8ba37ULL},
+      {32, 0x23c3c17ef790fd97ULL, 0x232e8071e826d4bfULL},
+      {33, 0x50a7cfc7ba588784ULL, 0x9d08407e35697b1fULL},
+      {63, 0x5e3e54b431c7493cULL, 0x052fa6d3609a695fULL},
+      {64, 0x0eb64b3ef6eeb01fULL, 0xdf21b2dd545076e0ULL},
+      {100, 0xa61f8d4c170fe531ULL, 0x7dd00be8513c25a2ULL},
+      {1000, 0x5f235fa033f1a3fbULL, 0xd776e8028586ff61ULL},
+  };
+  for (const auto& c : kCases) {
+    EXPECT_EQ(XxHash64(data.data(), c.size), c.seed0) << c.size;
+    EXPECT_EQ(XxHash64(data.data(), c.size, 42), c.seed42) << c.size;
+  }
+  // Streaming in uneven pieces gives the one-shot digest.
+  for (size_t piece : {1, 5, 31, 32, 33, 100}) {
+    Xxh64 hash;
+    for (size_t offset = 0; offset < data.size(); offset += piece) {
+      hash.Update(data.data() + offset, std::min(piece, data.size() - offset));
+    }
+    EXPECT_EQ(hash.Digest(), 0x5f235fa033f1a3fbULL) << piece;
+  }
+}
+
+// A measurement, not a test: run with --gtest_also_run_disabled_tests --gtest_filter='*Throughput'.
+TEST(DiskCacheChecksum, DISABLED_Throughput) {
+  const std::string data = Pattern(size_t{256} << 20, 1);
+  auto measure = [&](const char* name, const std::function<uint64_t()>& run) {
+    uint64_t digest = run();  // warm up
+    const auto start = std::chrono::steady_clock::now();
+    constexpr int kRounds = 4;
+    for (int i = 0; i < kRounds; ++i) digest ^= run();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("%s: %.2f GB/s (digest %016llx)\n", name, kRounds * data.size() / seconds / 1e9,
+                static_cast<unsigned long long>(digest));
+  };
+  measure("xxh64", [&] { return XxHash64(data.data(), data.size()); });
+  measure("fnv1a", [&] {
+    Fnv1a fnv;
+    fnv.Add(data.data(), data.size());
+    return fnv.digest();
+  });
+  Xxh64 streamed;
+  for (size_t offset = 0; offset < data.size(); offset += 1 << 20) {
+    streamed.Update(data.data() + offset, 1 << 20);
+  }
+  EXPECT_EQ(streamed.Digest(), XxHash64(data.data(), data.size()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entries, keys, namespaces
+
+TEST_F(DiskCacheTest, RoundTripsPartsAlignedAndCountsStats) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  const std::string a = Pattern(1000, 1), b = Pattern(3, 2), c = Pattern(70000, 3);
+  ASSERT_OK(cache->Put("blocks", "key",
+                       {{a.data(), a.size()}, {b.data(), 0}, {b.data(), 3}, {c.data(), c.size()}}));
+  ASSERT_OK_AND_ASSIGN(auto entry, cache->Get("blocks", "key"));
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(entry->data()) % 64, 0u);
+  ASSERT_EQ(entry->size(), static_cast<int64_t>(a.size() + b.size() + c.size()));
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(entry->data()), entry->size()), a + b + c);
+
+  ASSERT_OK_AND_ASSIGN(auto missing, cache->Get("blocks", "other"));
+  EXPECT_EQ(missing, nullptr);
+  ASSERT_OK(cache->Put("blocks", "empty", {}));
+  EXPECT_EQ(GetString(*cache, "blocks", "empty"), std::string());
+
+  const DiskCacheStats stats = cache->stats();
+  EXPECT_EQ(stats.hits, 2);
+  EXPECT_EQ(stats.misses, 1);
+  EXPECT_EQ(stats.writes, 2);
+  EXPECT_EQ(stats.bytes_written, static_cast<int64_t>(a.size() + b.size() + c.size()));
+  EXPECT_EQ(stats.bytes_read, entry->size());
+  EXPECT_EQ(stats.corrupt + stats.evictions + stats.not_stored + stats.waits, 0);
+  // The payload starts on a 64-byte boundary of the file too (so any mapping offset works).
+  EXPECT_EQ(static_cast<int64_t>(fs::file_size(cache->EntryPath("blocks", "key"))),
+            128 + entry->size());
+  ASSERT_OK_AND_ASSIGN(const int64_t used, cache->UsedBytes());
+  EXPECT_EQ(used, 128 + entry->size() + 128);
+}
+
+TEST_F(DiskCacheTest, ArbitraryKeysAreDistinctEntries) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  const std::vector<std::string> keys = {"",
+                                         "a",
+                                         "a/b/../c",
+                                         std::string("nul\0inside", 10),
+                                         std::string("nul\0", 4),
+                                         "nul",
+                                         "\xff\xfe binary",
+                                         "ключ",
+                                         std::string(100000, 'k'),
+                                         std::string(100001, 'k')};
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_OK(cache->Put("tensors", keys[i], PartsOf(Pattern(100 + i, i))));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(GetString(*cache, "tensors", keys[i]), Pattern(100 + i, i)) << i;
+  }
+  EXPECT_EQ(cache->stats().hits, static_cast<int64_t>(keys.size()));
+}
+
+TEST_F(DiskCacheTest, NamespacesAreSeparateFolders) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  ASSERT_OK(cache->Put("blocks", "k", PartsOf("block bytes")));
+  ASSERT_OK(cache->Put("tensors", "k", PartsOf("tensor bytes")));
+  EXPECT_EQ(GetString(*cache, "blocks", "k"), "block bytes");
+  EXPECT_EQ(GetString(*cache, "tensors", "k"), "tensor bytes");
+  EXPECT_EQ(cache->EntryPath("blocks", "k").rfind(dir_ + "/blocks/", 0), 0u);
+  EXPECT_TRUE(fs::exists(cache->EntryPath("blocks", "k")));
+  EXPECT_TRUE(fs::exists(cache->EntryPath("tensors", "k")));
+  EXPECT_EQ(GetString(*cache, "other", "k"), std::nullopt);
+}
+
+TEST_F(DiskCacheTest, RejectsBadNamespacesAndHugeKeys) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  for (const std::string& ns :
+       std::vector<std::string>{"", ".tmp", "a/b", "..", std::string(65, 'n')}) {
+    const Status status = cache->Put(ns, "k", PartsOf("x"));
+    EXPECT_EQ(GetErrorKind(status), ErrorKind::kInvalidOption) << ns;
+    EXPECT_EQ(GetErrorKind(cache->Get(ns, "k").status()), ErrorKind::kInvalidOption) << ns;
+  }
+  const Status status = cache->Put("blocks", std::string((1 << 20) + 1, 'k'), PartsOf("x"));
+  EXPECT_EQ(GetErrorKind(status), ErrorKind::kInvalidOption);
+  EXPECT_NE(status.message().find(dir_), std::string::npos) << status.message();
+}
+
+TEST_F(DiskCacheTest, AnotherKeysFileAtTheSamePathIsAMiss) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  ASSERT_OK(cache->Put("blocks", "b", PartsOf("bytes of b")));
+  // Simulate a hash collision: b's entry file sits where a's would be.
+  const std::string a_path = cache->EntryPath("blocks", "a");
+  fs::create_directories(fs::path(a_path).parent_path());
+  fs::copy_file(cache->EntryPath("blocks", "b"), a_path);
+  EXPECT_EQ(GetString(*cache, "blocks", "a"), std::nullopt);
+  EXPECT_EQ(cache->stats().corrupt, 0);
+  EXPECT_TRUE(fs::exists(a_path));  // a valid entry of another key is not deleted
+  ASSERT_OK(cache->Put("blocks", "a", PartsOf("bytes of a")));
+  EXPECT_EQ(GetString(*cache, "blocks", "a"), "bytes of a");
+  EXPECT_EQ(GetString(*cache, "blocks", "b"), "bytes of b");
+}
+
+TEST_F(DiskCacheTest, CorruptOrTruncatedEntriesAreDroppedCountedAndRefilled) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  const std::string payload = Pattern(1000, 7);
+  auto flip = [](int64_t offset) {
+    return [offset](std::string* bytes) { (*bytes)[offset] ^= 0x01; };
+  };
+  const std::vector<std::pair<std::string, std::function<void(std::string*)>>> kDamage = {
+      {"payload byte", flip(128 + 500)},
+      {"last payload byte", flip(128 + 999)},
+      {"magic", flip(0)},
+      {"version", flip(8)},
+      {"payload size", flip(24)},
+      {"checksum", flip(32)},
+      {"key byte", flip(64 + 6)},
+      {"padding", flip(100)},
+      {"truncated payload", [](std::string* bytes) { bytes->pop_back(); }},
+      {"truncated header", [](std::string* bytes) { bytes->resize(40); }},
+      {"empty file", [](std::string* bytes) { bytes->clear(); }},
+      {"trailing byte", [](std::string* bytes) { bytes->push_back('x'); }},
+  };
+  int64_t corrupt = 0;
+  for (const auto& [what, damage] : kDamage) {
+    SCOPED_TRACE(what);
+    ASSERT_OK(cache->Put("blocks", "key", PartsOf(payload)));
+    const std::string path = cache->EntryPath("blocks", "key");
+    std::string bytes;
+    {
+      std::ifstream in(path, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    ASSERT_EQ(static_cast<int64_t>(bytes.size()), kEntryFileBytes);
+    damage(&bytes);
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    EXPECT_EQ(GetString(*cache, "blocks", "key"), std::nullopt);
+    EXPECT_EQ(cache->stats().corrupt, ++corrupt);
+    EXPECT_FALSE(fs::exists(path));
+    ASSERT_OK(cache->Put("blocks", "key", PartsOf(payload)));
+    EXPECT_EQ(GetString(*cache, "blocks", "key"), payload);
+  }
+  ASSERT_OK_AND_ASSIGN(const int64_t used, cache->UsedBytes());
+  EXPECT_EQ(used, kEntryFileBytes);
+}
+
+TEST_F(DiskCacheTest, EntryStaysReadableAfterReplaceEvictAndClear) {
+  auto cache = OpenOrDie(Options(3 * kEntryFileBytes));
+  ASSERT_NE(cache, nullptr);
+  const std::string first = Pattern(1000, 1), second = Pattern(1000, 2);
+  ASSERT_OK(cache->Put("blocks", "k", PartsOf(first)));
+  ASSERT_OK_AND_ASSIGN(auto held, cache->Get("blocks", "k"));
+  ASSERT_NE(held, nullptr);
+  auto held_bytes = [&] { return std::string(reinterpret_cast<const char*>(held->data()), 1000); };
+
+  ASSERT_OK(cache->Put("blocks", "k", PartsOf(second)));  // replaced by rename
+  EXPECT_EQ(GetString(*cache, "blocks", "k"), second);
+  EXPECT_EQ(held_bytes(), first);
+  for (int i = 0; i < 5; ++i) {  // evicted
+    ASSERT_OK(cache->Put("blocks", "other" + std::to_string(i), PartsOf(Pattern(1000, 10 + i))));
+  }
+  EXPECT_EQ(GetString(*cache, "blocks", "k"), std::nullopt);
+  EXPECT_EQ(held_bytes(), first);
+  ASSERT_OK(cache->Clear());
+  EXPECT_EQ(held_bytes(), first);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Eviction
+
+TEST_F(DiskCacheTest, EvictsLeastRecentlyUsedFirst) {
+  auto cache = OpenOrDie(Options(3 * kEntryFileBytes + 500));
+  ASSERT_NE(cache, nullptr);
+  for (const char* key : {"a", "b", "c"}) {
+    ASSERT_OK(cache->Put("blocks", key, PartsOf(Pattern(1000, key[0]))));
+  }
+  EXPECT_NE(GetString(*cache, "blocks", "a"), std::nullopt);  // a is now newer than b and c
+  ASSERT_OK(cache->Put("blocks", "d", PartsOf(Pattern(1000, 'd'))));
+  EXPECT_EQ(cache->stats().evictions, 1);
+  EXPECT_FALSE(fs::exists(cache->EntryPath("blocks", "b")));
+  EXPECT_NE(GetString(*cache, "blocks", "c"), std::nullopt);  // order now: a, d, c
+  ASSERT_OK(cache->Put("blocks", "e", PartsOf(Pattern(1000, 'e'))));
+  EXPECT_EQ(cache->stats().evictions, 2);
+  EXPECT_EQ(GetString(*cache, "blocks", "a"), std::nullopt);
+  for (const char* key : {"c", "d", "e"}) {
+    EXPECT_EQ(GetString(*cache, "blocks", key), Pattern(1000, key[0])) << key;
+  }
+  ASSERT_OK_AND_ASSIGN(const int64_t used, cache->UsedBytes());
+  EXPECT_EQ(used, 3 * kEntryFileBytes);
+}
+
+TEST_F(DiskCacheTest, StaysWithinBudgetAcrossNamespacesAndReplacements) {
+  const int64_t budget = 64 << 10;
+  auto cache = OpenOrDie(Options(budget));
+  ASSERT_NE(cache, nullptr);
+  std::mt19937 random(5);
+  for (int i = 0; i < 300; ++i) {
+    const std::string ns = i % 3 == 0 ? "tensors" : "blocks";
+    const std::string key = std::to_string(random() % 40);
+    const std::string payload = Pattern(random() % 9000, i);
+    ASSERT_OK(cache->Put(ns, key, PartsOf(payload)));
+    EXPECT_EQ(GetString(*cache, ns, key), payload) << i;  // the newest entry is never evicted
+    ASSERT_OK_AND_ASSIGN(const int64_t used, cache->UsedBytes());
+    ASSERT_LE(used, budget) << i;
+  }
+  EXPECT_GT(cache->stats().evictions, 0);
+  EXPECT_EQ(cache->stats().not_stored, 0);
+}
+
+TEST_F(DiskCacheTest, ReplacingAnEntryDoesNotCountItTwice) {
+  auto cache = OpenOrDie(Options(3 * kEntryFileBytes));
+  ASSERT_NE(cache, nullptr);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_OK(cache->Put("blocks", "a", PartsOf(Pattern(1000, i))));
+  }
+  ASSERT_OK(cache->Put("blocks", "b", PartsOf(Pattern(1000, 20))));
+  ASSERT_OK(cache->Put("blocks", "c", PartsOf(Pattern(1000, 21))));
+  EXPECT_EQ(cache->stats().evictions, 0);
+  EXPECT_EQ(GetString(*cache, "blocks", "a"), Pattern(1000, 9));
+  ASSERT_OK_AND_ASSIGN(const int64_t used, cache->UsedBytes());
+  EXPECT_EQ(used, 3 * kEntryFileBytes);
+}
+
+TEST_F(DiskCacheTest, EntryLargerThanTheBudgetIsNotStoredAndEvictsNothing) {
+  auto cache = OpenOrDie(Options(2 * kEntryFileBytes));
+  ASSERT_NE(cache, nullptr);
+  ASSERT_OK(cache->Put("blocks", "small", PartsOf(Pattern(1000, 1))));
+  ASSERT_OK(cache->Put("blocks", "huge", PartsOf(Pattern(3000, 2))));
+  EXPECT_EQ(GetString(*cache, "blocks", "huge"), std::nullopt);
+  EXPECT_EQ(GetString(*cache, "blocks", "small"), Pattern(1000, 1));
+  EXPECT_EQ(cache->stats().not_stored, 1);
+  EXPECT_EQ(cache->stats().evictions, 0);
+  EXPECT_TRUE(TempFiles(dir_).empty());
+}
+
+TEST_F(DiskCacheTest, KeepsTheFreeSpaceFloorByEvictingLeastRecentlyUsed) {
+  // A disk of 20,000 bytes holding only the cache folder.
+  DiskCacheOptions options = Options();
+  options.min_free_bytes = 15000;
+  const std::string dir = dir_;
+  options.free_bytes_for_testing = [dir] { return 20000 - FolderBytes(dir); };
+  auto cache = OpenOrDie(options);
+  ASSERT_NE(cache, nullptr);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_OK(cache->Put("blocks", "k" + std::to_string(i), PartsOf(Pattern(1000, i))));
+  }
+  EXPECT_EQ(cache->stats().evictions, 0);
+  EXPECT_NE(GetString(*cache, "blocks", "k0"), std::nullopt);  // k1 is now the oldest
+  for (int i = 4; i < 10; ++i) {
+    ASSERT_OK(cache->Put("blocks", "k" + std::to_string(i), PartsOf(Pattern(1000, i))));
+    EXPECT_GE(20000 - FolderBytes(dir_), options.min_free_bytes) << i;
+    if (i == 4) {  // the fifth entry pushed out the least recently used one, k1, not k0
+      EXPECT_TRUE(fs::exists(cache->EntryPath("blocks", "k0")));
+      EXPECT_FALSE(fs::exists(cache->EntryPath("blocks", "k1")));
+    }
+  }
+  // Four entries fit above the floor.
+  EXPECT_EQ(cache->stats().evictions, 6);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(GetString(*cache, "blocks", "k" + std::to_string(i)).has_value(), i >= 6) << i;
+  }
+}
+
+TEST_F(DiskCacheTest, UnreachableFloorOnTheRealFileSystemEmptiesTheCache) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  ASSERT_OK(cache->Put("blocks", "old", PartsOf(Pattern(1000, 1))));
+  // statvfs() itself: a floor above the free space cannot be met, so the cache gives space back.
+  DiskCacheOptions options = Options();
+  options.min_free_bytes = fs::space(dir_).available + (int64_t{1} << 40);
+  auto starved = OpenOrDie(options);
+  ASSERT_NE(starved, nullptr);
+  ASSERT_OK(starved->Put("blocks", "new", PartsOf(Pattern(1000, 2))));
+  EXPECT_EQ(starved->stats().not_stored, 1);
+  EXPECT_EQ(starved->stats().evictions, 1);
+  EXPECT_EQ(GetString(*cache, "blocks", "old"), std::nullopt);
+  EXPECT_EQ(GetString(*cache, "blocks", "new"), std::nullopt);
+  EXPECT_TRUE(TempFiles(dir_).empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clear, Open, errors
+
+TEST_F(DiskCacheTest, ClearRemovesEveryEntryButNotForeignFiles) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_OK(cache->Put(i % 2 ? "blocks" : "tensors", std::to_string(i), PartsOf("x")));
+  }
+  std::ofstream(dir_ + "/notes.txt") << "not ours";
+  ASSERT_OK(cache->Clear());
+  ASSERT_OK_AND_ASSIGN(const int64_t used, cache->UsedBytes());
+  EXPECT_EQ(used, 0);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(GetString(*cache, i % 2 ? "blocks" : "tensors", std::to_string(i)), std::nullopt);
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/blocks"));
+  EXPECT_FALSE(fs::exists(dir_ + "/tensors"));
+  EXPECT_TRUE(fs::exists(dir_ + "/notes.txt"));
+  EXPECT_EQ(cache->stats().writes, 20);  // stats are this object's history, not the folder's
+  ASSERT_OK(cache->Put("blocks", "after", PartsOf("y")));
+  EXPECT_EQ(GetString(*cache, "blocks", "after"), "y");
+}
+
+TEST_F(DiskCacheTest, OpenRejectsBadOptionsNamingThePath) {
+  DiskCacheOptions options = Options();
+  options.dir = "";
+  EXPECT_EQ(GetErrorKind(DiskCache::Open(options).status()), ErrorKind::kInvalidOption);
+
+  const std::string file = dir_ + "/a-file";
+  std::ofstream(file) << "x";
+  for (const std::string& bad : {file, file + "/below"}) {
+    options.dir = bad;
+    const Status status = DiskCache::Open(options).status();
+    EXPECT_EQ(GetErrorKind(status), ErrorKind::kInvalidOption) << bad;
+    EXPECT_NE(status.message().find(bad), std::string::npos) << status.message();
+  }
+  options = Options(0);
+  EXPECT_EQ(GetErrorKind(DiskCache::Open(options).status()), ErrorKind::kInvalidOption);
+  options = Options();
+  options.min_free_bytes = -1;
+  EXPECT_EQ(GetErrorKind(DiskCache::Open(options).status()), ErrorKind::kInvalidOption);
+
+  options = Options();
+  options.dir = dir_ + "/new/nested";
+  auto cache = OpenOrDie(options);
+  ASSERT_NE(cache, nullptr);
+  EXPECT_TRUE(fs::is_directory(options.dir));
+}
+
+TEST_F(DiskCacheTest, IoFailureIsAStorageErrorNamingThePath) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  std::ofstream(dir_ + "/blocks") << "a file where the namespace folder goes";
+  const Status status = cache->Put("blocks", "k", PartsOf("payload"));
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(GetErrorKind(status), ErrorKind::kStorage);
+  EXPECT_NE(status.message().find(dir_ + "/blocks/"), std::string::npos) << status.message();
+  EXPECT_TRUE(TempFiles(dir_).empty());
+  const Status get_status = cache->Get("blocks", "k").status();
+  EXPECT_EQ(GetErrorKind(get_status), ErrorKind::kStorage);
+  EXPECT_NE(get_status.message().find(dir_), std::string::npos) << get_status.message();
+  // Other namespaces are unaffected.
+  ASSERT_OK(cache->Put("tensors", "k", PartsOf("payload")));
+  EXPECT_EQ(GetString(*cache, "tensors", "k"), "payload");
+}
+
+// ---------------------------------------------------------------------------------------------
+// GetOrFill
+
+DiskCache::Filler FillWith(std::string payload, std::atomic<int>* fills) {
+  return [payload = std::move(payload), fills](DiskCache::Parts* parts,
+                                               std::shared_ptr<void>* keep_alive) {
+    auto owned = std::make_shared<std::string>(payload);
+    parts->push_back({owned->data(), owned->size()});
+    *keep_alive = owned;
+    if (fills) fills->fetch_add(1);
+    return Status::OK();
+  };
+}
+
+std::string Bytes(const std::shared_ptr<CacheEntry>& entry) {
+  return entry ? std::string(reinterpret_cast<const char*>(entry->data()), entry->size())
+               : "<null>";
+}
+
+TEST_F(DiskCacheTest, GetOrFillRunsOneFillerWhileOtherThreadsWait) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  constexpr int kThreads = 6;
+  const std::string payload = Pattern(5000, 3);
+  std::atomic<int> fills{0};
+  std::atomic<bool> others_waited{false};
+  // The filler returns only once every other thread is blocked on the key's lock.
+  DiskCache::Filler filler = [&](DiskCache::Parts* parts, std::shared_ptr<void>* keep_alive) {
+    fills.fetch_add(1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (cache->stats().waits < kThreads - 1 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    others_waited = cache->stats().waits == kThreads - 1;
+    parts->push_back({payload.data(), payload.size()});
+    return Status::OK();
+  };
+  std::vector<std::string> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto entry = cache->GetOrFill("tensors", "item", filler);
+      results[t] = entry.ok() ? Bytes(*entry) : entry.status().ToString();
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(fills.load(), 1);
+  EXPECT_TRUE(others_waited);
+  for (const auto& result : results) EXPECT_EQ(result, payload);
+  const DiskCacheStats stats = cache->stats();
+  EXPECT_EQ(stats.misses, 1);
+  EXPECT_EQ(stats.hits, kThreads - 1);
+  EXPECT_EQ(stats.writes, 1);
+}
+
+TEST_F(DiskCacheTest, GetOrFillReturnsTheFillersErrorAndTheNextCallFillsAgain) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  auto failing = [](DiskCache::Parts*, std::shared_ptr<void>*) {
+    return MakeError(ErrorKind::kStorage, "remote read failed");
+  };
+  const auto failed = cache->GetOrFill("blocks", "k", failing);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("remote read failed"), std::string::npos);
+  std::atomic<int> fills{0};
+  ASSERT_OK_AND_ASSIGN(auto entry, cache->GetOrFill("blocks", "k", FillWith("ok", &fills)));
+  EXPECT_EQ(Bytes(entry), "ok");
+  EXPECT_EQ(fills.load(), 1);
+  ASSERT_OK_AND_ASSIGN(entry, cache->GetOrFill("blocks", "k", FillWith("again", &fills)));
+  EXPECT_EQ(Bytes(entry), "ok");
+  EXPECT_EQ(fills.load(), 1);
+}
+
+TEST_F(DiskCacheTest, GetOrFillReturnsTheDataWhenItCannotBeStored) {
+  auto cache = OpenOrDie(Options(1000));
+  ASSERT_NE(cache, nullptr);
+  const std::string big = Pattern(5000, 9);
+  std::atomic<int> fills{0};
+  ASSERT_OK_AND_ASSIGN(auto entry, cache->GetOrFill("tensors", "big", FillWith(big, &fills)));
+  EXPECT_EQ(Bytes(entry), big);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(entry->data()) % 64, 0u);
+  EXPECT_EQ(cache->stats().not_stored, 1);
+  ASSERT_OK_AND_ASSIGN(entry, cache->GetOrFill("tensors", "big", FillWith(big, &fills)));
+  EXPECT_EQ(fills.load(), 2);  // nothing was stored, so it fills again
+}
+
+// ---------------------------------------------------------------------------------------------
+// Several processes (fork(); each child opens its own DiskCache and reports by exit status)
+
+// Waits for a child; returns its exit status, or 128 + signal.
+int Reap(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+template <typename T>
+T* SharedArray(size_t count) {
+  void* memory =
+      mmap(nullptr, sizeof(T) * count, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return nullptr;
+  T* items = static_cast<T*>(memory);
+  for (size_t i = 0; i < count; ++i) new (items + i) T();
+  return items;
+}
+
+TEST_F(DiskCacheTest, GetOrFillRunsTheFillerOncePerKeyAcrossProcesses) {
+  constexpr int kProcesses = 4, kThreadsPerProcess = 2, kKeys = 6;
+  auto* fills = SharedArray<std::atomic<int>>(kKeys + 1);
+  ASSERT_NE(fills, nullptr);
+  std::atomic<int>& ready = fills[kKeys];
+  std::vector<pid_t> children;
+  for (int p = 0; p < kProcesses; ++p) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto cache = DiskCache::Open(Options());
+      if (!cache.ok()) _exit(2);
+      ready.fetch_add(1);
+      for (int spin = 0; spin < 10000 && ready.load() < kProcesses; ++spin) usleep(1000);
+      std::atomic<int> bad{0};
+      std::vector<std::thread> threads;
+      for (int t = 0; t < kThreadsPerProcess; ++t) {
+        threads.emplace_back([&, t] {
+          for (int i = 0; i < kKeys; ++i) {
+            const int k = (i + p + t) % kKeys;
+            const std::string payload = Pattern(20000 + k, k);
+            auto filler = [&, k](DiskCache::Parts* parts, std::shared_ptr<void>*) {
+              fills[k].fetch_add(1);
+              usleep(5000);  // widen the window in which others ask for the same key
+              parts->push_back({payload.data(), payload.size()});
+              return Status::OK();
+            };
+            auto entry = (*cache)->GetOrFill("blocks", std::to_string(k), filler);
+            if (!entry.ok() || Bytes(*entry) != payload) bad.fetch_add(1);
+          }
+        });
+      }
+      for (auto& thread : threads) thread.join();
+      _exit(bad.load() == 0 ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) EXPECT_EQ(Reap(pid), 0);
+  for (int k = 0; k < kKeys; ++k) EXPECT_EQ(fills[k].load(), 1) << k;
+  munmap(fills, sizeof(std::atomic<int>) * (kKeys + 1));
+}
+
+TEST_F(DiskCacheTest, GetOrFillWaiterTakesOverFromAKilledFiller) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(pipe_fds[0]);
+    auto cache = DiskCache::Open(Options());
+    if (!cache.ok()) _exit(2);
+    (void)(*cache)->GetOrFill("blocks", "k", [&](DiskCache::Parts*, std::shared_ptr<void>*) {
+      if (write(pipe_fds[1], "f", 1) != 1) _exit(3);
+      for (;;) pause();  // holds the key's lock until killed
+      return Status::OK();
+    });
+    _exit(4);
+  }
+  close(pipe_fds[1]);
+  char signal_byte = 0;
+  ASSERT_EQ(read(pipe_fds[0], &signal_byte, 1), 1);  // the child is filling
+  close(pipe_fds[0]);
+
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  std::atomic<int> fills{0};
+  Result<std::shared_ptr<CacheEntry>> result;
+  std::thread waiter([&] { result = cache->GetOrFill("blocks", "k", FillWith("mine", &fills)); });
+  for (int i = 0; i < 20000 && cache->stats().waits == 0; ++i) usleep(500);
+  EXPECT_EQ(cache->stats().waits, 1);
+  EXPECT_EQ(fills.load(), 0);
+  kill(child, SIGKILL);
+  EXPECT_EQ(Reap(child), 128 + SIGKILL);
+  waiter.join();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(Bytes(*result), "mine");
+  EXPECT_EQ(fills.load(), 1);
+}
+
+TEST_F(DiskCacheTest, KilledWriterLeavesNoEntryAndTheNextOpenRemovesItsTempFile) {
+  const std::string payload = Pattern(20 << 20, 4);  // several write chunks
+  auto start_writer = [&](int* pipe_read) -> pid_t {
+    int pipe_fds[2];
+    if (pipe(pipe_fds) != 0) return -1;
+    const pid_t child = fork();
+    if (child == 0) {
+      close(pipe_fds[0]);
+      DiskCacheOptions options = Options();
+      options.on_write_for_testing = [&](int64_t) {
+        if (write(pipe_fds[1], "w", 1) != 1) _exit(3);
+        for (;;) pause();  // a writer stalled after its first chunk
+      };
+      auto cache = DiskCache::Open(options);
+      if (!cache.ok()) _exit(2);
+      (void)(*cache)->Put("blocks", "k", PartsOf(payload));
+      _exit(4);
+    }
+    close(pipe_fds[1]);
+    *pipe_read = pipe_fds[0];
+    return child;
+  };
+  int pipe_read = -1;
+  const pid_t writer = start_writer(&pipe_read);
+  ASSERT_GT(writer, 0);
+  char byte = 0;
+  ASSERT_EQ(read(pipe_read, &byte, 1), 1);
+  close(pipe_read);
+
+  // A live writer's temporary file is kept by Open() and invisible to Get().
+  ASSERT_EQ(TempFiles(dir_).size(), 1u);
+  EXPECT_NE(TempFiles(dir_)[0].find("." + std::to_string(writer) + "."), std::string::npos);
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  EXPECT_EQ(TempFiles(dir_).size(), 1u);
+  EXPECT_EQ(GetString(*cache, "blocks", "k"), std::nullopt);
+
+  kill(writer, SIGKILL);
+  EXPECT_EQ(Reap(writer), 128 + SIGKILL);
+  EXPECT_EQ(GetString(*cache, "blocks", "k"), std::nullopt);
+  EXPECT_EQ(TempFiles(dir_).size(), 1u);
+  EXPECT_EQ(cache->stats().corrupt, 0);
+
+  auto reopened = OpenOrDie(Options());
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_TRUE(TempFiles(dir_).empty());
+  ASSERT_OK_AND_ASSIGN(const int64_t used, reopened->UsedBytes());
+  EXPECT_EQ(used, 0);
+  ASSERT_OK(reopened->Put("blocks", "k", PartsOf(payload)));
+  EXPECT_EQ(GetString(*reopened, "blocks", "k"), payload);
+}
+
+TEST_F(DiskCacheTest, ProcessesSharingAFolderSeeOnlyWholeEntriesWithinBudget) {
+  constexpr int kProcesses = 3, kThreadsPerProcess = 2, kKeys = 24, kOps = 150;
+  const int64_t budget = 8 * 12000;
+  auto expected = [](int k) { return Pattern(2000 + 800 * k, 100 + k); };  // sizes differ by key
+  std::vector<pid_t> children;
+  for (int p = 0; p < kProcesses; ++p) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto cache = DiskCache::Open(Options(budget));
+      if (!cache.ok()) _exit(2);
+      std::atomic<int> bad{0};
+      std::vector<std::thread> threads;
+      for (int t = 0; t < kThreadsPerProcess; ++t) {
+        threads.emplace_back([&, t] {
+          std::mt19937 random(p * 10 + t);
+          for (int op = 0; op < kOps; ++op) {
+            const int k = static_cast<int>(random() % kKeys);
+            const std::string key = std::to_string(k);
+            if (random() % 2) {
+              if (!(*cache)->Put("blocks", key, PartsOf(expected(k))).ok()) bad.fetch_add(1);
+            } else {
+              auto entry = (*cache)->Get("blocks", key);
+              if (!entry.ok() || (*entry && Bytes(*entry) != expected(k))) bad.fetch_add(1);
+            }
+          }
+        });
+      }
+      for (auto& thread : threads) thread.join();
+      const DiskCacheStats stats = (*cache)->stats();
+      _exit(bad.load() == 0 && stats.corrupt == 0 && stats.writes > 0 ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) EXPECT_EQ(Reap(pid), 0);
+  auto cache = OpenOrDie(Options(budget));
+  ASSERT_NE(cache, nullptr);
+  ASSERT_OK_AND_ASSIGN(const int64_t used, cache->UsedBytes());
+  EXPECT_LE(used, budget);
+  EXPECT_GT(used, 0);
+  EXPECT_TRUE(TempFiles(dir_).empty());
+  int present = 0;
+  for (int k = 0; k < kKeys; ++k) {
+    auto bytes = GetString(*cache, "blocks", std::to_string(k));
+    if (bytes) {
+      EXPECT_EQ(*bytes, expected(k)) << k;
+    }
+    present += bytes.has_value();
+  }
+  EXPECT_GT(present, 0);
+  EXPECT_LT(present, kKeys);  // the budget forced evictions
+}
+
+TEST_F(DiskCacheTest, ObjectOpenedBeforeForkWorksInTheChild) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  ASSERT_OK(cache->Put("blocks", "parent", PartsOf("from parent")));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto entry = cache->Get("blocks", "parent");
+    const bool read_ok = entry.ok() && Bytes(*entry) == "from parent";
+    const bool wrote = cache->Put("blocks", "child", PartsOf("from child")).ok();
+    _exit(read_ok && wrote ? 0 : 1);
+  }
+  EXPECT_EQ(Reap(child), 0);
+  EXPECT_EQ(GetString(*cache, "blocks", "child"), "from child");
+  ASSERT_OK_AND_ASSIGN(const int64_t used, cache->UsedBytes());
+  EXPECT_EQ(used, 2 * (128 + 11) - 1);
+}
+
+}  // namespace
+}  // namespace stoker
