@@ -8,4 +8,5 @@ NB_MODULE(_stoker, m) {
   stoker::python::RegisterOptions(m);
   stoker::python::RegisterTensor(m);
   stoker::python::RegisterLoader(m);
+  stoker::python::RegisterCache(m);
 }

@@ -16,5 +16,6 @@ void RegisterErrors(nanobind::module_& m);
 void RegisterOptions(nanobind::module_& m);
 void RegisterTensor(nanobind::module_& m);
 void RegisterLoader(nanobind::module_& m);
+void RegisterCache(nanobind::module_& m);
 
 }  // namespace stoker::python

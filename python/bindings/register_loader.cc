@@ -28,8 +28,20 @@ void RegisterLoader(nb::module_& m) {
       .def_ro("items", &StageStats::items)
       .def_ro("bytes", &StageStats::bytes);
 
+  nb::class_<CacheCounters>(m, "CacheCounters")
+      .def_ro("hits", &CacheCounters::hits)
+      .def_ro("misses", &CacheCounters::misses)
+      .def_ro("writes", &CacheCounters::writes)
+      .def_ro("not_stored", &CacheCounters::not_stored)
+      .def_ro("corrupt", &CacheCounters::corrupt)
+      .def_ro("evictions", &CacheCounters::evictions)
+      .def_ro("bytes_read", &CacheCounters::bytes_read)
+      .def_ro("bytes_written", &CacheCounters::bytes_written)
+      .def_ro("waits", &CacheCounters::waits);
+
   nb::class_<LoaderStats>(m, "LoaderStats")
       .def_ro("stages", &LoaderStats::stages)
+      .def_ro("cache", &LoaderStats::cache)
       .def_ro("batches", &LoaderStats::batches)
       .def_ro("rows", &LoaderStats::rows)
       .def_ro("consumer_wait_s", &LoaderStats::consumer_wait_s)

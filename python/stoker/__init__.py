@@ -3,9 +3,13 @@
 import pyarrow  # noqa: F401  (loads libarrow/libparquet before the extension needs them)
 
 from . import errors
+from .cache import cache_usage, clear_cache
 from ._ragged import Ragged, to_pylist
 from .errors import StokerError
 from .loader import Loader
 
 __version__ = "0.1.0"
-__all__ = ["Loader", "Ragged", "StokerError", "errors", "to_pylist", "__version__"]
+__all__ = [
+    "Loader", "Ragged", "StokerError", "cache_usage", "clear_cache", "errors", "to_pylist",
+    "__version__",
+]

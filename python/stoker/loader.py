@@ -453,6 +453,9 @@ class Loader:
                 }
                 for stage in raw.stages
             },
+            "cache": {name: getattr(raw.cache, name) for name in (
+                "hits", "misses", "writes", "not_stored", "corrupt", "evictions", "bytes_read",
+                "bytes_written", "waits")},
             "batches": raw.batches,
             "rows": raw.rows,
             "consumer_wait_s": raw.consumer_wait_s,

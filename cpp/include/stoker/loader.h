@@ -43,8 +43,22 @@ struct StageStats {
   int64_t bytes = 0;
 };
 
+/// Node-local cache counters of this loader's process (zero without a cache_dir).
+struct CacheCounters {
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t writes = 0;
+  int64_t not_stored = 0;
+  int64_t corrupt = 0;
+  int64_t evictions = 0;
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  int64_t waits = 0;
+};
+
 struct LoaderStats {
   std::vector<StageStats> stages;
+  CacheCounters cache;
   int64_t batches = 0;
   int64_t rows = 0;
   double consumer_wait_s = 0;  // time Next() spent blocked

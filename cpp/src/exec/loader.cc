@@ -3,6 +3,8 @@
 #include <thread>
 
 #include "batch/assembler.h"
+#include "cache/disk_cache.h"
+#include "cache/tensor_cache.h"
 #include "catalog/catalog.h"
 #include "decode/column_spec.h"
 #include "decode/decoder.h"
@@ -20,6 +22,8 @@ class Loader::Impl {
   std::shared_ptr<const Decoder> decoder;
   std::shared_ptr<SlabPool> pool;
   std::shared_ptr<const BatchAssembler> assembler;
+  std::shared_ptr<DiskCache> disk_cache;  // null without cache_dir
+  std::shared_ptr<TensorCache> tensor_cache;
   std::shared_ptr<PipelineCounters> counters = std::make_shared<PipelineCounters>();
   std::unique_ptr<Pipeline> pipeline;
   RankShape shape;
@@ -40,7 +44,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
     impl->options.num_io_threads = std::max(4, impl->options.num_threads);
   }
   STOKER_ASSIGN_OR_RAISE(auto catalog,
-                         Catalog::Open(options.sources, impl->options.num_io_threads));
+                         Catalog::Open(options.sources, impl->options.num_io_threads, options));
   if (catalog->total_rows() == 0) {
     return MakeError(ErrorKind::kEmptyDataset, "the dataset has no rows");
   }
@@ -56,6 +60,14 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   impl->catalog = catalog;
   impl->spec = std::make_shared<OutputSpec>(std::move(spec));
   impl->decoder = std::make_shared<Decoder>(impl->catalog, impl->spec);
+  if (!options.cache_dir.empty()) {
+    DiskCacheOptions cache_options;
+    cache_options.dir = options.cache_dir;
+    cache_options.max_bytes = options.cache_bytes;
+    cache_options.min_free_bytes = options.cache_min_free_bytes;
+    STOKER_ASSIGN_OR_RAISE(impl->disk_cache, DiskCache::Open(cache_options));
+    impl->tensor_cache = std::make_shared<TensorCache>(impl->disk_cache);
+  }
   impl->pool = SlabPool::Make(8);
   impl->assembler = std::make_shared<BatchAssembler>(impl->spec, impl->options, impl->pool);
   impl->shape = ComputeRankShape(catalog->total_rows(), options);
@@ -85,8 +97,9 @@ Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
   }
   auto plan = std::make_shared<const Plan>(
       MakePlan(impl_->catalog->row_groups(), impl_->options, epoch));
-  impl_->pipeline = std::make_unique<Pipeline>(plan, impl_->decoder, impl_->assembler,
-                                               impl_->options, start_batch, impl_->counters);
+  impl_->pipeline =
+      std::make_unique<Pipeline>(plan, impl_->decoder, impl_->assembler, impl_->tensor_cache,
+                                 impl_->options, start_batch, impl_->counters);
   impl_->pipeline->Start();
   return Status::OK();
 }
@@ -166,6 +179,12 @@ LoaderStats Loader::Stats() const {
   batch.items = c.batches;
   batch.bytes = c.batch_bytes;
   stats.stages = {decode, sequence, batch};
+  if (impl_->disk_cache) {
+    const DiskCacheStats cache = impl_->disk_cache->stats();
+    stats.cache = {cache.hits,      cache.misses,     cache.writes,
+                   cache.not_stored, cache.corrupt,   cache.evictions,
+                   cache.bytes_read, cache.bytes_written, cache.waits};
+  }
   stats.batches = c.batches;
   stats.rows = c.rows;
   stats.consumer_wait_s = s(c.consumer_wait_ns);

@@ -34,11 +34,13 @@ void UpdatePeak(std::atomic<int64_t>* peak, int64_t value) {
 }  // namespace
 
 Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decoder> decoder,
-                   std::shared_ptr<const BatchAssembler> assembler, const LoaderOptions& options,
+                   std::shared_ptr<const BatchAssembler> assembler,
+                   std::shared_ptr<TensorCache> tensor_cache, const LoaderOptions& options,
                    int64_t start_batch, std::shared_ptr<PipelineCounters> counters)
     : plan_(std::move(plan)),
       decoder_(std::move(decoder)),
       assembler_(std::move(assembler)),
+      tensor_cache_(std::move(tensor_cache)),
       options_(options),
       start_batch_(start_batch),
       counters_(std::move(counters)) {

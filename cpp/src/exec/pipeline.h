@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "batch/assembler.h"
+#include "cache/tensor_cache.h"
 #include "decode/decoder.h"
 #include "plan/planner.h"
 #include "stoker/loader.h"
@@ -54,7 +55,8 @@ struct PipelineCounters {
 class Pipeline {
  public:
   Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decoder> decoder,
-           std::shared_ptr<const BatchAssembler> assembler, const LoaderOptions& options,
+           std::shared_ptr<const BatchAssembler> assembler,
+           std::shared_ptr<TensorCache> tensor_cache, const LoaderOptions& options,
            int64_t start_batch, std::shared_ptr<PipelineCounters> counters);
   ~Pipeline();
 
@@ -98,6 +100,7 @@ class Pipeline {
   const std::shared_ptr<const Plan> plan_;
   const std::shared_ptr<const Decoder> decoder_;
   const std::shared_ptr<const BatchAssembler> assembler_;
+  const std::shared_ptr<TensorCache> tensor_cache_;  // null without a cache
   const LoaderOptions options_;
   const int64_t start_batch_;
   const std::shared_ptr<PipelineCounters> counters_;
