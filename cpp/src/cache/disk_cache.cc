@@ -352,7 +352,12 @@ Result<std::shared_ptr<DiskCache>> DiskCache::Open(const DiskCacheOptions& optio
                      "cache_dir " + options.dir + " is not a usable folder" +
                          (error ? ": " + error.message() : std::string()));
   }
-  std::shared_ptr<DiskCache> cache(new DiskCache(options));
+  // An absolute path: a later chdir() must not move the cache.
+  DiskCacheOptions normalized = options;
+  std::string absolute = std::filesystem::absolute(options.dir, error).lexically_normal().string();
+  while (absolute.size() > 1 && absolute.back() == '/') absolute.pop_back();
+  if (!error) normalized.dir = absolute;
+  std::shared_ptr<DiskCache> cache(new DiskCache(std::move(normalized)));
   if (mkdir(cache->tmp_dir_.c_str(), 0777) != 0 && errno != EEXIST) {
     return MakeError(ErrorKind::kInvalidOption, "cache_dir " + options.dir +
                                                     " is not writable: cannot create " +

@@ -506,6 +506,15 @@ TEST_F(DiskCacheTest, OpenRejectsBadOptionsNamingThePath) {
   EXPECT_TRUE(fs::is_directory(options.dir));
 }
 
+TEST_F(DiskCacheTest, FolderIsKeptAsANormalizedAbsolutePath) {
+  DiskCacheOptions options = Options();
+  options.dir = (fs::relative(dir_) / "." / "sub").string() + "/";  // relative, with a trailing /
+  auto cache = OpenOrDie(options);
+  ASSERT_NE(cache, nullptr);
+  EXPECT_EQ(cache->options().dir, dir_ + "/sub");
+  EXPECT_EQ(cache->EntryPath("blocks", "k").rfind(dir_ + "/sub/blocks/", 0), 0u);
+}
+
 TEST_F(DiskCacheTest, IoFailureIsAStorageErrorNamingThePath) {
   auto cache = OpenOrDie(Options());
   ASSERT_NE(cache, nullptr);
