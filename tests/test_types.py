@@ -1002,19 +1002,12 @@ def test_torch_output_strings_and_ragged(pyarrow_file):
 
 
 # ------------------------------------------------------------------------------ known gaps
-# Outside this suite's files; strict xfails so a fix shows up as XPASS (remove the marker then).
-
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="loader.py: pad_value given as a dict leaves the default None and "
-                          "float(None) fails in _column_options")
 def test_pad_value_per_column_dict(pyarrow_file):
     col = reference(pyarrow_file, "list_i32")
     batches = load(pyarrow_file, ["list_i32"], 50, lists="padded", pad_value={"list_i32": -7})
     check_column(batches, "list_i32", col, "padded", pad_value=-7)
 
 
-@pytest.mark.xfail(strict=True, reason="catalog.cc: hive partition values are not URL-decoded "
-                                       "(pyarrow gives 'New York' for city=New%20York)")
 def test_hive_partition_values_are_url_decoded(write_parquet, tmp_path):
     import pyarrow.dataset as ds
     write_parquet({"v": [1, 2]}, name="hive/city=New%20York/part.parquet")

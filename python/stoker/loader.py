@@ -247,6 +247,7 @@ class Loader:
         modes = {"padded": _stoker.ListMode.padded, "ragged": _stoker.ListMode.ragged}
         list_default, list_by = _per_column(lists, "lists")
         pad_default, pad_by = _per_column(pad_value, "pad_value")
+        pad_default = 0 if pad_default is None else pad_default
         fill_default, fill_by = _per_column(fill_null, "fill_null")
         if isinstance(null_mask, bool):
             mask_default, mask_by = null_mask, {}
