@@ -116,7 +116,9 @@ class DiskCache {
   /// Get(), or on a miss: take the key's lock (waiting for any other thread or process that
   /// holds it; a killed holder releases it), Get() again, and only if still missing run `fill`
   /// and store its payload. Returns the entry in every case (from memory when it could not be
-  /// stored). An error from `fill` is returned and the next caller fills again.
+  /// stored). An error from `fill` is returned and the next caller fills again. `fill` runs
+  /// with the key's lock held: it must not call GetOrFill() for the same key (self-deadlock), and
+  /// when the entry cannot be stored the waiters fill again one after another.
   Result<std::shared_ptr<CacheEntry>> GetOrFill(const std::string& ns, const std::string& key,
                                                 const Filler& fill);
 
