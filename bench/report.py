@@ -17,11 +17,15 @@ def _fmt(value, spec: str = ",.0f", suffix: str = "") -> str:
     return format(value, spec) + suffix
 
 
-def verdict(stats: dict, wall_s: float = 0.0) -> str:
+def _load(values) -> str:
+    return "/".join(f"{v:.1f}" for v in values) if values else "-"
+
+
+def verdict(stats: dict, wall_s: float, threads: int) -> str:
     """Which stage limits the loader, from loader.stats() (shared with `stoker bench`)."""
     from stoker._cli_bench import bottleneck
 
-    return bottleneck(stats, wall_s)[0]
+    return bottleneck(stats, wall_s, num_threads=threads)[0]
 
 
 def markdown(report: dict) -> str:
@@ -33,7 +37,9 @@ def markdown(report: dict) -> str:
              "(start-up included). Each measurement runs in a fresh process.", "",
              f"Machine: {m['cores']} cores, {m['cpu_model']}, "
              f"{m['memory_bytes'] / 2**30:.0f} GiB RAM, {m['platform']}; "
-             f"load average at start {m.get('load_average_at_start')}.", "",
+             f"load average (1/5/15 min) at start {_load(m.get('load_average_at_start'))}, at end "
+             f"{_load(m.get('load_average_at_end'))} (the machine is shared: other work ran "
+             "during the measurements, so compare ratios within this run, not across runs).", "",
              "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val) + ".", ""]
     lines += ["## Summary", ""] + summary_lines(report) + [""]
     unavailable: List[str] = []
@@ -69,19 +75,27 @@ def markdown(report: dict) -> str:
         if workload == "images" and "stoker" not in results:
             lines += ["", "stoker's image runner arrives with the transform issue; this table shows "
                           "the image baselines and the decode limit only."]
-        stoker = results.get("stoker", {})
-        if stoker.get("loader_stats"):
+        for n in ORDER:
+            if results.get(n, {}).get("short_epochs"):
+                unavailable.append(f"- {workload}, {LABELS[n]}: {len(results[n]['short_epochs'])} "
+                                   f"measurement(s) ended the epoch early and were repeated: "
+                                   + "; ".join(results[n]["short_epochs"]))
+        for key in ("stoker", "stoker_noshuffle"):
+            stoker = results.get(key, {})
+            if not stoker.get("loader_stats"):
+                continue
             s = stoker["loader_stats"]
             stages = ", ".join(f"{k} busy {st['busy_s']:.2f} s / wait-in {st['wait_input_s']:.2f} s / "
                                f"wait-out {st['wait_output_s']:.2f} s"
                                for k, st in s["stages"].items())
             wall = stoker.get("rows", 0) / stoker["rows_per_s"] if stoker.get("rows_per_s") else 0
-            lines += ["", f"stoker's stages (one run): {stages}; consumer waited "
-                          f"{s['consumer_wait_s']:.2f} s of {wall:.2f} s. Verdict: "
-                          f"{verdict(s, wall)}"]
+            lines += ["", f"{LABELS[key]}, stages of the median run (seconds summed over each "
+                          f"stage's threads): {stages}; the consumer waited "
+                          f"{s['consumer_wait_s']:.2f} s of {wall:.2f} s. **Verdict: "
+                          f"{verdict(s, wall, stoker.get('config', {}).get('num_threads') or m['cores'])}**."]
         lines.append("")
     if unavailable:
-        lines += ["## Not measured", ""] + unavailable + [""]
+        lines += ["## Not measured, or measured with problems", ""] + unavailable + [""]
     lines += ["## Configurations", ""]
     seen = set()
     for workload, w in report["workloads"].items():
@@ -143,6 +157,10 @@ def chart(report: dict, path: str) -> None:
         ax.set_xlabel("rows/s (median)")
         ax.tick_params(axis="y", labelsize=8)
         ax.set_xlim(0, max(values + [1]) * 1.35)
+        if max(values + [1]) >= 10_000:
+            from matplotlib.ticker import FuncFormatter
+
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1000:.0f}k"))
     fig.suptitle(f"stoker vs peers ({report['profile']}, {report['machine']['cores']} cores)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

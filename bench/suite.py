@@ -52,12 +52,36 @@ def run_job(job: dict, timeout: float) -> dict:
     out = proc.stdout
     marker = out.rfind("@@RESULT@@")
     if marker < 0:
-        tail = (proc.stderr or out).strip().splitlines()[-5:]
+        tail = (proc.stderr or out).strip().splitlines()[-3:]
         return {"status": "failed",
-                "reason": f"worker exited with {proc.returncode}: " + " | ".join(tail)}
+                "reason": (f"worker exited with {proc.returncode}: " + " | ".join(tail))[:400]}
     result = json.loads(out[marker + len("@@RESULT@@"):].strip().splitlines()[0])
     result["process_s"] = time.perf_counter() - started
     return result
+
+
+# A measurement whose epoch ends early (Petastorm 0.13.1's thread pool sometimes stops after
+# zero rows) is repeated, up to this many attempts; every short epoch is reported.
+ATTEMPTS = 4
+
+
+def _measure(job: dict, timeout: float, expected_rows: Optional[int], short: List[str]) -> dict:
+    for _ in range(ATTEMPTS):
+        result = run_job(job, timeout)
+        if result.get("status") != "ok":
+            return result
+        rows = result.get("rows", 0)
+        if expected_rows is None:
+            complete = rows > 0
+        else:
+            complete = rows == expected_rows
+        if complete:
+            return result
+        want = expected_rows if expected_rows is not None else "> 0"
+        short.append(f"delivered {rows} of {want} rows")
+        _log(f"  {job['runner']:18s} short epoch: delivered {rows} of {want} rows; repeating")
+    return {**result, "status": "failed",
+            "reason": f"{ATTEMPTS} attempts in a row ended early: " + "; ".join(short[-ATTEMPTS:])}
 
 
 def _summarise(runs: List[dict], facts: dict) -> dict:
@@ -132,17 +156,15 @@ def run_suite(profile: str, name: str, data_root: str, out_dir: str,
         _log(f"{workload}: {facts['rows']:,} rows, {facts['row_groups']} row groups, "
              f"{facts['uncompressed_bytes'] / 1e6:.0f} MB uncompressed; runners: {', '.join(names)}")
         runs: Dict[str, List[dict]] = {n: [] for n in names}
+        short: Dict[str, List[str]] = {n: [] for n in names}
         skip = set()
         # Throughput: repeats interleaved across runners so that noise spreads evenly.
         for rep in range(conf["repeats"]):
             for n in names:
                 if n in skip:
                     continue
-                result = run_job({**base, "runner": n}, conf["timeout"])
+                result = _measure({**base, "runner": n}, conf["timeout"], facts["rows"], short[n])
                 runs[n].append(result)
-                if result.get("status") == "ok" and not result.get("rows"):
-                    result = {**result, "status": "failed", "reason": "delivered no rows"}
-                    runs[n][-1] = result
                 if result.get("status") == "ok":
                     _log(f"  {n:18s} rep {rep}: {result['rows'] / result['wall_s']:>12,.0f} rows/s  "
                          f"first batch {result['first_batch_s']:.2f} s")
@@ -152,6 +174,8 @@ def run_suite(profile: str, name: str, data_root: str, out_dir: str,
                         skip.add(n)
         summary = {n: _summarise(runs[n], facts) for n in names}
         for n in names:
+            if short[n]:
+                summary[n]["short_epochs"] = short[n]
             summary[n]["label"] = LABELS[n]
             summary[n]["config"] = load(n).config(base)
         # Stall meter at one step time for every batching runner.
@@ -165,8 +189,9 @@ def run_suite(profile: str, name: str, data_root: str, out_dir: str,
                     continue
                 stalls = []
                 for _ in range(conf["stall_repeats"]):
-                    r = run_job({**base, "runner": n, "step_s": step,
-                                 "max_batches": conf["stall_batches"]}, conf["timeout"])
+                    r = _measure({**base, "runner": n, "step_s": step,
+                                  "max_batches": conf["stall_batches"]}, conf["timeout"],
+                                 None, short[n])
                     if r.get("status") == "ok" and r.get("stall_fraction") is not None:
                         stalls.append(r["stall_fraction"])
                     else:
@@ -181,6 +206,10 @@ def run_suite(profile: str, name: str, data_root: str, out_dir: str,
             "step_basis": "stoker" if (ref and "rows_per_s" in ref) else "limit",
             "results": summary, "raw": runs}
     report["elapsed_s"] = time.time() - started
+    try:
+        report["machine"]["load_average_at_end"] = os.getloadavg()
+    except OSError:
+        pass
     from . import report as rep
 
     written = rep.write_all(report, out_dir, name)

@@ -37,8 +37,6 @@ def run(job: dict) -> dict:
             result["loader_stats"] = stats(job)
         except Exception as error:  # noqa: BLE001
             result["loader_stats_error"] = str(error)
-    if hasattr(runner, "shutdown"):
-        runner.shutdown(job)
     result["status"] = "ok"
     return result
 
@@ -53,6 +51,16 @@ def main() -> int:
     clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in result.items()}
     sys.stdout.write("\n@@RESULT@@" + json.dumps(clean) + "\n")
     sys.stdout.flush()
+    # Shut the runner down only after the result is out: Ray's core worker may exit(1) the
+    # process when an abandoned iterator touches it after ray.shutdown().
+    try:
+        from .runners import load
+
+        runner = load(job["runner"])
+        if hasattr(runner, "shutdown") and result.get("status") == "ok":
+            runner.shutdown(job)
+    except Exception:  # noqa: BLE001
+        pass
     sys.stderr.flush()
     # Some peers leave non-daemon threads or pools behind; do not let them hang the exit.
     import os

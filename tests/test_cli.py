@@ -161,17 +161,23 @@ def test_bottleneck_verdicts():
 
     stage = lambda busy, win, wout: {"busy_s": busy, "wait_input_s": win,  # noqa: E731
                                      "wait_output_s": wout, "items": 1, "bytes": 1}
+    # Two decode threads busy 95% of the run; the single batch thread mostly idle.
     decode_bound = {"stages": {"decode": stage(1.9, 0.0, 0.0), "batch": stage(0.2, 0.8, 0.0)},
                     "consumer_wait_s": 0.8}
-    assert bottleneck(decode_bound, 1.0)[1] == "decode-bound"
-    io_bound = {"stages": {"fetch": stage(0.9, 0.0, 0.0), "decode": stage(0.3, 1.5, 0.0)},
+    assert bottleneck(decode_bound, 1.0, num_threads=2)[1] == "decode-bound"
+    # The same decode time on 8 threads is 24% busy: now the batch thread (70%) limits.
+    decode_plenty = {"stages": {"decode": stage(1.9, 0.0, 0.0), "batch": stage(0.7, 0.3, 0.0)},
+                     "consumer_wait_s": 0.8}
+    assert bottleneck(decode_plenty, 1.0, num_threads=8)[1] == "transform-bound"
+    io_bound = {"stages": {"fetch": stage(3.8, 0.0, 0.0), "decode": stage(0.6, 1.5, 0.0)},
                 "consumer_wait_s": 0.9}
-    assert bottleneck(io_bound, 1.0)[1] == "I/O-bound"
+    assert bottleneck(io_bound, 1.0, num_threads=2, num_io_threads=4)[1] == "I/O-bound"
     transform = {"stages": {"decode": stage(0.5, 0.0, 1.5), "batch": stage(0.95, 0.05, 0.0)},
                  "consumer_wait_s": 0.9}
-    assert bottleneck(transform, 1.0)[1] == "transform-bound"
+    verdict, category = bottleneck(transform, 1.0, num_threads=2)
+    assert category == "transform-bound" and "'batch'" in verdict
     consumer = {"stages": {"decode": stage(0.5, 0.0, 1.5)}, "consumer_wait_s": 0.01}
-    assert bottleneck(consumer, 1.0)[1] == "consumer"
+    assert bottleneck(consumer, 1.0, num_threads=2)[1] == "consumer"
 
 
 def test_python_dash_m_and_console_script_entry(dataset):

@@ -20,8 +20,10 @@ _ADVICE = {
                  "or a local cache",
     "decode-bound": "decompression and conversion use every worker: more num_threads/cores, a "
                     "cheaper codec (lz4/snappy over zstd/gzip), or fewer columns",
-    "transform-bound": "assembling batches is the slowest step: larger batch_size, fewer "
-                       "separate columns (stack them as features), or a cheaper list mode",
+    "transform-bound": "assembling batches (one thread gathering rows into the batch arrays) "
+                       "is the slowest step: fewer separate columns (stack them as features), a "
+                       "smaller shuffle_window or shuffle=False (sequential gathers), larger "
+                       "batches, or a cheaper list mode",
     "consumer": "the loader is ahead: your training step is the bottleneck, the accelerator "
                 "does not wait for data",
 }
@@ -37,30 +39,40 @@ def stage_category(name: str) -> str:
     return "transform-bound"
 
 
-def bottleneck(stats: Dict[str, Any], wall_s: float) -> Tuple[str, str]:
+def bottleneck(stats: Dict[str, Any], wall_s: float, num_threads: Optional[int] = None,
+               num_io_threads: Optional[int] = None) -> Tuple[str, str]:
     """(one-line verdict, category) from loader.stats() and the wall time of the run.
 
     The consumer is the bottleneck when it rarely waited for a batch. Otherwise the limiting
-    stage is the one whose threads spent the largest share of their time busy (not waiting for
-    input or for room downstream).
+    stage is the one whose threads were busy for the largest share of the run: its busy time
+    divided by (its thread count x wall time). Decode stages run on ``num_threads`` workers
+    (default: the cores), I/O stages on ``num_io_threads`` (default: max(4, num_threads)), the
+    others (sequencing, batch assembly) on one thread.
     """
+    import os
+
     stages = stats.get("stages", {})
     wait = float(stats.get("consumer_wait_s", 0.0))
-    if wall_s > 0 and wait / wall_s < CONSUMER_BOUND_WAIT:
+    if wall_s <= 0:
+        return "unknown: the run took no time", "unknown"
+    if wait / wall_s < CONSUMER_BOUND_WAIT:
         return (f"consumer: the loop waited for batches only {100 * wait / wall_s:.0f}% of the "
                 f"time; {_ADVICE['consumer']}", "consumer")
+    workers = num_threads or os.cpu_count() or 1
+    io_workers = num_io_threads or max(4, workers)
+    threads = {"I/O-bound": io_workers, "decode-bound": workers, "transform-bound": 1}
     best, best_share = None, -1.0
     for name, st in stages.items():
-        total = st["busy_s"] + st["wait_input_s"] + st["wait_output_s"]
-        share = st["busy_s"] / total if total > 0 else 0.0
+        share = st["busy_s"] / (threads[stage_category(name)] * wall_s)
         if share > best_share:
             best, best_share = name, share
     if best is None:
         return "unknown: the loader reported no stages", "unknown"
     category = stage_category(best)
-    waited = f"; the loop waited {100 * wait / wall_s:.0f}% of the time" if wall_s > 0 else ""
-    return (f"{category}: stage '{best}' was busy {100 * best_share:.0f}% of its threads' time"
-            f"{waited}; {_ADVICE[category]}", category)
+    n = threads[category]
+    return (f"{category}: stage '{best}' was busy {100 * min(best_share, 1.0):.0f}% of the run on "
+            f"{n} thread{'s' if n > 1 else ''}; the loop waited {100 * wait / wall_s:.0f}% of the "
+            f"time; {_ADVICE[category]}", category)
 
 
 def _uncompressed_bytes_per_row(uri: str, names: List[str]) -> float:
@@ -157,7 +169,8 @@ def run_bench(uri: str, loader_kwargs: Dict[str, Any], batches: Optional[int],
               "mb_per_s": rows * bytes_per_row / wall / 1e6 if wall else 0.0,
               "output_mb_per_s": _output_bytes(stats) / wall / 1e6 if wall else 0.0,
               "stats": stats}
-    result["verdict"], result["bottleneck"] = bottleneck(stats, wall)
+    result["verdict"], result["bottleneck"] = bottleneck(
+        stats, wall, loader_kwargs.get("num_threads"), loader_kwargs.get("num_io_threads"))
     out(format_result(result))
     return result
 
