@@ -5,6 +5,9 @@
 #include <arrow/ipc/reader.h>
 #include <arrow/ipc/writer.h>
 #include <arrow/record_batch.h>
+#include <arrow/util/byte_size.h>
+
+#include "util/hash.h"
 
 namespace stoker {
 namespace {
@@ -22,10 +25,11 @@ class EntryBuffer : public arrow::Buffer {
   std::shared_ptr<CacheEntry> entry_;
 };
 
-Result<std::shared_ptr<arrow::Buffer>> Serialize(const NamedArrays& arrays) {
+using NamedArrays = std::vector<std::pair<std::string, std::shared_ptr<arrow::Array>>>;
+
+Result<std::shared_ptr<arrow::Buffer>> Serialize(const NamedArrays& arrays, int64_t rows) {
   std::vector<std::shared_ptr<arrow::Field>> fields;
   std::vector<std::shared_ptr<arrow::Array>> columns;
-  int64_t rows = arrays.empty() ? 0 : arrays[0].second->length();
   for (const auto& [name, array] : arrays) {
     fields.push_back(arrow::field(name, array->type()));
     columns.push_back(array);
@@ -34,6 +38,7 @@ Result<std::shared_ptr<arrow::Buffer>> Serialize(const NamedArrays& arrays) {
   auto options = arrow::ipc::IpcWriteOptions::Defaults();
   options.alignment = 64;  // every buffer lands 64-byte aligned in the mapping
   options.allow_64bit = true;
+  options.use_threads = false;
   ARROW_ASSIGN_OR_RAISE(auto sink, arrow::io::BufferOutputStream::Create());
   ARROW_ASSIGN_OR_RAISE(auto writer, arrow::ipc::MakeStreamWriter(sink, batch->schema(), options));
   ARROW_RETURN_NOT_OK(writer->WriteRecordBatch(*batch));
@@ -65,37 +70,69 @@ Result<NamedArrays> Deserialize(std::shared_ptr<CacheEntry> entry,
 
 }  // namespace
 
-std::string TensorCache::Key(const FileIdentity& file, int row_group,
-                             const std::vector<std::string>& fields) {
+TensorCache::TensorCache(std::shared_ptr<DiskCache> cache, std::shared_ptr<const Catalog> catalog)
+    : cache_(std::move(cache)), catalog_(std::move(catalog)) {
+  for (const auto& file : catalog_->files()) {
+    Fnv1a footer;
+    footer.Add(file.metadata->SerializeToString());
+    file_identity_.push_back(file.display_path + '\n' + std::to_string(file.size) + '\n' +
+                             std::to_string(footer.digest()));
+  }
+}
+
+std::string TensorCache::Key(const RowGroupRef& rg, const std::vector<std::string>& fields) const {
   std::string key = kFormat;
-  key += '\n' + file.path + '\n' + std::to_string(file.size) + '\n' +
-         std::to_string(file.mtime_ns) + '\n' + std::to_string(row_group);
+  key += '\n' + file_identity_[rg.file] + '\n' + std::to_string(rg.row_group);
   for (const auto& field : fields) key += '\n' + field;
   return key;
 }
 
-Result<NamedArrays> TensorCache::GetOrDecode(const FileIdentity& file, int row_group,
-                                             const std::vector<std::string>& fields,
-                                             const std::function<Result<NamedArrays>()>& decode,
-                                             bool* hit) {
-  const std::string key = Key(file, row_group, fields);
-  *hit = true;
-  NamedArrays decoded;
+Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& plan,
+                                           const DecodeTask& task, bool* hit) const {
+  *hit = false;
+  if (task.fields.empty()) return decoder.Decode(plan, task);
+  const Segment& segment = plan.segments[task.segment];
+  const RowGroupRef& rg = catalog_->row_groups()[segment.row_group];
+
+  // The whole row group, decoded through a one-segment plan of the same decoder.
+  Plan whole;
+  whole.epoch = plan.epoch;
+  whole.segments = {Segment{segment.row_group, 0, rg.num_rows, false}};
+  DecodeTask whole_task = task;
+  whole_task.segment = 0;
+
+  NamedArrays arrays;
+  bool filled = false;
   auto fill = [&](DiskCache::Parts* parts, std::shared_ptr<void>* keep_alive) -> Status {
-    *hit = false;
-    ARROW_ASSIGN_OR_RAISE(decoded, decode());
-    ARROW_ASSIGN_OR_RAISE(auto serialized, Serialize(decoded));
+    filled = true;
+    STOKER_ASSIGN_OR_RAISE(auto decoded, decoder.Decode(whole, whole_task));
+    arrays = std::move(decoded.arrays);
+    STOKER_ASSIGN_OR_RAISE(auto serialized, Serialize(arrays, rg.num_rows));
     parts->emplace_back(serialized->data(), static_cast<size_t>(serialized->size()));
     *keep_alive = serialized;
     return Status::OK();
   };
-  STOKER_ASSIGN_OR_RAISE(auto entry, cache_->GetOrFill(kNamespace, key, fill));
-  if (!*hit) return decoded;  // just decoded here: no need to read back what was written
-  auto cached = Deserialize(std::move(entry), fields);
-  if (cached.ok()) return cached;
-  // An entry that verifies but does not parse (another build's format): decode instead.
-  *hit = false;
-  return decode();
+  STOKER_ASSIGN_OR_RAISE(auto entry, cache_->GetOrFill(kNamespace, Key(rg, task.fields), fill));
+  if (!filled) {
+    auto cached = Deserialize(std::move(entry), task.fields);
+    if (cached.ok()) {
+      *hit = true;
+      arrays = std::move(*cached);
+    } else {
+      // Verified bytes that do not parse (another build's layout): decode instead.
+      STOKER_ASSIGN_OR_RAISE(auto decoded, decoder.Decode(whole, whole_task));
+      arrays = std::move(decoded.arrays);
+    }
+  }
+  DecodedColumns out;
+  for (auto& [name, array] : arrays) {
+    auto slice = segment.row_begin == 0 && segment.num_rows == array->length()
+                     ? array
+                     : array->Slice(segment.row_begin, segment.num_rows);
+    out.bytes += arrow::util::TotalBufferSize(*slice->data());
+    out.arrays.emplace_back(name, std::move(slice));
+  }
+  return out;
 }
 
 }  // namespace stoker

@@ -66,7 +66,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
     cache_options.max_bytes = options.cache_bytes;
     cache_options.min_free_bytes = options.cache_min_free_bytes;
     STOKER_ASSIGN_OR_RAISE(impl->disk_cache, DiskCache::Open(cache_options));
-    impl->tensor_cache = std::make_shared<TensorCache>(impl->disk_cache);
+    impl->tensor_cache = std::make_shared<TensorCache>(impl->disk_cache, catalog);
   }
   impl->pool = SlabPool::Make(8);
   impl->assembler = std::make_shared<BatchAssembler>(impl->spec, impl->options, impl->pool);

@@ -170,7 +170,9 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
   Result<DecodedColumns> decoded;
   {
     ScopedTimer timer(&counters_->decode_busy_ns);
-    decoded = decoder_->Decode(*plan_, task);
+    bool hit = false;
+    decoded = tensor_cache_ ? tensor_cache_->Decode(*decoder_, *plan_, task, &hit)
+                            : decoder_->Decode(*plan_, task);
   }
   if (!decoded.ok()) {
     FailSegment(segment, task_index, decoded.status());
