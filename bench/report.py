@@ -96,6 +96,20 @@ def markdown(report: dict) -> str:
         lines.append("")
     if unavailable:
         lines += ["## Not measured, or measured with problems", ""] + unavailable + [""]
+    lines += ["## How to read this", "",
+              "- *stoker is*: stoker's rows/s divided by that row's; *fraction of limit*: the row's "
+              "rows/s divided by the limit's. The limit reads each file with "
+              "`pyarrow.parquet.read_table(columns, use_threads=True)` and converts each column to "
+              "NumPy, without stacking, padding or shuffling; it materialises whole files, so a "
+              "loader that decodes into recycled buffers can exceed 1.0.",
+              "- Only stoker (shuffle=True) shuffles rows; every peer and stoker (shuffle=False) "
+              "deliver rows in row-group order (Petastorm, the DataLoader and Ray shuffle at most "
+              "the row-group order).",
+              "- The stall fraction is measured with a consumer that busy-waits the step time "
+              "per batch, holding the GIL like a Python training step; it is the share of the "
+              "time after the first batch spent waiting for the next one.",
+              "- CPU s / M rows counts the measuring process and all its children (DataLoader "
+              "workers, Ray's processes); peak RSS is summed over them.", ""]
     lines += ["## Configurations", ""]
     seen = set()
     for workload, w in report["workloads"].items():

@@ -24,7 +24,7 @@ def available():
 
 def config(job):
     if job["workload"] == "images":
-        return {"api": "PIL.Image.open(...).convert('RGB') (libjpeg-turbo), decode only",
+        return {"api": "PIL.Image.open(BytesIO(jpeg)).load() (Pillow's libjpeg-turbo), decode only",
                 "threads": job["threads"], "read": "pyarrow.parquet.ParquetFile per row group"}
     return {"api": "pyarrow.parquet.read_table(columns, use_threads=True) per file + numpy",
             "features": "one NumPy array per column (no stacking, no cast)",
