@@ -182,6 +182,9 @@ def pyarrow_table(n: int = N) -> pa.Table:
         pa.array(rng.integers(0, 256, n * 5).astype(np.uint8)), 5)
     cols["fsl_nested_i16"] = pa.FixedSizeListArray.from_arrays(
         pa.FixedSizeListArray.from_arrays(pa.array(np.arange(n * 6, dtype=np.int16)), 3), 2)
+    cols["fsl_bool"] = pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 5) < 0.5), 5)
+    cols["fsl_nested_bool"] = pa.FixedSizeListArray.from_arrays(
+        pa.FixedSizeListArray.from_arrays(pa.array(np.arange(n * 6) % 3 == 0), 3), 2)
     cols["tensor_f32"] = pa.FixedShapeTensorArray.from_numpy_ndarray(
         rng.standard_normal((n, 2, 3)).astype(np.float32))
     cols["tensor_i64_3d"] = pa.FixedShapeTensorArray.from_numpy_ndarray(
@@ -193,6 +196,8 @@ def pyarrow_table(n: int = N) -> pa.Table:
                                 pa.list_(pa.float16()))
     cols["large_list_f64"] = pa.array([[i * 0.5] * k for i, k in enumerate(lengths)],
                                       pa.large_list(pa.float64()))
+    cols["list_bool"] = pa.array([[(i + j) % 3 == 0 for j in range(k)]
+                                  for i, k in enumerate(lengths)], pa.list_(pa.bool_()))
     cols["list_u64"] = pa.array([[2**64 - 1 - i] * (k % 3) for i, k in enumerate(lengths)],
                                 pa.list_(pa.uint64()))
     texts = ["", "a", "héllo wörld", "日本語", "x" * 100, "tab\tnew\nline", "\x00nul"]
@@ -260,6 +265,7 @@ SELECT
   [i::INTEGER, (i * 2)::INTEGER, i::INTEGER][1:i % 4] AS list_i32,
   [(i * 0.25)::DOUBLE, NULL::DOUBLE][1:(i % 2)] AS list_f64,
   [(i % 5)::SMALLINT, 1, 2, 3]::SMALLINT[4] AS array_i16,
+  [i % 2 = 0, i % 3 = 0, i % 5 = 0][1:i % 4] AS list_bool,
   (['sad', 'ok', 'happy', 'ünïcode'])[i % 4 + 1]::mood AS enum
 FROM range(5000) t(i)
 """
@@ -282,7 +288,7 @@ PA_COLUMNS = pyarrow_table(16).column_names
 DUCK_COLUMNS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                 "float32", "float64", "float64_special", "bool", "string", "binary", "ts_us",
                 "ts_ms", "ts_s", "ts_ns", "ts_tz", "date", "time", "list_i32", "array_i16",
-                "enum"]
+                "list_bool", "enum"]
 
 
 def load(path: str, columns, batch_size: int, **kwargs) -> List[Dict[str, Any]]:
@@ -382,12 +388,13 @@ def test_duckdb_v2_zstd(duckdb_v2_file, column):
     assert column in ("int32", "uint32")  # the known case; anything else is news
 
 
-@pytest.mark.parametrize("column", ["list_i32", "list_f16", "large_list_f64", "list_u64"])
+@pytest.mark.parametrize("column", ["list_i32", "list_f16", "large_list_f64", "list_u64",
+                                    "list_bool"])
 def test_pyarrow_ragged_lists(pyarrow_file, column):
     check_file_column(pyarrow_file, column, 50, lists="ragged")
 
 
-@pytest.mark.parametrize("column", ["list_i32", "array_i16"])
+@pytest.mark.parametrize("column", ["list_i32", "array_i16", "list_bool"])
 def test_duckdb_ragged_lists(duckdb_file, column):
     check_file_column(duckdb_file, column, 333, lists="ragged")
 
@@ -456,7 +463,8 @@ def test_duckdb_list_without_mode(duckdb_file):
 
 
 @pytest.mark.parametrize("column,pad", [("list_i32", -7), ("list_f16", 0.5),
-                                        ("large_list_f64", float("nan")), ("list_u64", 3)])
+                                        ("large_list_f64", float("nan")), ("list_u64", 3),
+                                        ("list_bool", 1)])
 def test_pad_value_honoured(pyarrow_file, column, pad):
     col = reference(pyarrow_file, column)
     batches = load(pyarrow_file, [column], 50, lists={column: "padded"}, pad_value=pad)
@@ -478,6 +486,9 @@ def test_lists_per_column_modes(pyarrow_file):
 def test_pad_value_not_representable(pyarrow_file):
     with pytest.raises(InvalidOptionError, match="pad_value.*'list_i32'.*int32"):
         stoker.Loader(pyarrow_file, columns=["list_i32"], lists="padded", pad_value=0.5,
+                      shuffle=False)
+    with pytest.raises(InvalidOptionError, match="pad_value.*'list_bool'.*bool"):
+        stoker.Loader(pyarrow_file, columns=["list_bool"], lists="padded", pad_value=2,
                       shuffle=False)
 
 
@@ -859,7 +870,7 @@ def test_duckdb_features(duckdb_file):
 
 
 def test_features_reject_non_scalar(pyarrow_file):
-    for column in ("fsl_f32", "string", "list_i32"):
+    for column in ("fsl_f32", "fsl_bool", "string", "list_i32"):
         with pytest.raises(UnsupportedTypeError, match=f"'{column}'"):
             stoker.Loader(pyarrow_file, features=["int8", column], lists="padded",
                           shuffle=False)
@@ -935,6 +946,7 @@ def test_duckdb_from_arrow_table(write_duckdb):
 # ------------------------------------------------------------------------------ slices
 
 SLICE_COLUMNS = ["bool", "float16", "uint64", "fsl_nested_i16", "tensor_f32", "list_i32",
+                 "fsl_bool", "fsl_nested_bool", "list_bool",
                  "large_list_f64", "string", "large_binary", "ts_ns", "dict_string",
                  "dict_binary"]
 
@@ -1001,11 +1013,13 @@ def test_torch_output_strings_and_ragged(pyarrow_file):
     assert_same_array(dense, expected_dense(table.column("tensor_f32")), "tensor_f32")
 
 
-# ------------------------------------------------------------------------------ known gaps
+# ------------------------------------------------------------------------------ options by column
+
 def test_pad_value_per_column_dict(pyarrow_file):
-    col = reference(pyarrow_file, "list_i32")
-    batches = load(pyarrow_file, ["list_i32"], 50, lists="padded", pad_value={"list_i32": -7})
-    check_column(batches, "list_i32", col, "padded", pad_value=-7)
+    batches = load(pyarrow_file, ["list_i32", "list_u64"], 50, lists="padded",
+                   pad_value={"list_i32": -7})
+    check_column(batches, "list_i32", reference(pyarrow_file, "list_i32"), "padded", pad_value=-7)
+    check_column(batches, "list_u64", reference(pyarrow_file, "list_u64"), "padded", pad_value=0)
 
 
 def test_hive_partition_values_are_url_decoded(write_parquet, tmp_path):

@@ -129,6 +129,10 @@ D FromDouble(double value) {
   }
 }
 
+inline uint8_t BitAt(const uint8_t* bits, int64_t index) {
+  return (bits[index >> 3] >> (index & 7)) & 1;
+}
+
 int64_t Align(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 
 // Where each tensor of the batch goes inside the slab.
@@ -193,16 +197,28 @@ void GatherFixed(const std::vector<RowRef>& rows, int slot, int64_t inner, D* ou
 }
 
 template <typename D>
-void GatherBool(const std::vector<RowRef>& rows, int slot, D* out, int64_t out_stride,
-                const ColumnSpec& spec) {
+void GatherBool(const std::vector<RowRef>& rows, int slot, int64_t inner, D* out,
+                int64_t out_stride, const ColumnSpec& spec) {
   const D fill_value = FromDouble<D>(spec.options.has_fill_null ? spec.options.fill_null : 0);
   for (size_t i = 0; i < rows.size(); ++i) {
     const ColumnSource& src = rows[i].item->sources[slot];
-    const int64_t bit = src.bit_offset + rows[i].row;
-    const bool value = (src.values[bit >> 3] >> (bit & 7)) & 1;
-    out[i * out_stride] =
-        src.IsValid(rows[i].row) ? Convert<D>(static_cast<uint8_t>(value)) : fill_value;
+    const bool valid = src.IsValid(rows[i].row);
+    const int64_t first = src.bit_offset + rows[i].row * inner;
+    for (int64_t k = 0; k < inner; ++k) {
+      out[i * out_stride + k] = valid ? Convert<D>(BitAt(src.values, first + k)) : fill_value;
+    }
   }
+}
+
+// `length` list values from child index `begin`: one copy, or one byte per bit for bool lists.
+void CopyListValues(const ColumnSource& src, DType source_dtype, int64_t begin, int64_t length,
+                    uint8_t* to) {
+  if (source_dtype == DType::kBool) {
+    for (int64_t k = 0; k < length; ++k) to[k] = BitAt(src.values, src.bit_offset + begin + k);
+    return;
+  }
+  const int width = DTypeSize(source_dtype);
+  std::memcpy(to, src.values + begin * width, length * width);
 }
 
 void GatherFixedColumn(const std::vector<RowRef>& rows, int slot, const ColumnSpec& spec,
@@ -211,7 +227,7 @@ void GatherFixedColumn(const std::vector<RowRef>& rows, int slot, const ColumnSp
     using D = decltype(out_tag);
     D* typed = reinterpret_cast<D*>(out);
     if (spec.layout == SourceLayout::kBool) {
-      GatherBool<D>(rows, slot, typed, out_stride, spec);
+      GatherBool<D>(rows, slot, spec.inner, typed, out_stride, spec);
       return;
     }
     VisitDType(spec.source_dtype, [&](auto source_tag) {
@@ -349,8 +365,8 @@ Result<std::shared_ptr<Batch>> BatchAssembler::Assemble(int64_t index,
           if (src.IsValid(rows[i].row)) {
             const int64_t begin = src.Begin(rows[i].row);
             length = src.End(rows[i].row) - begin;
-            std::memcpy(column.values.data + offsets[i] * width, src.values + begin * width,
-                        length * width);
+            CopyListValues(src, spec.source_dtype, begin, length,
+                           column.values.data + offsets[i] * width);
           }
           offsets[i + 1] = offsets[i] + length;
         }
@@ -359,7 +375,6 @@ Result<std::shared_ptr<Batch>> BatchAssembler::Assemble(int64_t index,
       case ColumnKind::kPadded: {
         bind(&column.lengths, aux_at[c]);
         auto* lengths = reinterpret_cast<int64_t*>(column.lengths.data);
-        const int width = DTypeSize(spec.dtype);
         const int64_t longest = column.values.shape[1];
         VisitDType(spec.dtype, [&](auto tag) {
           using T = decltype(tag);
@@ -371,7 +386,8 @@ Result<std::shared_ptr<Batch>> BatchAssembler::Assemble(int64_t index,
             if (src.IsValid(rows[i].row)) {
               const int64_t begin = src.Begin(rows[i].row);
               length = src.End(rows[i].row) - begin;
-              std::memcpy(out + i * longest, src.values + begin * width, length * width);
+              CopyListValues(src, spec.source_dtype, begin, length,
+                             reinterpret_cast<uint8_t*>(out + i * longest));
             }
             for (int64_t k = length; k < longest; ++k) out[i * longest + k] = pad;
             lengths[i] = length;

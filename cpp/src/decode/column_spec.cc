@@ -177,8 +177,12 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
         spec->inner *= fsl.list_size();
         inner = fsl.value_type();
       }
-      if (!FixedWidthDType(*inner, &dtype, &annotation) || IsTemporal(annotation)) {
-        return Unsupported(name, *full_type, " (fixed_size_list values must be numeric)");
+      // Bits are unpacked to one byte per value, like bool columns.
+      const bool bits = inner->id() == arrow::Type::BOOL;
+      if (bits) {
+        dtype = DType::kBool;
+      } else if (!FixedWidthDType(*inner, &dtype, &annotation) || IsTemporal(annotation)) {
+        return Unsupported(name, *full_type, " (fixed_size_list values must be numeric or bool)");
       }
       if (!ext_shape.empty()) {
         int64_t product = 1;
@@ -189,15 +193,18 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
         spec->inner_shape = ext_shape;
         spec->annotation = "arrow.fixed_shape_tensor";
       }
-      spec->layout = SourceLayout::kFixed;
+      spec->layout = bits ? SourceLayout::kBool : SourceLayout::kFixed;
       spec->source_dtype = spec->dtype = dtype;
       return Status::OK();
     }
     case arrow::Type::LIST:
     case arrow::Type::LARGE_LIST: {
       const auto& list = static_cast<const arrow::BaseListType&>(*type);
-      if (!FixedWidthDType(*list.value_type(), &dtype, &annotation) || IsTemporal(annotation)) {
-        return Unsupported(name, *full_type, " (list values must be numeric)");
+      if (list.value_type()->id() == arrow::Type::BOOL) {
+        dtype = DType::kBool;  // unpacked from bits by the batcher
+      } else if (!FixedWidthDType(*list.value_type(), &dtype, &annotation) ||
+                 IsTemporal(annotation)) {
+        return Unsupported(name, *full_type, " (list values must be numeric or bool)");
       }
       spec->layout = SourceLayout::kList;
       spec->source_dtype = spec->dtype = dtype;
@@ -393,8 +400,9 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       }
       ColumnSpec spec;
       STOKER_RETURN_NOT_OK(lookup(name, &spec));
-      const bool scalar = (spec.layout == SourceLayout::kFixed && spec.inner == 1) ||
-                          spec.layout == SourceLayout::kBool;
+      const bool scalar =
+          (spec.layout == SourceLayout::kFixed || spec.layout == SourceLayout::kBool) &&
+          spec.inner == 1;
       if (!scalar || spec.layout == SourceLayout::kPartition) {
         return MakeError(ErrorKind::kUnsupportedType,
                          "feature column '" + name + "' has type " + spec.arrow_type +

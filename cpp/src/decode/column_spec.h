@@ -18,8 +18,8 @@ namespace stoker {
 /// How the source Arrow data is laid out.
 enum class SourceLayout {
   kFixed,      // fixed-width values, `inner` per row (primitive or fixed_size_list of them)
-  kBool,       // bit-packed booleans
-  kList,       // list / large_list of fixed-width values
+  kBool,       // bit-packed booleans, `inner` per row (bool or fixed_size_list of bool)
+  kList,       // list / large_list of fixed-width values or bits (source_dtype kBool)
   kString,     // string / binary (and large_ variants)
   kPartition,  // a hive partition value, constant per file
 };

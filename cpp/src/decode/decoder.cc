@@ -177,7 +177,8 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
     out->validity_offset = data.offset;
   }
   switch (spec.layout) {
-    case SourceLayout::kFixed: {
+    case SourceLayout::kFixed:
+    case SourceLayout::kBool: {
       // Descend through fixed_size_list levels to the flat values.
       const arrow::ArrayData* level = &data;
       int64_t index = data.offset;
@@ -191,13 +192,14 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
                                catalog_->Where(rg) + "; element nulls are not supported");
         }
       }
-      out->values = level->buffers[1]->data() + index * DTypeSize(spec.source_dtype);
+      if (spec.layout == SourceLayout::kBool) {
+        out->values = level->buffers[1]->data();
+        out->bit_offset = index;  // bits are addressed from the buffer's start
+      } else {
+        out->values = level->buffers[1]->data() + index * DTypeSize(spec.source_dtype);
+      }
       break;
     }
-    case SourceLayout::kBool:
-      out->values = data.buffers[1]->data();
-      out->bit_offset = data.offset;
-      break;
     case SourceLayout::kList:
     case SourceLayout::kString: {
       const bool large = data.type->id() == arrow::Type::LARGE_LIST ||
@@ -217,7 +219,12 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
                            "column '" + spec.name + "' has null elements inside its lists in " +
                                catalog_->Where(rg) + "; element nulls are not supported");
         }
-        out->values = child.buffers[1]->data() + child.offset * DTypeSize(spec.source_dtype);
+        if (spec.source_dtype == DType::kBool) {
+          out->values = child.buffers[1]->data();
+          out->bit_offset = child.offset;
+        } else {
+          out->values = child.buffers[1]->data() + child.offset * DTypeSize(spec.source_dtype);
+        }
       }
       break;
     }
