@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -86,6 +87,73 @@ class Fd {
   }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Descriptors whose open file carries a lock (a key's lock, the folder lock, a temporary file's
+// flock). A child forked while one is open would inherit a reference to the open file, and so keep
+// its lock alive after the parent releases it by close() or dies: every other process waiting on
+// that key or folder would hang for the child's lifetime (think of DataLoader workers forked
+// while a pipeline thread fills). After fork(), the child points these descriptors at /dev/null.
+class ForkRegistry {
+ public:
+  static ForkRegistry& Instance() {
+    static ForkRegistry* registry = new ForkRegistry();  // never destroyed: atfork handlers
+    return *registry;
+  }
+  // Opens and registers under one lock, so that no fork() falls in between.
+  int Open(const char* path, int flags, mode_t mode) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    const int fd = ::open(path, flags, mode);
+    if (fd >= 0) fds_.push_back(fd);
+    return fd;
+  }
+  void Close(int fd) {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      fds_.erase(std::remove(fds_.begin(), fds_.end(), fd), fds_.end());
+    }
+    ::close(fd);
+  }
+
+ private:
+  ForkRegistry() { pthread_atfork(&Prepare, &Parent, &Child); }
+  static void Prepare() { Instance().mutex_.lock(); }
+  static void Parent() { Instance().mutex_.unlock(); }
+  static void Child() {
+    ForkRegistry& registry = Instance();
+    // dup2() rather than close(): the descriptor numbers stay valid for their owners' own
+    // close() (the forking thread may be one of them), but no longer reach the locked files.
+    const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    for (int fd : registry.fds_) {
+      if (null_fd >= 0) {
+        ::dup3(null_fd, fd, O_CLOEXEC);
+      } else {
+        ::close(fd);
+      }
+    }
+    if (null_fd >= 0) ::close(null_fd);
+    registry.fds_.clear();
+    registry.mutex_.unlock();
+  }
+
+  std::mutex mutex_;
+  std::vector<int> fds_;  // GUARDED_BY(mutex_)
+};
+
+// An owned descriptor registered with ForkRegistry.
+class GuardedFd {
+ public:
+  GuardedFd(const std::string& path, int flags, mode_t mode = 0)
+      : fd_(ForkRegistry::Instance().Open(path.c_str(), flags, mode)) {}
+  ~GuardedFd() {
+    if (fd_ >= 0) ForkRegistry::Instance().Close(fd_);
+  }
+  GuardedFd(const GuardedFd&) = delete;
+  GuardedFd& operator=(const GuardedFd&) = delete;
   int get() const { return fd_; }
 
  private:
@@ -328,7 +396,7 @@ DiskCache::DiskCache(DiskCacheOptions options)
       tmp_dir_(options_.dir + "/.tmp") {}
 
 DiskCache::~DiskCache() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);
+  if (lock_fd_ >= 0) ForkRegistry::Instance().Close(lock_fd_);
 }
 
 Result<std::shared_ptr<DiskCache>> DiskCache::Open(const DiskCacheOptions& options) {
@@ -383,8 +451,8 @@ Result<int> DiskCache::LockFd() const {
   const int pid = static_cast<int>(getpid());
   if (lock_fd_ >= 0 && lock_fd_pid_ == pid) return lock_fd_;
   // After fork() the inherited descriptor shares its open file, hence its locks, with the parent.
-  if (lock_fd_ >= 0) ::close(lock_fd_);
-  lock_fd_ = open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // (in the child, ForkRegistry made it /dev/null)
+  lock_fd_ = ForkRegistry::Instance().Open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (lock_fd_ < 0) return StorageError(lock_path_, "cannot open", errno);
   lock_fd_pid_ = pid;
   return lock_fd_;
@@ -605,7 +673,7 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
   const KeyName name = NameOf(ns, key);
   const std::string temp_path = tmp_dir_ + "/" + name.hex + "." + std::to_string(getpid()) + "." +
                                 std::to_string(temp_seq_.fetch_add(1)) + ".tmp";
-  Fd fd(open(temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  GuardedFd fd(temp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd.get() < 0) return StorageError(temp_path, "cannot create", errno);
   // Tells Open()/Clear() in other processes that this file has a live writer.
   (void)flock(fd.get(), LOCK_EX | LOCK_NB);
@@ -668,7 +736,7 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::GetOrFill(const std::string& ns,
 
   // A descriptor of our own: OFD locks on separately opened descriptors exclude each other, in
   // this process too, and closing it releases the key's lock.
-  Fd fd(open(lock_path_.c_str(), O_RDWR | O_CLOEXEC));
+  GuardedFd fd(lock_path_, O_RDWR | O_CLOEXEC);
   if (fd.get() < 0) return StorageError(lock_path_, "cannot open", errno);
   const off_t offset = NameOf(ns, key).lock_offset;
   STOKER_ASSIGN_OR_RAISE(const bool locked, LockByte(fd.get(), offset, false, lock_path_));
@@ -676,6 +744,12 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::GetOrFill(const std::string& ns,
     counters_.waits.fetch_add(1, std::memory_order_relaxed);
     STOKER_RETURN_NOT_OK(LockByte(fd.get(), offset, true, lock_path_).status());
   }
+  // Released explicitly (before the descriptor closes) on every return path.
+  struct Unlock {
+    int fd;
+    off_t offset;
+    ~Unlock() { UnlockByte(fd, offset); }
+  } unlock{fd.get(), offset};
   STOKER_ASSIGN_OR_RAISE(entry, Lookup(ns, key, /*count_miss=*/true));
   if (entry) return entry;
 

@@ -24,10 +24,10 @@
 //     shared_ptr lives even if the entry is evicted, replaced or cleared meanwhile.
 //
 // Thread safety: every method may be called from any thread at once. A DiskCache may be used in a
-// child after fork() (the folder lock is reopened there), provided no thread of the parent was
-// inside a DiskCache call at the time of the fork. Entries must never be edited in place (a
-// mapped file that shrinks raises SIGBUS in its readers); the cache itself only creates, renames
-// and unlinks.
+// child after fork() (the folder lock is reopened there). A child forked while another thread is
+// inside a call never inherits that call's locks (see ForkRegistry in disk_cache.cc). Entries must
+// never be edited in place (a mapped file that shrinks raises SIGBUS in its readers); the cache
+// itself only creates, renames and unlinks.
 #pragma once
 
 #include <atomic>

@@ -804,6 +804,59 @@ TEST_F(DiskCacheTest, OpenRemovesOnlyAbandonedTempFiles) {
   EXPECT_EQ(TempFiles(dir_), std::vector<std::string>{live_writer});
 }
 
+TEST_F(DiskCacheTest, AProcessForkedDuringAFillDoesNotKeepTheKeyLocked) {
+  // A process fills a key and meanwhile forks a long-lived worker (as a DataLoader does), then is
+  // killed. The worker inherited the descriptors but must not keep the key's lock alive.
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t filler = fork();
+  ASSERT_GE(filler, 0);
+  if (filler == 0) {
+    close(ready[0]);
+    auto cache = DiskCache::Open(Options());
+    if (!cache.ok()) _exit(2);
+    std::atomic<bool> filling{false};
+    std::thread fill_thread([&] {
+      (void)(*cache)->GetOrFill("blocks", "k", [&](DiskCache::Parts*, std::shared_ptr<void>*) {
+        filling = true;
+        for (;;) pause();
+        return Status::OK();
+      });
+    });
+    for (int i = 0; i < 20000 && !filling; ++i) usleep(500);
+    const pid_t worker = fork();
+    if (worker == 0) {
+      for (;;) pause();
+    }
+    if (write(ready[1], &worker, sizeof(worker)) != sizeof(worker)) _exit(3);
+    fill_thread.join();  // never returns: the test kills this process
+    _exit(4);
+  }
+  close(ready[1]);
+  pid_t worker = -1;
+  ASSERT_EQ(read(ready[0], &worker, sizeof(worker)), static_cast<ssize_t>(sizeof(worker)));
+  close(ready[0]);
+  ASSERT_GT(worker, 0);
+  kill(filler, SIGKILL);
+  EXPECT_EQ(Reap(filler), 128 + SIGKILL);
+
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  std::atomic<bool> done{false};
+  Result<std::shared_ptr<CacheEntry>> result;
+  std::thread taker([&] {
+    result = cache->GetOrFill("blocks", "k", FillWith("after", nullptr));
+    done = true;
+  });
+  for (int i = 0; i < 10000 && !done; ++i) usleep(1000);
+  const bool completed = done;
+  kill(worker, SIGKILL);  // (also releases a hung taker, so the test ends either way)
+  taker.join();
+  EXPECT_TRUE(completed);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(Bytes(*result), "after");
+}
+
 TEST_F(DiskCacheTest, KilledWriterLeavesNoEntryAndTheNextOpenRemovesItsTempFile) {
   const std::string payload = Pattern(20 << 20, 4);  // several write chunks
   auto start_writer = [&](int* pipe_read) -> pid_t {
