@@ -982,10 +982,11 @@ def test_null_mask_on_slices(null_file):
         assert strings == [s or "" for s in part.column("dict_string").to_pylist()]
 
 
-def test_padded_batch_of_empty_lists(write_parquet):
+def test_padded_batch_of_empty_lists(write_parquet, load_batches):
     path = write_parquet({"l": pa.array([[]] * 10 + [[1, 2]] * 3, pa.list_(pa.int16()))},
                          row_group_size=4)
-    batches = load(path, ["l"], 5, lists="padded")
+    batches = load_batches(path, columns=["l"], batch_size=5, lists="padded", shuffle=False,
+                           drop_last=False)
     assert np.asarray(batches[0]["l"]).shape == (5, 0)
     check_column(batches, "l", reference(path, "l"), "padded")
 
