@@ -90,10 +90,10 @@ class CacheEntry {
 
 class DiskCache {
  public:
-  /// Payload pieces, concatenated in order (written with one writev per chunk, never copied).
+  /// Payload pieces, concatenated in order (written straight from them with writev()).
   using Parts = std::vector<std::pair<const void*, size_t>>;
-  /// Produces the payload of a missing key. `keep_alive` may hold the buffers `parts` point to
-  /// (it is released after the write, or kept by the returned entry when nothing was stored).
+  /// Produces the payload of a missing key. `keep_alive` may own the buffers `parts` point to;
+  /// it is released once the payload is written (or copied, when it could not be stored).
   using Filler = std::function<Status(Parts* parts, std::shared_ptr<void>* keep_alive)>;
 
   /// Creates the folder if needed, removes temporary files of dead writers and recounts the
