@@ -54,6 +54,9 @@ def expected_dense(col: pa.ChunkedArray) -> np.ndarray:
     """What stoker must deliver for a dense column: pyarrow's numpy conversion, [rows, ...]."""
     t = col.type
     if isinstance(t, pa.FixedShapeTensorType):
+        if pa.types.is_boolean(t.value_type):  # pyarrow has no bool tensors: unpack the storage
+            flat = col.combine_chunks().storage.flatten().to_numpy(zero_copy_only=False)
+            return flat.reshape(len(col), *t.shape)
         return col.combine_chunks().to_numpy_ndarray()
     if pa.types.is_fixed_size_list(t):
         arr = col.combine_chunks()
@@ -187,6 +190,8 @@ def pyarrow_table(n: int = N) -> pa.Table:
         pa.FixedSizeListArray.from_arrays(pa.array(np.arange(n * 6) % 3 == 0), 3), 2)
     cols["tensor_f32"] = pa.FixedShapeTensorArray.from_numpy_ndarray(
         rng.standard_normal((n, 2, 3)).astype(np.float32))
+    cols["tensor_bool"] = pa.FixedShapeTensorArray.from_numpy_ndarray(
+        (np.arange(n * 6) % 7 < 3).reshape(n, 3, 2))
     cols["tensor_i64_3d"] = pa.FixedShapeTensorArray.from_numpy_ndarray(
         np.arange(n * 8, dtype=np.int64).reshape(n, 2, 2, 2))
     lengths = [(i * 7) % 6 for i in range(n)]  # includes empty lists

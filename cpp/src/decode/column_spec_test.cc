@@ -144,12 +144,27 @@ class ResolveColumnsTest : public ::testing::Test {
     ASSERT_TRUE(storage.ok());
     auto tensor_type = arrow::extension::fixed_shape_tensor(arrow::float32(), {2, 3}, {0, 1});
     auto tensor = arrow::ExtensionType::WrapArray(tensor_type, *storage);
+    arrow::BooleanBuilder bits;
+    ASSERT_STATUS_OK(
+        bits.AppendValues(std::vector<bool>{true, false, true, true, false, false, true, false}));
+    std::shared_ptr<arrow::Array> a_bits;
+    ASSERT_STATUS_OK(bits.Finish(&a_bits));
+    auto bool_fsl = arrow::FixedSizeListArray::FromArrays(a_bits, 4);
+    ASSERT_TRUE(bool_fsl.ok());
+    arrow::Int32Builder bool_offsets;
+    ASSERT_STATUS_OK(bool_offsets.AppendValues({0, 3, 8}));
+    std::shared_ptr<arrow::Array> a_bool_offsets;
+    ASSERT_STATUS_OK(bool_offsets.Finish(&a_bool_offsets));
+    auto bool_list = arrow::ListArray::FromArrays(*a_bool_offsets, *a_bits);
+    ASSERT_TRUE(bool_list.ok());
 
     auto table = arrow::Table::Make(
         arrow::schema({arrow::field("i8", arrow::int8()), arrow::field("l", a_list->type()),
                        arrow::field("s", arrow::utf8()), arrow::field("d", (*dict)->type()),
-                       arrow::field("t", tensor_type), arrow::field("ts", a_stamps->type())}),
-        {a_int8, a_list, a_words, *dict, tensor, a_stamps});
+                       arrow::field("t", tensor_type), arrow::field("ts", a_stamps->type()),
+                       arrow::field("fb", (*bool_fsl)->type()),
+                       arrow::field("lb", (*bool_list)->type())}),
+        {a_int8, a_list, a_words, *dict, tensor, a_stamps, *bool_fsl, *bool_list});
     auto sink = arrow::io::FileOutputStream::Open(path_);
     ASSERT_TRUE(sink.ok());
     auto props = parquet::ArrowWriterProperties::Builder().store_schema()->build();
@@ -208,6 +223,27 @@ TEST_F(ResolveColumnsTest, TensorWithIdentityPermutation) {
   EXPECT_EQ(column.inner, 6);
   EXPECT_EQ(column.inner_shape, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(column.annotation, "arrow.fixed_shape_tensor");
+}
+
+TEST_F(ResolveColumnsTest, BoolListsAreUnpackedBits) {
+  ColumnOptions ragged;
+  ragged.list_mode = ListMode::kRagged;
+  auto spec = Resolve({"fb", "lb"}, ragged);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->columns[0].layout, SourceLayout::kBool);
+  EXPECT_EQ(spec->columns[0].kind, ColumnKind::kDense);
+  EXPECT_EQ(spec->columns[0].inner, 4);
+  EXPECT_EQ(spec->columns[0].dtype, DType::kBool);
+  EXPECT_EQ(spec->columns[1].layout, SourceLayout::kList);
+  EXPECT_EQ(spec->columns[1].kind, ColumnKind::kRagged);
+  EXPECT_EQ(spec->columns[1].source_dtype, DType::kBool);
+  // A bool fixed-size list is no scalar feature.
+  LoaderOptions options;
+  options.sources = {path_};
+  options.features = {"fb"};
+  auto features = ResolveColumns(*catalog_, options);
+  ASSERT_FALSE(features.ok());
+  EXPECT_EQ(GetErrorKind(features.status()), ErrorKind::kUnsupportedType);
 }
 
 TEST_F(ResolveColumnsTest, DictionaryStringsAreStrings) {
