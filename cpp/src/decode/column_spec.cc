@@ -125,18 +125,25 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
     type = static_cast<const arrow::DictionaryType&>(*type).value_type();
   }
   std::vector<int64_t> ext_shape;
+  std::string ext_name;
   if (type->id() == arrow::Type::EXTENSION) {
     const auto& ext = static_cast<const arrow::ExtensionType&>(*type);
-    const std::string metadata = ext.Serialize();
-    if (ext.extension_name() != "arrow.fixed_shape_tensor" ||
-        !ParseIntArray(metadata, "shape", &ext_shape) || ext_shape.empty()) {
-      return Unsupported(name, *type, " (only the arrow.fixed_shape_tensor extension is known)");
-    }
-    std::vector<int64_t> permutation;
-    if (ParseIntArray(metadata, "permutation", &permutation) &&
-        !IsIdentityPermutation(permutation)) {
+    ext_name = ext.extension_name();
+    if (ext_name == "arrow.fixed_shape_tensor") {
+      const std::string metadata = ext.Serialize();
+      std::vector<int64_t> permutation;
+      if (!ParseIntArray(metadata, "shape", &ext_shape) || ext_shape.empty()) {
+        return Unsupported(name, *type, " (its shape metadata cannot be read)");
+      }
+      if (ParseIntArray(metadata, "permutation", &permutation) &&
+          !IsIdentityPermutation(permutation)) {
+        return Unsupported(name, *type,
+                           " (tensors with a non-identity permutation are not supported)");
+      }
+    } else if (ext_name != "arrow.uuid") {  // 16 bytes per row, delivered as they are
       return Unsupported(name, *type,
-                         " (tensors with a non-identity permutation are not supported)");
+                         " (only the arrow.fixed_shape_tensor and arrow.uuid extensions are "
+                         "known)");
     }
     type = ext.storage_type();
   }
@@ -157,6 +164,16 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
       spec->layout = SourceLayout::kBool;
       spec->source_dtype = spec->dtype = DType::kBool;
       return Status::OK();
+    case arrow::Type::FIXED_SIZE_BINARY: {
+      // Hashes, UUIDs: a [B, byte_width] uint8 tensor of the raw bytes.
+      const int width = static_cast<const arrow::FixedSizeBinaryType&>(*type).byte_width();
+      spec->layout = SourceLayout::kFixed;
+      spec->source_dtype = spec->dtype = DType::kUInt8;
+      spec->inner = width;
+      spec->inner_shape = {width};
+      spec->annotation = ext_name.empty() ? type->ToString() : ext_name;
+      return Status::OK();
+    }
     case arrow::Type::STRING:
     case arrow::Type::LARGE_STRING:
     case arrow::Type::BINARY:

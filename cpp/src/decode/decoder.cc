@@ -192,6 +192,9 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
                                catalog_->Where(rg) + "; element nulls are not supported");
         }
       }
+      if (level->type->id() == arrow::Type::FIXED_SIZE_BINARY) {
+        index *= static_cast<const arrow::FixedSizeBinaryType&>(*level->type).byte_width();
+      }
       if (spec.layout == SourceLayout::kBool) {
         out->values = level->buffers[1]->data();
         out->bit_offset = index;  // bits are addressed from the buffer's start
