@@ -1,19 +1,20 @@
 #include "catalog/catalog.h"
 
-#include <fnmatch.h>
-
-#include <algorithm>
-#include <atomic>
-#include <mutex>
-#include <thread>
-
 #include <arrow/filesystem/localfs.h>
 #include <arrow/io/interfaces.h>
+#include <fnmatch.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/arrow/schema.h>
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <mutex>
+#include <thread>
+
+#include "io/filesystem.h"
 #include "util/hash.h"
 
 namespace stoker {
@@ -51,19 +52,14 @@ struct ListedFile {
   std::shared_ptr<arrow::fs::FileSystem> fs;
 };
 
-Status ListSource(const std::string& source, std::vector<ListedFile>* out) {
+Status ListSource(const std::string& raw_source, const LoaderOptions& options,
+                  std::vector<ListedFile>* out) {
   std::string path;
-  auto fs_result = arrow::fs::FileSystemFromUriOrPath(source, &path);
-  if (!fs_result.ok()) {
-    return MakeError(ErrorKind::kInvalidOption,
-                     "source '" + source + "' is not a path or URI stoker can open: " +
-                         fs_result.status().message());
-  }
-  std::shared_ptr<arrow::fs::FileSystem> fs = *fs_result;
-  const std::string prefix = source.substr(0, source.size() - path.size());
-  auto display = [&](const std::string& p) {
-    return fs->type_name() == "local" ? p : prefix + p;
-  };
+  STOKER_ASSIGN_OR_RAISE(std::shared_ptr<arrow::fs::FileSystem> fs,
+                         OpenFileSystem(raw_source, options, &path));
+  const std::string source = RedactSource(raw_source);  // no credentials in messages
+  const std::string prefix = DisplayPrefix(raw_source, *fs);
+  auto display = [&](const std::string& p) { return prefix + p; };
 
   std::string pattern;
   std::string base = path;
@@ -123,6 +119,23 @@ Status ListSource(const std::string& source, std::vector<ListedFile>* out) {
   return Status::OK();
 }
 
+// Hive writers percent-encode partition values ("New York" is stored as New%20York).
+std::string PercentDecode(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      out.push_back(static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(text[i]);
+    }
+  }
+  return out;
+}
+
 // `key=value` folders between the source folder and the file.
 std::vector<std::pair<std::string, std::string>> HivePartitions(const ListedFile& file) {
   std::vector<std::pair<std::string, std::string>> out;
@@ -134,7 +147,9 @@ std::vector<std::pair<std::string, std::string>> HivePartitions(const ListedFile
     if (end == std::string::npos) break;  // the file name itself
     const std::string part = relative.substr(start, end - start);
     const size_t eq = part.find('=');
-    if (eq != std::string::npos && eq > 0) out.emplace_back(part.substr(0, eq), part.substr(eq + 1));
+    if (eq != std::string::npos && eq > 0) {
+      out.emplace_back(PercentDecode(part.substr(0, eq)), PercentDecode(part.substr(eq + 1)));
+    }
     start = end + 1;
   }
   return out;
@@ -163,9 +178,9 @@ Status ReadFooter(const ListedFile& listed, CatalogFile* out,
   const Status st = parquet::arrow::SchemaManifest::Make(
       out->metadata->schema(), out->metadata->key_value_metadata(), props, &manifest);
   if (!st.ok()) {
-    return MakeError(ErrorKind::kUnsupportedType,
-                     "cannot map the Parquet schema of '" + listed.display +
-                         "' to Arrow: " + st.message());
+    return MakeError(
+        ErrorKind::kUnsupportedType,
+        "cannot map the Parquet schema of '" + listed.display + "' to Arrow: " + st.message());
   }
   std::vector<std::shared_ptr<arrow::Field>> fields;
   for (size_t i = 0; i < manifest.schema_fields.size(); ++i) {
@@ -192,20 +207,19 @@ Status ReadFooter(const ListedFile& listed, CatalogFile* out,
 }  // namespace
 
 Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& sources,
-                                               int num_threads) {
+                                               int num_threads, const LoaderOptions& options) {
   if (sources.empty()) {
     return MakeError(ErrorKind::kInvalidOption, "source is empty: give a file, folder or URI");
   }
   std::vector<ListedFile> listed;
-  for (const auto& source : sources) STOKER_RETURN_NOT_OK(ListSource(source, &listed));
+  for (const auto& source : sources) STOKER_RETURN_NOT_OK(ListSource(source, options, &listed));
   // The same file reached through two sources is read once.
   std::sort(listed.begin(), listed.end(),
             [](const ListedFile& a, const ListedFile& b) { return a.display < b.display; });
-  listed.erase(std::unique(listed.begin(), listed.end(),
-                           [](const ListedFile& a, const ListedFile& b) {
-                             return a.display == b.display;
-                           }),
-               listed.end());
+  listed.erase(
+      std::unique(listed.begin(), listed.end(),
+                  [](const ListedFile& a, const ListedFile& b) { return a.display == b.display; }),
+      listed.end());
 
   auto catalog = std::make_shared<Catalog>();
   catalog->files_.resize(listed.size());
@@ -239,9 +253,8 @@ Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& s
       if (!match->type()->Equals(*field->type())) {
         return MakeError(ErrorKind::kSchemaMismatch,
                          "schema mismatch: column '" + field->name() + "' is " +
-                             field->type()->ToString() + " in '" +
-                             catalog->files_[0].display_path + "' but " +
-                             match->type()->ToString() + " in '" +
+                             field->type()->ToString() + " in '" + catalog->files_[0].display_path +
+                             "' but " + match->type()->ToString() + " in '" +
                              catalog->files_[i].display_path + "'");
       }
     }
@@ -267,10 +280,10 @@ Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& s
     if (i == 0) {
       keys = file_keys;
     } else if (file_keys != keys) {
-      return MakeError(ErrorKind::kSchemaMismatch,
-                       "hive partition folders differ: '" + catalog->files_[0].display_path +
-                           "' and '" + catalog->files_[i].display_path +
-                           "' have different key=value levels");
+      return MakeError(ErrorKind::kSchemaMismatch, "hive partition folders differ: '" +
+                                                       catalog->files_[0].display_path + "' and '" +
+                                                       catalog->files_[i].display_path +
+                                                       "' have different key=value levels");
     }
   }
   std::vector<std::shared_ptr<arrow::Field>> fields = first->fields();

@@ -17,6 +17,7 @@
 #include <parquet/metadata.h>
 
 #include "stoker/error.h"
+#include "stoker/options.h"
 
 namespace stoker {
 
@@ -44,9 +45,11 @@ struct RowGroupRef {
 
 class Catalog {
  public:
-  /// Lists and opens every source. `num_threads` footers are read at once.
+  /// Lists and opens every source. `num_threads` footers are read at once. Remote sources are
+  /// opened with `options.storage_options` and retried per `options.max_retries`.
   static Result<std::shared_ptr<Catalog>> Open(const std::vector<std::string>& sources,
-                                               int num_threads);
+                                               int num_threads,
+                                               const LoaderOptions& options = LoaderOptions());
 
   const std::vector<CatalogFile>& files() const { return files_; }
   const std::vector<RowGroupRef>& row_groups() const { return row_groups_; }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "decode/dictionary.h"
+#include "io/filesystem.h"
 
 namespace stoker {
 namespace {
@@ -75,8 +76,8 @@ Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task)
   std::string failure;
   try {
     parquet::ArrowReaderProperties arrow_props;
-    arrow_props.set_use_threads(false);  // our workers are the parallelism
-    arrow_props.set_pre_buffer(false);   // else reads go through Arrow's global I/O pool
+    arrow_props.set_use_threads(false);           // our workers are the parallelism
+    SetReaderProperties(*file.fs, &arrow_props);  // pre-buffer coalesced ranges if remote
     auto reader = parquet::ParquetFileReader::Open(*input, parquet::default_reader_properties(),
                                                    file.metadata);
     auto arrow_reader = parquet::arrow::FileReader::Make(arrow::default_memory_pool(),

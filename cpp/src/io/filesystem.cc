@@ -1,0 +1,655 @@
+#include "io/filesystem.h"
+
+#include <arrow/buffer.h>
+#include <arrow/filesystem/s3fs.h>
+#include <arrow/io/caching.h>
+#include <arrow/io/interfaces.h>
+#include <arrow/util/io_util.h>
+#include <arrow/util/uri.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+namespace stoker {
+namespace {
+
+using arrow::fs::FileInfo;
+using arrow::fs::FileInfoVector;
+using arrow::fs::FileSelector;
+using arrow::fs::FileSystem;
+
+std::string Lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The scheme of "scheme://...", lowercased; empty for plain paths (and Windows drive letters).
+std::string SchemeOf(const std::string& uri) {
+  const size_t colon = uri.find("://");
+  if (colon == std::string::npos || colon < 2) return "";
+  for (size_t i = 0; i < colon; ++i) {
+    const char c = uri[i];
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' && c != '.') {
+      return "";
+    }
+  }
+  return Lower(uri.substr(0, colon));
+}
+
+bool IsObjectStoreScheme(const std::string& scheme) {
+  return scheme == "s3" || scheme == "gs" || scheme == "gcs" || scheme == "abfs" ||
+         scheme == "abfss" || scheme == "az";
+}
+
+std::string PercentEncode(const std::string& value) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : value) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+Result<bool> ParseBool(const std::string& key, const std::string& value) {
+  const std::string v = Lower(value);
+  if (v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no") return false;
+  return MakeError(ErrorKind::kInvalidOption,
+                   "storage_options['" + key + "'] must be true or false");
+}
+
+Result<double> ParseSeconds(const std::string& key, const std::string& value) {
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !std::isfinite(v) || v <= 0) {
+    return MakeError(ErrorKind::kInvalidOption,
+                     "storage_options['" + key + "'] must be a positive number of seconds");
+  }
+  return v;
+}
+
+// Our own keys, valid for every remote scheme.
+constexpr const char* kConcurrencyKey = "request_concurrency";
+
+Result<int> ParseConcurrency(const std::map<std::string, std::string>& storage) {
+  auto it = storage.find(kConcurrencyKey);
+  if (it == storage.end()) return 0;
+  char* end = nullptr;
+  const long v = std::strtol(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0' || v < 1 || v > 4096) {
+    return MakeError(ErrorKind::kInvalidOption, std::string("storage_options['") + kConcurrencyKey +
+                                                    "'] must be an integer in [1, 4096]");
+  }
+  return static_cast<int>(v);
+}
+
+// The SDK's own retries are off: RetryingFileSystem owns the policy, for every scheme alike.
+class NoRetryStrategy : public arrow::fs::S3RetryStrategy {
+ public:
+  bool ShouldRetry(const AWSErrorDetail&, int64_t) override { return false; }
+  int64_t CalculateDelayBeforeNextRetry(const AWSErrorDetail&, int64_t) override { return 0; }
+};
+
+Status EnsureS3() {
+  static std::mutex mutex;  // Arrow asks callers to serialise initialisation
+  std::lock_guard<std::mutex> lock(mutex);
+  const Status st = arrow::fs::EnsureS3Initialized();
+  if (!st.ok()) {
+    return MakeError(ErrorKind::kStorage, "cannot initialise S3 support: " + st.message());
+  }
+  return Status::OK();
+}
+
+const char* const kS3Keys[] = {"region",
+                               "endpoint_override",
+                               "scheme",
+                               "access_key",
+                               "secret_key",
+                               "session_token",
+                               "anonymous",
+                               "role_arn",
+                               "session_name",
+                               "external_id",
+                               "connect_timeout",
+                               "request_timeout",
+                               "force_virtual_addressing",
+                               "tls_verify_certificates",
+                               "tls_ca_file_path",
+                               "tls_ca_dir_path",
+                               kConcurrencyKey};
+
+Result<std::shared_ptr<FileSystem>> OpenS3(const std::string& uri, const LoaderOptions& options,
+                                           const std::vector<std::string>& secrets,
+                                           std::string* path) {
+  const auto& storage = options.storage_options;
+  for (const auto& [key, value] : storage) {
+    if (std::find(std::begin(kS3Keys), std::end(kS3Keys), key) == std::end(kS3Keys)) {
+      std::string known;
+      for (const char* k : kS3Keys) known += (known.empty() ? "" : ", ") + std::string(k);
+      return MakeError(ErrorKind::kInvalidOption,
+                       "storage_options has unknown key '" + key + "' for s3://; known: " + known);
+    }
+  }
+  // Every value is checked before anything touches the network.
+  auto get = [&](const char* key) -> const std::string* {
+    auto it = storage.find(key);
+    return it == storage.end() ? nullptr : &it->second;
+  };
+  if (auto* v = get("scheme"); v != nullptr && *v != "http" && *v != "https") {
+    return MakeError(ErrorKind::kInvalidOption,
+                     "storage_options['scheme'] must be 'http' or 'https'");
+  }
+  double connect_timeout = -1, request_timeout = -1;
+  if (auto* v = get("connect_timeout")) {
+    STOKER_ASSIGN_OR_RAISE(connect_timeout, ParseSeconds("connect_timeout", *v));
+  }
+  if (auto* v = get("request_timeout")) {
+    STOKER_ASSIGN_OR_RAISE(request_timeout, ParseSeconds("request_timeout", *v));
+  }
+  bool virtual_addressing = false, verify_certificates = true, anonymous = false;
+  if (auto* v = get("force_virtual_addressing")) {
+    STOKER_ASSIGN_OR_RAISE(virtual_addressing, ParseBool("force_virtual_addressing", *v));
+  }
+  if (auto* v = get("tls_verify_certificates")) {
+    STOKER_ASSIGN_OR_RAISE(verify_certificates, ParseBool("tls_verify_certificates", *v));
+  }
+  if (auto* v = get("anonymous")) {
+    STOKER_ASSIGN_OR_RAISE(anonymous, ParseBool("anonymous", *v));
+  }
+  const std::string* access = get("access_key");
+  const std::string* secret = get("secret_key");
+  const std::string* token = get("session_token");
+  const std::string* role = get("role_arn");
+  if ((access == nullptr) != (secret == nullptr)) {
+    return MakeError(ErrorKind::kInvalidOption,
+                     "storage_options needs both access_key and secret_key, or neither");
+  }
+  if (token != nullptr && access == nullptr) {
+    return MakeError(ErrorKind::kInvalidOption,
+                     "storage_options['session_token'] needs access_key and secret_key");
+  }
+  if ((access != nullptr) + static_cast<int>(anonymous) + (role != nullptr) > 1) {
+    return MakeError(ErrorKind::kInvalidOption,
+                     "storage_options: give one of access_key/secret_key, anonymous=true or "
+                     "role_arn");
+  }
+  STOKER_RETURN_NOT_OK(EnsureS3());
+
+  // Keys that also steer S3Options::FromUri (which otherwise asks AWS for the bucket's region)
+  // are handed to it when the URI lacks them; storage_options win over the URI below.
+  std::string full = uri;
+  {
+    auto parsed = arrow::util::Uri::FromString(uri);
+    if (!parsed.ok()) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "source '" + RedactSource(uri) + "' is not a valid URI: " +
+                           ScrubSecrets(parsed.status().message(), secrets));
+    }
+    auto items = parsed->query_items();
+    std::vector<std::pair<std::string, std::string>> query =
+        items.ok() ? *items : decltype(query){};
+    std::string extra;
+    for (const char* key : {"region", "endpoint_override", "scheme"}) {
+      auto it = storage.find(key);
+      if (it == storage.end()) continue;
+      const bool in_uri =
+          std::any_of(query.begin(), query.end(), [&](const auto& kv) { return kv.first == key; });
+      if (!in_uri) extra += std::string(key) + "=" + PercentEncode(it->second) + "&";
+    }
+    if (!extra.empty()) {
+      extra.pop_back();
+      const size_t hash = full.find('#');
+      const std::string fragment = hash == std::string::npos ? "" : full.substr(hash);
+      full = full.substr(0, hash);
+      full += (full.find('?') == std::string::npos ? "?" : "&") + extra + fragment;
+    }
+  }
+  auto from_uri = arrow::fs::S3Options::FromUri(full, path);
+  if (!from_uri.ok()) {
+    return MakeError(ErrorKind::kInvalidOption,
+                     "cannot open source '" + RedactSource(uri) +
+                         "': " + ScrubSecrets(from_uri.status().message(), secrets));
+  }
+  arrow::fs::S3Options s3 = *from_uri;
+  if (auto* v = get("region")) s3.region = *v;
+  if (auto* v = get("endpoint_override")) s3.endpoint_override = *v;
+  if (auto* v = get("scheme")) s3.scheme = *v;
+  if (connect_timeout > 0) s3.connect_timeout = connect_timeout;
+  if (request_timeout > 0) s3.request_timeout = request_timeout;
+  if (get("force_virtual_addressing")) s3.force_virtual_addressing = virtual_addressing;
+  if (get("tls_verify_certificates")) s3.tls_verify_certificates = verify_certificates;
+  if (auto* v = get("tls_ca_file_path")) s3.tls_ca_file_path = *v;
+  if (auto* v = get("tls_ca_dir_path")) s3.tls_ca_dir_path = *v;
+  if (anonymous) {
+    s3.ConfigureAnonymousCredentials();
+  } else if (access != nullptr) {
+    s3.ConfigureAccessKey(*access, *secret, token != nullptr ? *token : "");
+  } else if (role != nullptr) {
+    const std::string* name = get("session_name");
+    const std::string* external = get("external_id");
+    s3.ConfigureAssumeRoleCredentials(*role, name ? *name : "", external ? *external : "");
+  }
+  // Otherwise FromUri kept credentials from the URI's user info, or the default AWS chain
+  // (environment, config and credentials files, web identity, instance metadata).
+  s3.retry_strategy = std::make_shared<NoRetryStrategy>();
+
+  auto fs = arrow::fs::S3FileSystem::Make(s3);
+  if (!fs.ok()) {
+    return MakeError(ErrorKind::kStorage, "cannot set up S3 for '" + RedactSource(uri) +
+                                              "': " + ScrubSecrets(fs.status().message(), secrets));
+  }
+  return std::static_pointer_cast<FileSystem>(*fs);
+}
+
+// ---- retrying wrapper ---------------------------------------------------------------------
+
+struct Shared {
+  RetryPolicy policy;
+  std::string prefix;
+  std::vector<std::string> secrets;
+  int max_concurrency = 0;
+
+  std::mutex mutex;
+  std::condition_variable cv;
+  int in_flight = 0;
+
+  std::mutex sizes_mutex;
+  std::unordered_map<std::string, int64_t> sizes;  // from listings: opens need no HEAD
+
+  void Acquire() {
+    if (max_concurrency <= 0) return;
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return in_flight < max_concurrency; });
+    ++in_flight;
+  }
+  void Release() {
+    if (max_concurrency <= 0) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      --in_flight;
+    }
+    cv.notify_one();
+  }
+
+  void Remember(const FileInfo& info) {
+    if (info.type() != arrow::fs::FileType::File || info.size() < 0) return;
+    std::lock_guard<std::mutex> lock(sizes_mutex);
+    sizes[info.path()] = info.size();
+  }
+  int64_t KnownSize(const std::string& path) {
+    std::lock_guard<std::mutex> lock(sizes_mutex);
+    auto it = sizes.find(path);
+    return it == sizes.end() ? arrow::fs::kNoSize : it->second;
+  }
+};
+
+double UnitRandom() {
+  // Jitter only spreads retries out; it never reaches the data, so any entropy will do.
+  thread_local std::mt19937_64 engine{std::random_device{}()};
+  return std::uniform_real_distribution<double>(0.0, 1.0)(engine);
+}
+
+std::string Fmt(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f", seconds);
+  return buf;
+}
+
+// Runs `call` until it succeeds, fails permanently, or max_retries transient failures have
+// been retried. `what` is e.g. "read bytes [0, 100) of"; `path` is the filesystem's path.
+template <typename Call>
+auto WithRetries(Shared& shared, const std::string& what, const std::string& path, Call&& call)
+    -> decltype(call()) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int attempt = 0;; ++attempt) {
+    shared.Acquire();
+    auto result = call();
+    shared.Release();
+    if (result.ok()) return result;
+    const Status& st = result.status();
+    const std::string object = "'" + shared.prefix + path + "'";
+    const std::string message = ScrubSecrets(st.message(), shared.secrets);
+    switch (ClassifyStorageError(st)) {
+      case StorageFailure::kNotFound:
+        return MakeError(ErrorKind::kNotFound, object + " does not exist: " + message);
+      case StorageFailure::kDenied:
+        return MakeError(
+            ErrorKind::kStorage,
+            "access denied to " + object +
+                " (check the credentials and the permissions on the bucket): " + message);
+      case StorageFailure::kPermanent:
+        return MakeError(ErrorKind::kStorage, "cannot " + what + " " + object + ": " + message);
+      case StorageFailure::kTransient:
+        break;
+    }
+    if (attempt >= shared.policy.max_retries) {
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return MakeError(ErrorKind::kStorage,
+                       "cannot " + what + " " + object + ": still failing after " +
+                           std::to_string(attempt) + " retries over " + Fmt(elapsed) +
+                           " s (max_retries=" + std::to_string(shared.policy.max_retries) +
+                           "); last error: " + message);
+    }
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(BackoffDelay(shared.policy, attempt, UnitRandom())));
+  }
+}
+
+class RetryingFile : public arrow::io::RandomAccessFile {
+ public:
+  RetryingFile(std::shared_ptr<Shared> shared, std::string path,
+               std::shared_ptr<arrow::io::RandomAccessFile> base)
+      : shared_(std::move(shared)), path_(std::move(path)), base_(std::move(base)) {}
+
+  Status Close() override { return base_->Close(); }
+  bool closed() const override { return base_->closed(); }
+  Result<int64_t> Tell() const override { return position_; }
+  Status Seek(int64_t position) override {
+    position_ = position;
+    return Status::OK();
+  }
+  Result<int64_t> GetSize() override {
+    return WithRetries(*shared_, "get the size of", path_, [&] { return base_->GetSize(); });
+  }
+  Result<int64_t> Read(int64_t nbytes, void* out) override {
+    ARROW_ASSIGN_OR_RAISE(const int64_t n, ReadAt(position_, nbytes, out));
+    position_ += n;
+    return n;
+  }
+  Result<std::shared_ptr<arrow::Buffer>> Read(int64_t nbytes) override {
+    ARROW_ASSIGN_OR_RAISE(auto buffer, ReadAt(position_, nbytes));
+    position_ += buffer->size();
+    return buffer;
+  }
+  Result<int64_t> ReadAt(int64_t position, int64_t nbytes, void* out) override {
+    return WithRetries(*shared_, Range(position, nbytes), path_,
+                       [&] { return base_->ReadAt(position, nbytes, out); });
+  }
+  Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override {
+    return WithRetries(*shared_, Range(position, nbytes), path_,
+                       [&] { return base_->ReadAt(position, nbytes); });
+  }
+  Status WillNeed(const std::vector<arrow::io::ReadRange>& ranges) override {
+    return base_->WillNeed(ranges);
+  }
+  // ReadAsync keeps the base class version: it runs our ReadAt on the I/O pool.
+
+ private:
+  static std::string Range(int64_t position, int64_t nbytes) {
+    return "read bytes [" + std::to_string(position) + ", " + std::to_string(position + nbytes) +
+           ") of";
+  }
+
+  std::shared_ptr<Shared> shared_;
+  std::string path_;
+  std::shared_ptr<arrow::io::RandomAccessFile> base_;
+  int64_t position_ = 0;
+};
+
+class RetryingFileSystem : public FileSystem {
+ public:
+  RetryingFileSystem(std::shared_ptr<FileSystem> base, std::shared_ptr<Shared> shared)
+      : FileSystem(base->io_context()), base_(std::move(base)), shared_(std::move(shared)) {}
+
+  std::string type_name() const override { return base_->type_name(); }
+  bool Equals(const FileSystem& other) const override { return this == &other; }
+  Result<std::string> NormalizePath(std::string path) override {
+    return base_->NormalizePath(std::move(path));
+  }
+  Result<std::string> PathFromUri(const std::string& uri) const override {
+    return base_->PathFromUri(uri);
+  }
+
+  Result<FileInfo> GetFileInfo(const std::string& path) override {
+    ARROW_ASSIGN_OR_RAISE(FileInfo info, WithRetries(*shared_, "get information about", path,
+                                                     [&] { return base_->GetFileInfo(path); }));
+    shared_->Remember(info);
+    return info;
+  }
+  Result<FileInfoVector> GetFileInfo(const FileSelector& select) override {
+    ARROW_ASSIGN_OR_RAISE(FileInfoVector infos, WithRetries(*shared_, "list", select.base_dir, [&] {
+                            return base_->GetFileInfo(select);
+                          }));
+    for (const auto& info : infos) shared_->Remember(info);
+    return infos;
+  }
+
+  Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenInputFile(
+      const std::string& path) override {
+    FileInfo info(path, arrow::fs::FileType::File);
+    info.set_size(shared_->KnownSize(path));
+    return OpenInputFile(info);
+  }
+  Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenInputFile(
+      const FileInfo& info) override {
+    ARROW_ASSIGN_OR_RAISE(auto file, WithRetries(*shared_, "open", info.path(), [&] {
+                            return info.size() >= 0 ? base_->OpenInputFile(info)
+                                                    : base_->OpenInputFile(info.path());
+                          }));
+    return std::make_shared<RetryingFile>(shared_, info.path(), std::move(file));
+  }
+  Result<std::shared_ptr<arrow::io::InputStream>> OpenInputStream(
+      const std::string& path) override {
+    return WithRetries(*shared_, "open", path, [&] { return base_->OpenInputStream(path); });
+  }
+
+  // A source is read-only: writes go straight to the base filesystem, without retries.
+  Status CreateDir(const std::string& path, bool recursive) override {
+    return base_->CreateDir(path, recursive);
+  }
+  Status DeleteDir(const std::string& path) override { return base_->DeleteDir(path); }
+  Status DeleteDirContents(const std::string& path, bool missing_dir_ok) override {
+    return base_->DeleteDirContents(path, missing_dir_ok);
+  }
+  Status DeleteRootDirContents() override { return base_->DeleteRootDirContents(); }
+  Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
+  Status Move(const std::string& src, const std::string& dest) override {
+    return base_->Move(src, dest);
+  }
+  Status CopyFile(const std::string& src, const std::string& dest) override {
+    return base_->CopyFile(src, dest);
+  }
+  Result<std::shared_ptr<arrow::io::OutputStream>> OpenOutputStream(
+      const std::string& path,
+      const std::shared_ptr<const arrow::KeyValueMetadata>& metadata) override {
+    return base_->OpenOutputStream(path, metadata);
+  }
+  Result<std::shared_ptr<arrow::io::OutputStream>> OpenAppendStream(
+      const std::string& path,
+      const std::shared_ptr<const arrow::KeyValueMetadata>& metadata) override {
+    return base_->OpenAppendStream(path, metadata);
+  }
+
+ private:
+  std::shared_ptr<FileSystem> base_;
+  std::shared_ptr<Shared> shared_;
+};
+
+bool Contains(const std::string& haystack, const char* needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+std::string ScrubSecrets(std::string text, const std::vector<std::string>& secrets) {
+  for (const auto& secret : secrets) {
+    if (secret.empty()) continue;
+    std::string out;
+    size_t from = 0;
+    for (size_t at = text.find(secret); at != std::string::npos; at = text.find(secret, from)) {
+      out.append(text, from, at - from);
+      out.append("***");
+      from = at + secret.size();
+    }
+    out.append(text, from, std::string::npos);
+    text = std::move(out);
+  }
+  return text;
+}
+
+std::string RedactSource(const std::string& uri_or_path) {
+  const std::string scheme = SchemeOf(uri_or_path);
+  if (scheme.empty()) return uri_or_path;
+  std::string rest = uri_or_path.substr(scheme.size() + 3);
+  rest = rest.substr(0, rest.find_first_of("?#"));
+  const size_t slash = rest.find('/');
+  const size_t at = rest.rfind('@', slash == std::string::npos ? std::string::npos : slash);
+  if (at != std::string::npos && (slash == std::string::npos || at < slash)) {
+    // abfs://container@account... names a container, not a user: keep what is not a secret.
+    const std::string userinfo = rest.substr(0, at);
+    const size_t colon = userinfo.find(':');
+    rest = (colon == std::string::npos && (scheme == "abfs" || scheme == "abfss") ? userinfo + "@"
+                                                                                  : std::string()) +
+           rest.substr(at + 1);
+  }
+  return scheme + "://" + rest;
+}
+
+std::string DisplayPrefix(const std::string& uri_or_path, const FileSystem& fs) {
+  if (!IsRemote(fs)) return "";
+  const std::string scheme = SchemeOf(uri_or_path);
+  if (IsObjectStoreScheme(scheme)) return scheme + "://";
+  auto uri = arrow::util::Uri::FromString(uri_or_path);
+  if (!uri.ok()) return scheme + "://";
+  std::string out = scheme + "://" + uri->host();
+  const std::string port = uri->port_text();
+  if (!port.empty()) {
+    out.push_back(':');
+    out.append(port);
+  }
+  return out;
+}
+
+bool IsRemote(const FileSystem& fs) { return fs.type_name() != "local"; }
+
+void SetReaderProperties(const FileSystem& fs, parquet::ArrowReaderProperties* props) {
+  if (!IsRemote(fs)) {
+    props->set_pre_buffer(false);  // local reads stay on the worker, not Arrow's I/O pool
+    return;
+  }
+  // One request costs about a round trip (tens of ms) plus size / bandwidth, so skipping a gap
+  // of up to 1 MiB is cheaper than another request; 64 MiB ranges keep a single GET from
+  // holding the whole row group while still amortising the round trip. Not lazy: all ranges of
+  // the row group are requested at once, concurrently, on Arrow's I/O pool.
+  arrow::io::CacheOptions cache;
+  cache.hole_size_limit = int64_t{1} << 20;
+  cache.range_size_limit = int64_t{64} << 20;
+  cache.lazy = false;
+  props->set_pre_buffer(true);
+  props->set_cache_options(cache);
+}
+
+StorageFailure ClassifyStorageError(const Status& status) {
+  if (const auto kind = GetErrorKind(status)) {
+    if (*kind == ErrorKind::kNotFound) return StorageFailure::kNotFound;
+    return StorageFailure::kPermanent;  // already decided by a lower layer
+  }
+  const int err = arrow::internal::ErrnoFromStatus(status);
+  if (err == ENOENT) return StorageFailure::kNotFound;
+  if (err == EACCES || err == EPERM) return StorageFailure::kDenied;
+  if (err == ECONNRESET || err == ECONNREFUSED || err == ETIMEDOUT || err == EPIPE ||
+      err == EAGAIN || err == ECONNABORTED || err == EHOSTUNREACH || err == ENETUNREACH) {
+    return StorageFailure::kTransient;
+  }
+  const std::string& m = status.message();
+  // Arrow's S3 messages read "AWS Error <TYPE> during <Op> operation: ...".
+  for (const char* denied : {"ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH",
+                             "MISSING_AUTHENTICATION_TOKEN", "EXPIRED_TOKEN",
+                             "INVALID_CLIENT_TOKEN_ID", "UNRECOGNIZED_CLIENT", "HTTP status 401",
+                             "HTTP status 403", "PERMISSION_DENIED", "Unauthenticated"}) {
+    if (Contains(m, denied)) return StorageFailure::kDenied;
+  }
+  for (const char* missing :
+       {"NO_SUCH_BUCKET", "NO_SUCH_KEY", "RESOURCE_NOT_FOUND", "HTTP status 404", "NOT_FOUND"}) {
+    if (Contains(m, missing)) return StorageFailure::kNotFound;
+  }
+  for (const char* transient :
+       {"SLOW_DOWN", "SERVICE_UNAVAILABLE", "INTERNAL_FAILURE", "THROTTLING", "THROTTLED",
+        "NETWORK_CONNECTION", "REQUEST_TIMEOUT", "REQUEST_LIMIT_EXCEEDED", "TOO_MANY_REQUESTS",
+        "HTTP status 5", "HTTP status 429", "curlCode", "Connection reset", "connection reset",
+        "timed out", "Timeout", "UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"}) {
+    if (Contains(m, transient)) return StorageFailure::kTransient;
+  }
+  return StorageFailure::kPermanent;
+}
+
+double BackoffDelay(const RetryPolicy& policy, int attempt, double unit) {
+  const double grown = policy.base_delay_s * std::ldexp(1.0, std::min(attempt, 60));
+  const double capped = std::min(grown, policy.max_delay_s);
+  return capped * (0.5 + 0.5 * std::clamp(unit, 0.0, 1.0));
+}
+
+std::shared_ptr<FileSystem> MakeRetryingFileSystem(std::shared_ptr<FileSystem> base,
+                                                   RetryPolicy policy, std::string display_prefix,
+                                                   std::vector<std::string> secrets,
+                                                   int max_concurrency) {
+  auto shared = std::make_shared<Shared>();
+  shared->policy = policy;
+  shared->prefix = std::move(display_prefix);
+  shared->secrets = std::move(secrets);
+  shared->max_concurrency = max_concurrency;
+  return std::make_shared<RetryingFileSystem>(std::move(base), std::move(shared));
+}
+
+Result<std::shared_ptr<FileSystem>> OpenFileSystem(const std::string& uri_or_path,
+                                                   const LoaderOptions& options,
+                                                   std::string* path) {
+  const std::string scheme = SchemeOf(uri_or_path);
+  std::vector<std::string> secrets;
+  for (const char* key : {"secret_key", "session_token"}) {
+    auto it = options.storage_options.find(key);
+    if (it != options.storage_options.end()) secrets.push_back(it->second);
+  }
+  if (!scheme.empty() && scheme != "file" && scheme != "local") {
+    if (auto uri = arrow::util::Uri::FromString(uri_or_path); uri.ok()) {
+      secrets.push_back(uri->password());
+    }
+  }
+
+  std::shared_ptr<FileSystem> fs;
+  if (scheme == "s3") {
+    STOKER_ASSIGN_OR_RAISE(fs, OpenS3(uri_or_path, options, secrets, path));
+  } else {
+    for (const auto& [key, value] : options.storage_options) {
+      if (key != kConcurrencyKey && !scheme.empty() && scheme != "file" && scheme != "local") {
+        return MakeError(ErrorKind::kInvalidOption,
+                         "storage_options['" + key + "'] applies to s3:// sources only; give " +
+                             scheme + ":// settings as URI query parameters");
+      }
+    }
+    auto result = arrow::fs::FileSystemFromUriOrPath(uri_or_path, path);
+    if (!result.ok()) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "source '" + RedactSource(uri_or_path) +
+                           "' is not a path or URI stoker can open: " +
+                           ScrubSecrets(result.status().message(), secrets));
+    }
+    fs = *result;
+  }
+  if (!IsRemote(*fs)) return fs;
+  STOKER_ASSIGN_OR_RAISE(const int concurrency, ParseConcurrency(options.storage_options));
+  RetryPolicy policy;
+  policy.max_retries = options.max_retries;
+  policy.base_delay_s = options.retry_base_delay_s;
+  policy.max_delay_s = std::max(options.retry_base_delay_s, 5.0);
+  std::string prefix = DisplayPrefix(uri_or_path, *fs);
+  return MakeRetryingFileSystem(std::move(fs), policy, std::move(prefix), std::move(secrets),
+                                concurrency);
+}
+
+}  // namespace stoker

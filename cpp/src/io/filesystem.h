@@ -1,0 +1,71 @@
+// Filesystems for sources: local paths as Arrow opens them; object stores (s3://, gs://, abfs://,
+// hdfs://) configured from the URI and LoaderOptions::storage_options, and wrapped so that
+// transient errors are retried with exponential backoff and jitter.
+//
+// Messages never contain credentials: user info and query strings are dropped from URIs, and
+// every error text from the storage layer is scrubbed of the configured secrets.
+// Thread safety: the returned filesystems are safe to share between threads.
+#pragma once
+
+#include <arrow/filesystem/filesystem.h>
+#include <parquet/properties.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stoker/error.h"
+#include "stoker/options.h"
+
+namespace stoker {
+
+/// Opens the filesystem that holds `uri_or_path` and sets `*path` to the path inside it.
+/// Errors: kInvalidOption for a bad URI or storage option, kStorage when the store cannot be
+/// set up. Remote filesystems retry transient errors per `options.max_retries`.
+Result<std::shared_ptr<arrow::fs::FileSystem>> OpenFileSystem(const std::string& uri_or_path,
+                                                              const LoaderOptions& options,
+                                                              std::string* path);
+
+/// What to put in front of a path of `fs` so the user recognises it: "" for local files,
+/// "s3://" for S3 (whose paths start with the bucket), "hdfs://host:port" for HDFS.
+std::string DisplayPrefix(const std::string& uri_or_path, const arrow::fs::FileSystem& fs);
+
+/// `uri_or_path` without user info (credentials) or query string, safe for messages.
+std::string RedactSource(const std::string& uri_or_path);
+
+/// False for the local filesystem, true for object stores and HDFS.
+bool IsRemote(const arrow::fs::FileSystem& fs);
+
+/// Reader settings that depend on where the file lives: remote files pre-buffer the selected
+/// column chunks as a few large coalesced range reads; local files read chunk by chunk on the
+/// calling thread.
+void SetReaderProperties(const arrow::fs::FileSystem& fs, parquet::ArrowReaderProperties* props);
+
+// ---- exposed for tests -----------------------------------------------------------------
+
+enum class StorageFailure { kTransient, kNotFound, kDenied, kPermanent };
+
+/// Sorts a storage-layer error: 5xx, SlowDown, throttling, resets and timeouts are transient.
+StorageFailure ClassifyStorageError(const Status& status);
+
+struct RetryPolicy {
+  int max_retries = 5;
+  double base_delay_s = 0.1;
+  double max_delay_s = 5.0;  // one sleep never exceeds this, so a stop waits at most this long
+};
+
+/// Seconds to wait before retry `attempt` (0-based): base * 2^attempt capped at max_delay_s,
+/// scaled by a jitter factor in [0.5, 1.0) taken from `unit` in [0, 1).
+double BackoffDelay(const RetryPolicy& policy, int attempt, double unit);
+
+/// Wraps `base` with retries, names objects as `display_prefix + path` in errors, removes each
+/// of `secrets` from error texts, and allows at most `max_concurrency` requests at once
+/// (0: no limit).
+std::shared_ptr<arrow::fs::FileSystem> MakeRetryingFileSystem(
+    std::shared_ptr<arrow::fs::FileSystem> base, RetryPolicy policy, std::string display_prefix,
+    std::vector<std::string> secrets, int max_concurrency);
+
+/// Replaces every occurrence of each non-empty secret in `text` with "***".
+std::string ScrubSecrets(std::string text, const std::vector<std::string>& secrets);
+
+}  // namespace stoker

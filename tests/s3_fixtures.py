@@ -1,0 +1,310 @@
+"""Loopback S3 for tests: a moto server and a fault-injecting HTTP proxy in front of it.
+
+Everything binds 127.0.0.1 on an ephemeral port and runs in daemon threads of the test process
+(the AWS SDK is not fork-safe). Objects are uploaded with boto3 straight to moto; the loader under
+test talks to the proxy, which forwards each request on a fresh upstream connection and can
+instead answer 503 SlowDown / 403 / 500, drop the connection, or delay, for the next N matching
+requests. Every request is recorded (method, path, Range header, status) so tests can count.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import socketserver
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Tuple
+
+ACCESS_KEY = "AKIATESTSTOKER000001"
+# Distinctive so a leak is easy to grep for.
+SECRET_KEY = "s3cr3t-Stoker-Do-Not-Leak-9f8e7d6c5b4a"
+SESSION_TOKEN = "t0ken-Stoker-Do-Not-Leak-1a2b3c4d5e6f"
+REGION = "us-east-1"
+
+_SOCKET_TIMEOUT_S = 20.0
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on with 0 s: close() sends RST
+_MAX_HEADER_BYTES = 64 << 10
+
+
+def moto_available() -> bool:
+    try:
+        import boto3  # noqa: F401
+        from moto.server import ThreadedMotoServer  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class MotoServer:
+    """moto's S3 on 127.0.0.1:<ephemeral>, with a boto3 client for setting up buckets."""
+
+    def __init__(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server.start()
+        self.host, self.port = self._server.get_host_and_port()
+        self.endpoint = f"{self.host}:{self.port}"
+        import boto3
+
+        self.client = boto3.client(
+            "s3", endpoint_url=f"http://{self.endpoint}", region_name=REGION,
+            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+
+    def create_bucket(self, bucket: str) -> None:
+        self.client.create_bucket(Bucket=bucket)
+
+    def upload_dir(self, local_dir: str, bucket: str, prefix: str) -> List[str]:
+        """Uploads every file below local_dir to s3://bucket/prefix/<relative path>."""
+        keys = []
+        for root, _, files in sorted(os.walk(local_dir)):
+            for name in sorted(files):
+                path = os.path.join(root, name)
+                key = prefix.rstrip("/") + "/" + os.path.relpath(path, local_dir)
+                self.client.upload_file(path, bucket, key)
+                keys.append(key)
+        return keys
+
+    def stop(self) -> None:
+        self._server.stop()
+
+
+@dataclass
+class Fault:
+    kind: str  # "503", "500", "403", "404", "drop", "drop_body", "delay"
+    remaining: int  # requests still to affect; < 0: every matching request
+    match: Callable[[str, str, str], bool]
+    delay_s: float = 0.0
+
+
+@dataclass
+class Request:
+    method: str
+    path: str  # without the query string
+    query: str
+    range: str
+    status: int
+    injected: str = ""
+    access_key: str = ""  # the key id in the Authorization header ("" when unsigned)
+    has_token: bool = False  # an X-Amz-Security-Token header was sent
+    time: float = field(default_factory=time.monotonic)
+
+
+_ERROR_BODIES = {
+    503: ("Slow Down", "SlowDown", "Please reduce your request rate."),
+    500: ("Internal Server Error", "InternalError", "We encountered an internal error."),
+    403: ("Forbidden", "AccessDenied", "Access Denied"),
+    404: ("Not Found", "NoSuchKey", "The specified key does not exist."),
+}
+
+
+def _error_response(status: int, method: str) -> bytes:
+    reason, code, message = _ERROR_BODIES[status]
+    body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+            f"<Message>{message}</Message><RequestId>stoker-proxy</RequestId></Error>").encode()
+    if method == "HEAD":
+        body = b""
+    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    return head + body
+
+
+def _read_request(sock: socket.socket) -> Optional[Tuple[bytes, bytes]]:
+    """Returns (header block, body) of one HTTP request, or None at EOF."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+        if len(data) > _MAX_HEADER_BYTES:
+            raise ValueError("request header too large")
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return head, rest
+
+
+class FaultProxy:
+    """HTTP/1.1 proxy on loopback: one request per client connection, faults on demand."""
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self._lock = threading.Lock()
+        self._faults: List[Fault] = []
+        self.requests: List[Request] = []
+        self._in_flight = 0
+        self.max_in_flight = 0  # most requests handled at once since the last clear()
+        proxy = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                proxy._handle(self.request)
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self.host, self.port = self._server.server_address[:2]
+        self.endpoint = f"{self.host}:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ control from tests
+
+    def inject(self, kind: str, count: int = 1, path: str = "", method: str = "",
+               delay_s: float = 0.0) -> None:
+        """Applies `kind` to the next `count` requests (count < 0: all) whose path contains
+        `path` and whose method is `method` (empty: any)."""
+
+        def match(m: str, p: str, _range: str) -> bool:
+            return (not method or m == method) and path in p
+
+        with self._lock:
+            self._faults.append(Fault(kind, count, match, delay_s))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+            self.requests.clear()
+            self.max_in_flight = 0
+
+    def log(self) -> List[Request]:
+        with self._lock:
+            return list(self.requests)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    # ------------------------------------------------------------------------ the proxy
+
+    def _take_fault(self, method: str, path: str, rng: str) -> Optional[Fault]:
+        with self._lock:
+            for fault in self._faults:
+                if fault.remaining != 0 and fault.match(method, path, rng):
+                    if fault.remaining > 0:
+                        fault.remaining -= 1
+                    return fault
+        return None
+
+    def _record(self, request: Request) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def _handle(self, client: socket.socket) -> None:
+        client.settimeout(_SOCKET_TIMEOUT_S)
+        try:
+            parsed = _read_request(client)
+        except (OSError, ValueError):
+            return
+        if parsed is None:
+            return
+        # In flight from the complete request until just before the reply leaves, so a client
+        # that sends its next request as soon as it has a reply is never counted twice.
+        with self._lock:
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        done = [False]
+
+        def finish() -> None:
+            if not done[0]:
+                done[0] = True
+                with self._lock:
+                    self._in_flight -= 1
+
+        try:
+            self._handle_one(client, parsed, finish)
+        finally:
+            finish()
+
+    def _handle_one(self, client: socket.socket, parsed: Tuple[bytes, bytes],
+                    finish: Callable[[], None]) -> None:
+        head, body = parsed
+        lines = head.split(b"\r\n")
+        method, target, _ = lines[0].decode("latin-1").split(" ", 2)
+        path, _, query = target.partition("?")
+        headers = []
+        rng = ""
+        access_key = ""
+        has_token = False
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            lname = name.strip().lower()
+            if lname == b"range":
+                rng = value.strip().decode("latin-1")
+            elif lname == b"authorization":
+                found = re.search(r"Credential=([^/,\s]+)/", value.decode("latin-1"))
+                access_key = found.group(1) if found else "?"
+            elif lname == b"x-amz-security-token":
+                has_token = True
+            if lname in (b"connection", b"keep-alive", b"proxy-connection"):
+                continue
+            headers.append(line)
+        fault = self._take_fault(method, path, rng)
+        record = Request(method, path, query, rng, 0, fault.kind if fault else "", access_key,
+                         has_token)
+        self._record(record)  # now, so a request the client gave up on is still counted
+        if fault is not None and fault.kind in ("503", "500", "403", "404"):
+            record.status = int(fault.kind)
+            finish()
+            try:
+                client.sendall(_error_response(int(fault.kind), method))
+            except OSError:
+                pass
+            return
+        if fault is not None and fault.kind == "drop":
+            finish()
+            # RST instead of FIN so the client sees a reset connection.
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            return
+        if fault is not None and fault.kind == "delay":
+            time.sleep(fault.delay_s)
+        upstream_request = b"\r\n".join([lines[0]] + headers + [b"Connection: close", b"", b""])
+        try:
+            with socket.create_connection(self.upstream, timeout=_SOCKET_TIMEOUT_S) as up:
+                up.sendall(upstream_request + body)
+                response = b""
+                while True:
+                    chunk = up.recv(1 << 20)
+                    if not chunk:
+                        break
+                    response += chunk
+        except OSError:
+            record.status = 502
+            finish()
+            return  # upstream gone: the client sees a closed connection
+        status_line = response.split(b"\r\n", 1)[0].split(b" ")
+        record.status = int(status_line[1]) if len(status_line) > 1 else 0
+        finish()
+        if fault is not None and fault.kind == "drop_body":
+            # Headers and half of the body, then a reset.
+            header_end = response.find(b"\r\n\r\n") + 4
+            cut = header_end + max(0, (len(response) - header_end) // 2)
+            try:
+                client.sendall(response[:cut])
+            except OSError:
+                pass
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            return
+        try:
+            client.sendall(response)
+        except OSError:
+            pass
