@@ -141,6 +141,17 @@ def test_uri_query_parameters_and_env_credentials(moto, proxy, monkeypatch):
 
 
 @pytest.mark.timeout(60)
+def test_everything_from_the_environment(moto, proxy, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://{proxy.endpoint}")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFROMENVIRONMENT2")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret-value")
+    kwargs = dict(batch_size=500, seed=11)
+    assert epoch_digest(source(), **kwargs) == epoch_digest(moto.local_dir, **kwargs)
+    assert {r.access_key for r in proxy.log()} == {"AKIAFROMENVIRONMENT2"}
+
+
+@pytest.mark.timeout(60)
 def test_storage_options_override_uri_parameters(moto, proxy):
     # The URI points at a closed port; storage_options redirect to the proxy and win.
     uri = f"s3://{BUCKET}/{PREFIX}?endpoint_override=127.0.0.1:9&scheme=https&region=eu-west-3"
@@ -239,16 +250,16 @@ def test_persistent_503_at_listing_fails_after_max_retries(proxy):
     start = time.monotonic()
     with pytest.raises(StorageError) as info:
         stoker.Loader(source(), storage_options=s3_options(proxy), max_retries=3,
-                      retry_base_delay=0.02)
+                      retry_base_delay=0.05)
     elapsed = time.monotonic() - start
     message = str(info.value)
     assert f"'s3://{BUCKET}/{PREFIX}'" in message
     assert "after 3 retries" in message and "503" in message
     assert len(proxy.log()) == 4  # one try plus three retries
-    # Backoff 0.02, 0.04, 0.08 s times jitter in [0.5, 1): between 0.07 and 0.14 s of sleep.
-    assert 0.06 <= elapsed < 5.0
+    # Backoff 0.05, 0.1, 0.2 s times jitter in [0.5, 1): between 0.175 and 0.35 s of sleep.
+    assert 0.17 <= elapsed < 5.0
     gaps = [b.time - a.time for a, b in zip(proxy.log(), proxy.log()[1:])]
-    assert gaps[2] > gaps[0]  # the delay grows
+    assert gaps[2] > gaps[0]  # the delay grows (by at least 0.05 s of sleep)
 
 
 @pytest.mark.timeout(60)
