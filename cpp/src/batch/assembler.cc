@@ -1,137 +1,15 @@
 #include "batch/assembler.h"
 
+#include <arrow/buffer.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "util/convert.h"
+
 namespace stoker {
 namespace {
-
-struct Half {
-  uint16_t bits;
-};
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exponent = (h >> 10) & 0x1f;
-  uint32_t mantissa = h & 0x3ff;
-  uint32_t bits;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      exponent = 127 - 15 + 1;
-      while ((mantissa & 0x400) == 0) {
-        mantissa <<= 1;
-        --exponent;
-      }
-      bits = sign | (exponent << 23) | ((mantissa & 0x3ff) << 13);
-    }
-  } else if (exponent == 31) {
-    bits = sign | 0x7f800000 | (mantissa << 13);
-  } else {
-    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-  }
-  float out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
-}
-
-// Round-to-nearest-even float -> IEEE half, for fill and pad values of float16 columns.
-uint16_t FloatToHalf(float value) {
-  uint32_t x;
-  std::memcpy(&x, &value, sizeof(x));
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  const uint32_t abs = x & 0x7fffffff;
-  if (abs >= 0x7f800000) {  // inf or NaN (kept quiet)
-    return sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0);
-  }
-  if (abs >= 0x477ff000) return sign | 0x7c00;  // rounds past 65504: inf
-  if (abs < 0x38800000) {                       // below 2**-14: a half subnormal (or zero)
-    if (abs < 0x33000000) return sign;          // at most 2**-25: rounds to zero
-    const uint32_t mantissa = (abs & 0x7fffff) | 0x800000;
-    const uint32_t shift = 126 - (abs >> 23);
-    uint32_t half = mantissa >> shift;
-    const uint32_t rest = mantissa & ((1u << shift) - 1);
-    const uint32_t midpoint = 1u << (shift - 1);
-    if (rest > midpoint || (rest == midpoint && (half & 1))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  uint32_t half = (abs - 0x38000000) >> 13;  // rebias the exponent from 127 to 15
-  const uint32_t rest = abs & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;  // a carry bumps the exponent
-  return static_cast<uint16_t>(sign | half);
-}
-
-template <typename F>
-void VisitDType(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kBool:
-      f(uint8_t{});
-      break;
-    case DType::kInt8:
-      f(int8_t{});
-      break;
-    case DType::kInt16:
-      f(int16_t{});
-      break;
-    case DType::kInt32:
-      f(int32_t{});
-      break;
-    case DType::kInt64:
-      f(int64_t{});
-      break;
-    case DType::kUInt8:
-      f(uint8_t{});
-      break;
-    case DType::kUInt16:
-      f(uint16_t{});
-      break;
-    case DType::kUInt32:
-      f(uint32_t{});
-      break;
-    case DType::kUInt64:
-      f(uint64_t{});
-      break;
-    case DType::kFloat16:
-      f(Half{});
-      break;
-    case DType::kFloat32:
-      f(float{});
-      break;
-    case DType::kFloat64:
-      f(double{});
-      break;
-  }
-}
-
-template <typename D, typename S>
-inline D Convert(S value) {
-  if constexpr (std::is_same_v<S, Half>) {
-    if constexpr (std::is_same_v<D, Half>) {
-      return value;
-    } else {
-      return static_cast<D>(HalfToFloat(value.bits));
-    }
-  } else if constexpr (std::is_same_v<D, Half>) {
-    return Half{0};  // unreachable: float16 is never a cast target (options validation)
-  } else {
-    return static_cast<D>(value);
-  }
-}
-
-template <typename D>
-D FromDouble(double value) {
-  if constexpr (std::is_same_v<D, Half>) {
-    return Half{FloatToHalf(static_cast<float>(value))};
-  } else {
-    return static_cast<D>(value);
-  }
-}
-
-inline uint8_t BitAt(const uint8_t* bits, int64_t index) {
-  return (bits[index >> 3] >> (index & 7)) & 1;
-}
 
 int64_t Align(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 
@@ -152,58 +30,108 @@ Tensor MakeTensor(DType dtype, std::vector<int64_t> shape) {
   return t;
 }
 
-// Fixed-width gather with an optional element cast; `inner` elements per row.
-template <typename S, typename D>
-void GatherFixed(const std::vector<RowRef>& rows, int slot, int64_t inner, D* out,
-                 int64_t out_stride, const ColumnSpec& spec) {
-  const int64_t count = static_cast<int64_t>(rows.size());
-  const bool fill = spec.options.has_fill_null;
-  const D fill_value = FromDouble<D>(spec.options.fill_null);
-  for (int64_t i = 0; i < count;) {
-    const ColumnSource& src = rows[i].item->sources[slot];
-    const S* values = reinterpret_cast<const S*>(src.values);
-    // Runs of consecutive rows from one item (unshuffled order) copy in one go.
-    int64_t run = 1;
-    while (i + run < count && rows[i + run].item == rows[i].item &&
-           rows[i + run].row == rows[i].row + run) {
-      ++run;
-    }
-    if constexpr (std::is_same_v<S, D>) {
-      if (out_stride == inner) {
-        std::memcpy(out + i * inner, values + rows[i].row * inner, run * inner * sizeof(D));
-      } else {
-        for (int64_t r = 0; r < run; ++r) {
-          const S* from = values + (rows[i].row + r) * inner;
-          D* to = out + (i + r) * out_stride;
-          for (int64_t k = 0; k < inner; ++k) to[k] = from[k];
+// The rows of one batch resolved once: which distinct item and which row each comes from, and
+// the runs of consecutive rows of one item (long in natural order, length 1 when shuffled).
+struct RowIndex {
+  std::vector<const DecodedItem*> items;
+  std::vector<uint32_t> item;
+  std::vector<int64_t> row;
+  std::vector<std::pair<int64_t, int64_t>> runs;  // (first row in the batch, length)
+  bool use_runs = false;
+
+  explicit RowIndex(const std::vector<RowRef>& refs) {
+    const int64_t count = static_cast<int64_t>(refs.size());
+    item.resize(count);
+    row.resize(count);
+    uint32_t last = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      const DecodedItem* it = refs[i].item;
+      if (items.empty() || items[last] != it) {
+        auto found = std::find(items.begin(), items.end(), it);
+        if (found == items.end()) {
+          items.push_back(it);
+          found = items.end() - 1;
         }
+        last = static_cast<uint32_t>(found - items.begin());
       }
-    } else {
-      for (int64_t r = 0; r < run; ++r) {
-        const S* from = values + (rows[i].row + r) * inner;
-        D* to = out + (i + r) * out_stride;
-        for (int64_t k = 0; k < inner; ++k) to[k] = Convert<D>(from[k]);
-      }
-    }
-    if (src.validity != nullptr) {
-      for (int64_t r = 0; r < run; ++r) {
-        if (src.IsValid(rows[i].row + r)) continue;
-        D* to = out + (i + r) * out_stride;
-        for (int64_t k = 0; k < inner; ++k) to[k] = fill ? fill_value : FromDouble<D>(0);
+      item[i] = last;
+      row[i] = refs[i].row;
+      if (i > 0 && item[i] == item[i - 1] && row[i] == row[i - 1] + 1) {
+        ++runs.back().second;
+      } else {
+        runs.emplace_back(i, 1);
       }
     }
-    i += run;
+    use_runs = static_cast<int64_t>(runs.size()) * 8 <= count;
+  }
+};
+
+// Fixed-width gather of batch rows [begin, end) with an optional element cast; `inner` elements
+// per row, `out_stride` elements between output rows.
+template <typename S, typename D>
+void GatherFixed(const RowIndex& index, int slot, int64_t inner, D* out, int64_t out_stride,
+                 const ColumnSpec& spec, int64_t begin, int64_t end) {
+  const size_t num_items = index.items.size();
+  const S* bases[64];
+  std::vector<const S*> many;
+  const S** base = bases;
+  if (num_items > 64) {
+    many.resize(num_items);
+    base = many.data();
+  }
+  bool any_nulls = false;
+  for (size_t k = 0; k < num_items; ++k) {
+    const ColumnSource& src = index.items[k]->sources[slot];
+    base[k] = reinterpret_cast<const S*>(src.values);
+    any_nulls |= src.validity != nullptr;
+  }
+  if (index.use_runs && out_stride == inner) {
+    for (const auto& [first, length] : index.runs) {
+      const int64_t from = std::max(first, begin);
+      const int64_t to = std::min(first + length, end);
+      if (from >= to) continue;
+      const S* src = base[index.item[from]] + index.row[from] * inner;
+      D* dst = out + from * out_stride;
+      if constexpr (std::is_same_v<S, D>) {
+        std::memcpy(dst, src, (to - from) * inner * sizeof(D));
+      } else {
+        for (int64_t k = 0; k < (to - from) * inner; ++k) dst[k] = Convert<D>(src[k]);
+      }
+    }
+  } else if (inner == 1) {
+    for (int64_t i = begin; i < end; ++i) {
+      out[i * out_stride] = Convert<D>(base[index.item[i]][index.row[i]]);
+    }
+  } else {
+    for (int64_t i = begin; i < end; ++i) {
+      const S* src = base[index.item[i]] + index.row[i] * inner;
+      D* dst = out + i * out_stride;
+      if constexpr (std::is_same_v<S, D>) {
+        std::memcpy(dst, src, inner * sizeof(D));
+      } else {
+        for (int64_t k = 0; k < inner; ++k) dst[k] = Convert<D>(src[k]);
+      }
+    }
+  }
+  if (!any_nulls) return;
+  const D fill_value = FromDouble<D>(spec.options.has_fill_null ? spec.options.fill_null : 0);
+  for (int64_t i = begin; i < end; ++i) {
+    const ColumnSource& src = index.items[index.item[i]]->sources[slot];
+    if (src.IsValid(index.row[i])) continue;
+    D* dst = out + i * out_stride;
+    for (int64_t k = 0; k < inner; ++k) dst[k] = fill_value;
   }
 }
 
 template <typename D>
-void GatherBool(const std::vector<RowRef>& rows, int slot, int64_t inner, D* out,
-                int64_t out_stride, const ColumnSpec& spec) {
+void GatherBool(const RowIndex& index, int slot, int64_t inner, D* out, int64_t out_stride,
+                const ColumnSpec& spec, int64_t begin, int64_t end) {
   const D fill_value = FromDouble<D>(spec.options.has_fill_null ? spec.options.fill_null : 0);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const ColumnSource& src = rows[i].item->sources[slot];
-    const bool valid = src.IsValid(rows[i].row);
-    const int64_t first = src.bit_offset + rows[i].row * inner;
+  for (int64_t i = begin; i < end; ++i) {
+    const ColumnSource& src = index.items[index.item[i]]->sources[slot];
+    const int64_t row = index.row[i];
+    const bool valid = src.IsValid(row);
+    const int64_t first = src.bit_offset + row * inner;
     for (int64_t k = 0; k < inner; ++k) {
       out[i * out_stride + k] = valid ? Convert<D>(BitAt(src.values, first + k)) : fill_value;
     }
@@ -221,21 +149,26 @@ void CopyListValues(const ColumnSource& src, DType source_dtype, int64_t begin, 
   std::memcpy(to, src.values + begin * width, length * width);
 }
 
-void GatherFixedColumn(const std::vector<RowRef>& rows, int slot, const ColumnSpec& spec,
-                       DType out_dtype, uint8_t* out, int64_t out_stride) {
+void GatherFixedColumn(const RowIndex& index, int slot, const ColumnSpec& spec, DType out_dtype,
+                       uint8_t* out, int64_t out_stride, int64_t begin, int64_t end) {
   VisitDType(out_dtype, [&](auto out_tag) {
     using D = decltype(out_tag);
     D* typed = reinterpret_cast<D*>(out);
     if (spec.layout == SourceLayout::kBool) {
-      GatherBool<D>(rows, slot, spec.inner, typed, out_stride, spec);
+      GatherBool<D>(index, slot, spec.inner, typed, out_stride, spec, begin, end);
       return;
     }
     VisitDType(spec.source_dtype, [&](auto source_tag) {
       using S = decltype(source_tag);
-      GatherFixed<S, D>(rows, slot, spec.inner, typed, out_stride, spec);
+      GatherFixed<S, D>(index, slot, spec.inner, typed, out_stride, spec, begin, end);
     });
   });
 }
+
+// Rows per block of the feature transpose: a block of the [rows, F] matrix stays in L1/L2 while
+// every feature column writes into it (one pass per column over all rows would evict and
+// refetch each matrix line F times).
+constexpr int64_t kFeatureBlockRows = 64;
 
 }  // namespace
 
@@ -248,9 +181,36 @@ BatchAssembler::BatchAssembler(std::shared_ptr<const OutputSpec> spec, const Loa
       padding_mask_(options.padding_mask),
       padding_name_(options.padding_name) {}
 
+Status BatchAssembler::Prepare(DecodedItem* item) const {
+  const int64_t num_features = static_cast<int64_t>(spec_->features.size());
+  if (num_features == 0 || item->num_rows == 0) return Status::OK();
+  const int64_t row_bytes = num_features * DTypeSize(features_dtype_);
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> matrix,
+                        arrow::AllocateBuffer(item->num_rows * row_bytes));
+  std::vector<RowRef> refs(item->num_rows);
+  for (int64_t r = 0; r < item->num_rows; ++r) refs[r] = {item, r};
+  const RowIndex rows(refs);
+  const int num_columns = static_cast<int>(spec_->columns.size());
+  uint8_t* out = matrix->mutable_data();
+  const int width = DTypeSize(features_dtype_);
+  // Blocked transpose: a block of rows of the matrix stays in cache while each column fills it.
+  for (int64_t begin = 0; begin < item->num_rows; begin += kFeatureBlockRows) {
+    const int64_t end = std::min(item->num_rows, begin + kFeatureBlockRows);
+    for (int64_t f = 0; f < num_features; ++f) {
+      GatherFixedColumn(rows, num_columns + static_cast<int>(f), spec_->features[f],
+                        features_dtype_, out + f * width, num_features, begin, end);
+    }
+  }
+  item->feature_rows = std::move(matrix);
+  // The feature columns are no longer read; free them (an output column keeps its own).
+  for (int64_t f = 0; f < num_features; ++f) item->sources[num_columns + f] = ColumnSource{};
+  return Status::OK();
+}
+
 Result<std::shared_ptr<Batch>> BatchAssembler::Assemble(int64_t index,
                                                         const std::vector<RowRef>& rows) const {
   const int64_t batch_rows = static_cast<int64_t>(rows.size());
+  const RowIndex rows_index(rows);
   auto batch = std::make_shared<Batch>();
   batch->index = index;
   batch->num_rows = batch_rows;
@@ -351,7 +311,8 @@ Result<std::shared_ptr<Batch>> BatchAssembler::Assemble(int64_t index,
     }
     switch (spec.kind) {
       case ColumnKind::kDense:
-        GatherFixedColumn(rows, c, spec, spec.dtype, column.values.data, spec.inner);
+        GatherFixedColumn(rows_index, c, spec, spec.dtype, column.values.data, spec.inner, 0,
+                          batch_rows);
         break;
       case ColumnKind::kRagged:
       case ColumnKind::kStrings: {
@@ -403,10 +364,13 @@ Result<std::shared_ptr<Batch>> BatchAssembler::Assemble(int64_t index,
     column.name = features_name_;
     column.values = MakeTensor(features_dtype_, {batch_rows, num_features});
     bind(&column.values, features_at);
-    const int width = DTypeSize(features_dtype_);
-    for (int64_t f = 0; f < num_features; ++f) {
-      GatherFixedColumn(rows, num_columns + static_cast<int>(f), spec_->features[f],
-                        features_dtype_, column.values.data + f * width, num_features);
+    // Whole rows of the items' feature matrices (built by Prepare).
+    const int64_t row_bytes = num_features * DTypeSize(features_dtype_);
+    for (const auto& [first, length] : rows_index.runs) {
+      const DecodedItem* item = rows_index.items[rows_index.item[first]];
+      std::memcpy(column.values.data + first * row_bytes,
+                  item->feature_rows->data() + rows_index.row[first] * row_bytes,
+                  length * row_bytes);
     }
     batch->columns.push_back(std::move(column));
   }

@@ -27,6 +27,10 @@ class BatchAssembler {
   BatchAssembler(std::shared_ptr<const OutputSpec> spec, const LoaderOptions& options,
                  std::shared_ptr<SlabPool> pool);
 
+  /// Per-item work done once on the worker that decoded it: transposes the feature columns into
+  /// the item's row-major feature matrix (then drops the columns it no longer needs).
+  Status Prepare(DecodedItem* item) const;
+
   Result<std::shared_ptr<Batch>> Assemble(int64_t index, const std::vector<RowRef>& rows) const;
 
  private:

@@ -60,6 +60,9 @@ struct DecodedItem {
   int64_t bytes = 0;
   bool padding = false;
   std::vector<ColumnSource> sources;
+  /// The stacked features of every row, row-major [num_rows, F] in the features dtype; built by
+  /// BatchAssembler::Prepare on the worker so batches copy whole rows (null when no features).
+  std::shared_ptr<arrow::Buffer> feature_rows;
 };
 
 class Decoder {

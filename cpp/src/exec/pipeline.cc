@@ -200,6 +200,10 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
   {
     ScopedTimer timer(&counters_->decode_busy_ns);
     item = decoder_->Assemble(*plan_, segment, std::move(parts));
+    if (item.ok()) {
+      const Status prepared = assembler_->Prepare(item->get());
+      if (!prepared.ok()) item = prepared;
+    }
   }
   if (!item.ok()) {
     FailSegment(segment, last_task, item.status());
