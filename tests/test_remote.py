@@ -280,9 +280,6 @@ def test_persistent_503_on_reads_names_the_object(moto, proxy):
     assert len([r for r in proxy.log() if r.injected == "503"]) >= 3
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "catalog.cc ReadFooter and decoder.cc Decode map every read failure to kCorruptFile; they "
-    "should keep the kStorage kind the io layer attaches (see docs/remote.md)"))
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("phase", ["footer", "decode"])
 def test_read_failures_after_retries_are_storage_errors(proxy, phase):
@@ -457,10 +454,7 @@ def test_credentials_never_appear(moto, proxy, capfd):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("late_import", [
-    pytest.param(False, marks=pytest.mark.xfail(strict=False, reason=(
-        "may crash at exit while S3 is never finalised: stoker must import pyarrow.fs before "
-        "registering its atexit hook (python/stoker/loader.py)"))),
-    True])
+    False, True])
 def test_exit_with_a_running_s3_loader(proxy, late_import):
     script = textwrap.dedent(f"""
         import stoker
@@ -483,9 +477,6 @@ def test_exit_with_a_running_s3_loader(proxy, late_import):
     assert "Segmentation" not in result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "stoker never imports pyarrow.fs, so nothing finalises S3 at exit; python/stoker/loader.py "
-    "should `import pyarrow.fs` before atexit.register(_stop_all_at_exit)"))
 @pytest.mark.timeout(60)
 def test_s3_is_finalised_at_exit(proxy):
     script = textwrap.dedent(f"""

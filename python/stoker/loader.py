@@ -27,6 +27,11 @@ _SIZE_UNITS = {
 }
 _LIVE_ENGINES: "weakref.WeakSet[Loader]" = weakref.WeakSet()
 
+# pyarrow.fs registers the S3 finaliser with atexit on import. atexit runs hooks last-in
+# first-out, so importing it before registering ours stops every loader (and its S3 reads)
+# before S3 is finalised.
+import pyarrow.fs  # noqa: E402,F401
+
 
 def _stop_all_at_exit() -> None:
     for loader in list(_LIVE_ENGINES):

@@ -40,6 +40,10 @@ Status MakeError(ErrorKind kind, std::string message);
 /// Returns the kind attached by MakeError, if any.
 std::optional<ErrorKind> GetErrorKind(const Status& status);
 
+/// The kind a failure inside a file read should surface as: a storage failure (network, server,
+/// permissions, a vanished object) keeps its kind; anything else there means the bytes are bad.
+ErrorKind ReadFailureKind(const Status& status);
+
 /// Stable lowercase name of a kind ("not_found", ...), used by the bindings.
 const char* ErrorKindName(ErrorKind kind);
 

@@ -169,6 +169,15 @@ Status ReadFooter(const ListedFile& listed, CatalogFile* out,
   try {
     auto reader = parquet::ParquetFileReader::Open(*input);
     out->metadata = reader->metadata();
+  } catch (const parquet::ParquetStatusException& e) {
+    if (ReadFailureKind(e.status()) != ErrorKind::kCorruptFile) {
+      return MakeError(ReadFailureKind(e.status()), "cannot read the footer of '" +
+                                                        listed.display + "': " +
+                                                        e.status().message());
+    }
+    return MakeError(ErrorKind::kCorruptFile, "'" + listed.display +
+                                                  "' is not a valid Parquet file: " +
+                                                  e.status().message());
   } catch (const parquet::ParquetException& e) {
     return MakeError(ErrorKind::kCorruptFile,
                      "'" + listed.display + "' is not a valid Parquet file: " + e.what());

@@ -73,7 +73,7 @@ Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task)
                      "cannot open " + catalog_->Where(rg) + ": " + input.status().message());
   }
   std::shared_ptr<arrow::Table> table;
-  std::string failure;
+  Status failure;
   try {
     parquet::ArrowReaderProperties arrow_props;
     arrow_props.set_use_threads(false);           // our workers are the parallelism
@@ -83,23 +83,28 @@ Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task)
     auto arrow_reader = parquet::arrow::FileReader::Make(arrow::default_memory_pool(),
                                                          std::move(reader), arrow_props);
     if (!arrow_reader.ok()) {
-      failure = arrow_reader.status().message();
+      failure = arrow_reader.status();
     } else {
       auto result = (*arrow_reader)->ReadRowGroup(rg.row_group, leaves);
       if (result.ok()) {
         table = *result;
       } else {
-        failure = result.status().message();
+        failure = result.status();
       }
     }
+  } catch (const parquet::ParquetStatusException& e) {
+    failure = e.status();
   } catch (const parquet::ParquetException& e) {
-    failure = e.what();
+    failure = Status::IOError(e.what());
   }
   if (!table) {
     std::string columns;
     for (const auto& f : task.fields) columns += (columns.empty() ? "'" : ", '") + f + "'";
-    return MakeError(ErrorKind::kCorruptFile, "cannot decode column(s) " + columns + " of " +
-                                                  catalog_->Where(rg) + ": " + failure);
+    const ErrorKind kind = ReadFailureKind(failure);
+    return MakeError(kind, std::string(kind == ErrorKind::kCorruptFile ? "cannot decode"
+                                                                       : "cannot read") +
+                               " column(s) " + columns + " of " + catalog_->Where(rg) + ": " +
+                               failure.message());
   }
   for (const auto& field : task.fields) {
     auto chunked = table->GetColumnByName(field);

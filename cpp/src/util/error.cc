@@ -47,6 +47,12 @@ std::optional<ErrorKind> GetErrorKind(const Status& status) {
   return std::nullopt;
 }
 
+ErrorKind ReadFailureKind(const Status& status) {
+  const auto kind = GetErrorKind(status);
+  if (kind == ErrorKind::kStorage || kind == ErrorKind::kNotFound) return *kind;
+  return ErrorKind::kCorruptFile;
+}
+
 const char* ErrorKindName(ErrorKind kind) {
   switch (kind) {
     case ErrorKind::kNotFound:
