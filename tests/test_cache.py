@@ -133,3 +133,40 @@ def test_bad_cache_dir(dataset, tmp_path):
     path.write_text("x")
     with pytest.raises(stoker.errors.InvalidOptionError, match="afile"):
         stoker.Loader(dataset, cache_dir=str(path), **OPTIONS)
+
+
+def test_sigkill_mid_write_leaves_no_corrupt_entry(tmp_path):
+    import signal
+    import time
+
+    from stoker_testdata import write_wide_dataset
+
+    root = str(tmp_path / "wide")
+    write_wide_dataset(root, files=2, rows_per_file=60_000, columns=24, row_group_size=6_000)
+    cache_dir = str(tmp_path / "cache")
+    options = dict(batch_size=512, seed=2, shuffle_window=6_000)
+    reference = digest(stoker.Loader(root, **options))
+    script = textwrap.dedent(f"""
+        import stoker
+        loader = stoker.Loader({root!r}, cache_dir={cache_dir!r}, num_threads=2, **{options!r})
+        print("START", flush=True)
+        for batch in loader:
+            pass
+    """)
+    for delay in (0.3, 0.6, 0.9):  # kill at different points of the cold epoch
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "START"
+            time.sleep(delay)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            proc.kill()
+        loader = stoker.Loader(root, cache_dir=cache_dir, **options)
+        assert digest(loader) == reference
+        assert loader.stats()["cache"]["corrupt"] == 0
+    # Whatever the kills left behind (temporary files) is gone after the next open.
+    stoker.cache_usage(cache_dir)
+    leftovers = glob.glob(os.path.join(cache_dir, ".tmp", "*"))
+    assert leftovers == []
