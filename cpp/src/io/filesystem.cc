@@ -8,6 +8,7 @@
 #include <arrow/util/uri.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -267,6 +268,11 @@ struct Shared {
   std::condition_variable cv;
   int in_flight = 0;
 
+  std::atomic<int64_t> requests{0};
+  std::atomic<int64_t> retries{0};
+  std::atomic<int64_t> failures{0};
+  std::atomic<int64_t> backoff_ns{0};
+
   std::mutex sizes_mutex;
   std::unordered_map<std::string, int64_t> sizes;  // from listings: opens need no HEAD
 
@@ -319,11 +325,16 @@ auto WithRetries(Shared& shared, const std::string& what, const std::string& pat
     shared.Acquire();
     auto result = call();
     shared.Release();
+    shared.requests.fetch_add(1, std::memory_order_relaxed);
     if (result.ok()) return result;
     const Status& st = result.status();
     const std::string object = "'" + shared.prefix + path + "'";
     const std::string message = ScrubSecrets(st.message(), shared.secrets);
-    switch (ClassifyStorageError(st)) {
+    const StorageFailure failure = ClassifyStorageError(st);
+    if (failure != StorageFailure::kTransient || attempt >= shared.policy.max_retries) {
+      shared.failures.fetch_add(1, std::memory_order_relaxed);
+    }
+    switch (failure) {
       case StorageFailure::kNotFound:
         return MakeError(ErrorKind::kNotFound, object + " does not exist: " + message);
       case StorageFailure::kDenied:
@@ -345,8 +356,10 @@ auto WithRetries(Shared& shared, const std::string& what, const std::string& pat
                            " s (max_retries=" + std::to_string(shared.policy.max_retries) +
                            "); last error: " + message);
     }
-    std::this_thread::sleep_for(
-        std::chrono::duration<double>(BackoffDelay(shared.policy, attempt, UnitRandom())));
+    const double delay = BackoffDelay(shared.policy, attempt, UnitRandom());
+    shared.retries.fetch_add(1, std::memory_order_relaxed);
+    shared.backoff_ns.fetch_add(static_cast<int64_t>(delay * 1e9), std::memory_order_relaxed);
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
   }
 }
 
@@ -414,6 +427,8 @@ class RetryingFileSystem : public FileSystem {
   Result<std::string> PathFromUri(const std::string& uri) const override {
     return base_->PathFromUri(uri);
   }
+
+  const Shared& shared() const { return *shared_; }
 
   Result<FileInfo> GetFileInfo(const std::string& path) override {
     ARROW_ASSIGN_OR_RAISE(FileInfo info, WithRetries(*shared_, "get information about", path,
@@ -592,6 +607,18 @@ double BackoffDelay(const RetryPolicy& policy, int attempt, double unit) {
   const double grown = policy.base_delay_s * std::ldexp(1.0, std::min(attempt, 60));
   const double capped = std::min(grown, policy.max_delay_s);
   return capped * (0.5 + 0.5 * std::clamp(unit, 0.0, 1.0));
+}
+
+std::optional<StorageCounters> GetStorageCounters(const FileSystem& fs) {
+  const auto* retrying = dynamic_cast<const RetryingFileSystem*>(&fs);
+  if (retrying == nullptr) return std::nullopt;
+  const Shared& shared = retrying->shared();
+  StorageCounters out;
+  out.requests = shared.requests.load(std::memory_order_relaxed);
+  out.retries = shared.retries.load(std::memory_order_relaxed);
+  out.failures = shared.failures.load(std::memory_order_relaxed);
+  out.backoff_s = static_cast<double>(shared.backoff_ns.load(std::memory_order_relaxed)) / 1e9;
+  return out;
 }
 
 std::shared_ptr<FileSystem> MakeRetryingFileSystem(std::shared_ptr<FileSystem> base,

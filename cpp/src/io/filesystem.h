@@ -11,6 +11,7 @@
 #include <parquet/properties.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,18 @@ bool IsRemote(const arrow::fs::FileSystem& fs);
 /// column chunks as a few large coalesced range reads; local files read chunk by chunk on the
 /// calling thread.
 void SetReaderProperties(const arrow::fs::FileSystem& fs, parquet::ArrowReaderProperties* props);
+
+/// What the retry layer of one remote filesystem has done so far (all threads together).
+struct StorageCounters {
+  int64_t requests = 0;  // calls to the store, first tries and retries
+  int64_t retries = 0;   // transient failures that were retried
+  int64_t failures = 0;  // errors handed to the caller (permanent or out of retries)
+  double backoff_s = 0;  // time slept between retries
+};
+
+/// The counters of a filesystem returned by OpenFileSystem; nullopt for local filesystems.
+/// Contains no names or settings, so it is safe to show in stats.
+std::optional<StorageCounters> GetStorageCounters(const arrow::fs::FileSystem& fs);
 
 // ---- exposed for tests -----------------------------------------------------------------
 
