@@ -273,6 +273,26 @@ struct Shared {
   std::atomic<int64_t> failures{0};
   std::atomic<int64_t> backoff_ns{0};
 
+  // Sleeps between retries wait on this, so InterruptRetryWaits can cut them short.
+  std::mutex wait_mutex;
+  std::condition_variable wait_cv;
+  uint64_t interrupts = 0;
+
+  // True when the full delay passed; false when interrupted.
+  bool Sleep(double seconds) {
+    std::unique_lock<std::mutex> lock(wait_mutex);
+    const uint64_t seen = interrupts;
+    return !wait_cv.wait_for(lock, std::chrono::duration<double>(seconds),
+                             [&] { return interrupts != seen; });
+  }
+  void Interrupt() {
+    {
+      std::lock_guard<std::mutex> lock(wait_mutex);
+      ++interrupts;
+    }
+    wait_cv.notify_all();
+  }
+
   std::mutex sizes_mutex;
   std::unordered_map<std::string, int64_t> sizes;  // from listings: opens need no HEAD
 
@@ -359,7 +379,12 @@ auto WithRetries(Shared& shared, const std::string& what, const std::string& pat
     const double delay = BackoffDelay(shared.policy, attempt, UnitRandom());
     shared.retries.fetch_add(1, std::memory_order_relaxed);
     shared.backoff_ns.fetch_add(static_cast<int64_t>(delay * 1e9), std::memory_order_relaxed);
-    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    if (!shared.Sleep(delay)) {
+      shared.failures.fetch_add(1, std::memory_order_relaxed);
+      return MakeError(ErrorKind::kStorage,
+                       "cannot " + what + " " + object +
+                           ": stopped while waiting to retry; last error: " + message);
+    }
   }
 }
 
@@ -428,7 +453,7 @@ class RetryingFileSystem : public FileSystem {
     return base_->PathFromUri(uri);
   }
 
-  const Shared& shared() const { return *shared_; }
+  Shared& shared() const { return *shared_; }
 
   Result<FileInfo> GetFileInfo(const std::string& path) override {
     ARROW_ASSIGN_OR_RAISE(FileInfo info, WithRetries(*shared_, "get information about", path,
@@ -619,6 +644,11 @@ std::optional<StorageCounters> GetStorageCounters(const FileSystem& fs) {
   out.failures = shared.failures.load(std::memory_order_relaxed);
   out.backoff_s = static_cast<double>(shared.backoff_ns.load(std::memory_order_relaxed)) / 1e9;
   return out;
+}
+
+void InterruptRetryWaits(const FileSystem& fs) {
+  const auto* retrying = dynamic_cast<const RetryingFileSystem*>(&fs);
+  if (retrying != nullptr) retrying->shared().Interrupt();
 }
 
 std::shared_ptr<FileSystem> MakeRetryingFileSystem(std::shared_ptr<FileSystem> base,

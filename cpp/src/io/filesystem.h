@@ -54,6 +54,11 @@ struct StorageCounters {
 /// Contains no names or settings, so it is safe to show in stats.
 std::optional<StorageCounters> GetStorageCounters(const arrow::fs::FileSystem& fs);
 
+/// Wakes every thread of `fs` that sleeps between retries; each gives up at once with a
+/// kStorage error. For a pipeline that stops: its workers then exit without waiting out a
+/// backoff. Later calls on `fs` retry as usual. No effect on local filesystems.
+void InterruptRetryWaits(const arrow::fs::FileSystem& fs);
+
 // ---- exposed for tests -----------------------------------------------------------------
 
 enum class StorageFailure { kTransient, kNotFound, kDenied, kPermanent };

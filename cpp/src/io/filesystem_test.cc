@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <memory>
+#include <thread>
 
 namespace stoker {
 namespace {
@@ -154,6 +155,35 @@ TEST(RetryingFileSystem, PermanentErrorsFailAtOnceWithoutSecrets) {
   EXPECT_EQ(base->remaining(), 99);
   EXPECT_NE(buffer.status().message().find("access denied"), std::string::npos);
   EXPECT_EQ(buffer.status().message().find("hunter2"), std::string::npos);
+}
+
+TEST(RetryingFileSystem, InterruptCutsABackoffShort) {
+  auto base = std::make_shared<FlakyFs>(100, Aws("SLOW_DOWN"));
+  RetryPolicy policy{1, 30.0, 30.0};  // the retry would sleep 15 to 30 s
+  auto fs = MakeRetryingFileSystem(base, policy, "s3://", {}, 0);
+  STOKER_TEST_ASSIGN(file, fs->OpenInputFile("b/k"));
+  const auto start = std::chrono::steady_clock::now();
+  Status status;
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    status = file->ReadAt(0, 4).status();
+    done = true;
+  });
+  // Interrupt until the reader is done: one call may land before it starts sleeping.
+  for (int i = 0; i < 5000 && base->remaining() == 100; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (int i = 0; i < 200 && std::chrono::steady_clock::now() - start < std::chrono::seconds(5);
+       ++i) {
+    InterruptRetryWaits(*fs);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (done) break;
+  }
+  reader.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(GetErrorKind(status), ErrorKind::kStorage);
+  EXPECT_NE(status.message().find("stopped while waiting to retry"), std::string::npos);
+  InterruptRetryWaits(arrow::fs::LocalFileSystem());  // no effect, no crash
 }
 
 TEST(ReaderProperties, PreBufferOnlyForRemote) {
