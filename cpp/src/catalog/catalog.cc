@@ -11,9 +11,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <mutex>
 #include <thread>
 
+#include "cache/block_cache.h"
 #include "io/filesystem.h"
 #include "util/hash.h"
 
@@ -50,7 +52,13 @@ struct ListedFile {
   std::string base_dir;  // the folder hive partitions are read below
   int64_t size;
   std::shared_ptr<arrow::fs::FileSystem> fs;
+  int64_t mtime_ns = 0;
 };
+
+int64_t MtimeNs(const arrow::fs::FileInfo& info) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(info.mtime().time_since_epoch())
+      .count();
+}
 
 Status ListSource(const std::string& raw_source, const LoaderOptions& options,
                   std::vector<ListedFile>* out) {
@@ -80,7 +88,7 @@ Status ListSource(const std::string& raw_source, const LoaderOptions& options,
     return MakeError(ErrorKind::kNotFound, "no such file or directory: '" + source + "'");
   }
   if (info.type() == arrow::fs::FileType::File && pattern.empty()) {
-    out->push_back({path, display(path), "", info.size(), fs});
+    out->push_back({path, display(path), "", info.size(), fs, MtimeNs(info)});
     return Status::OK();
   }
 
@@ -106,7 +114,7 @@ Status ListSource(const std::string& raw_source, const LoaderOptions& options,
     } else if (!IsParquetName(file)) {
       continue;
     }
-    out->push_back({file, display(file), base, entry.size(), fs});
+    out->push_back({file, display(file), base, entry.size(), fs, MtimeNs(entry)});
   }
   if (out->size() == before) {
     return MakeError(ErrorKind::kEmptyDataset,
@@ -155,13 +163,15 @@ std::vector<std::pair<std::string, std::string>> HivePartitions(const ListedFile
   return out;
 }
 
-Status ReadFooter(const ListedFile& listed, CatalogFile* out,
-                  std::shared_ptr<arrow::Schema>* schema) {
+Status ReadFooter(const ListedFile& listed, std::shared_ptr<DiskCache> block_cache,
+                  CatalogFile* out, std::shared_ptr<arrow::Schema>* schema) {
   out->path = listed.path;
   out->display_path = listed.display;
   out->fs = listed.fs;
   out->size = listed.size;
-  auto input = listed.fs->OpenInputFile(listed.path);
+  out->mtime_ns = listed.mtime_ns;
+  if (IsRemote(*listed.fs)) out->block_cache = std::move(block_cache);
+  auto input = out->Open();
   if (!input.ok()) {
     return MakeError(ErrorKind::kStorage,
                      "cannot open '" + listed.display + "': " + input.status().message());
@@ -171,13 +181,12 @@ Status ReadFooter(const ListedFile& listed, CatalogFile* out,
     out->metadata = reader->metadata();
   } catch (const parquet::ParquetStatusException& e) {
     if (ReadFailureKind(e.status()) != ErrorKind::kCorruptFile) {
-      return MakeError(ReadFailureKind(e.status()), "cannot read the footer of '" +
-                                                        listed.display + "': " +
-                                                        e.status().message());
+      return MakeError(ReadFailureKind(e.status()), "cannot read the footer of '" + listed.display +
+                                                        "': " + e.status().message());
     }
-    return MakeError(ErrorKind::kCorruptFile, "'" + listed.display +
-                                                  "' is not a valid Parquet file: " +
-                                                  e.status().message());
+    return MakeError(
+        ErrorKind::kCorruptFile,
+        "'" + listed.display + "' is not a valid Parquet file: " + e.status().message());
   } catch (const parquet::ParquetException& e) {
     return MakeError(ErrorKind::kCorruptFile,
                      "'" + listed.display + "' is not a valid Parquet file: " + e.what());
@@ -215,8 +224,17 @@ Status ReadFooter(const ListedFile& listed, CatalogFile* out,
 
 }  // namespace
 
+Result<std::shared_ptr<arrow::io::RandomAccessFile>> CatalogFile::Open() const {
+  ARROW_ASSIGN_OR_RAISE(auto file, fs->OpenInputFile(path));
+  if (!block_cache) return file;
+  return MakeBlockCachedFile(
+      std::move(file), block_cache,
+      display_path + '\n' + std::to_string(size) + '\n' + std::to_string(mtime_ns), size);
+}
+
 Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& sources,
-                                               int num_threads, const LoaderOptions& options) {
+                                               int num_threads, const LoaderOptions& options,
+                                               std::shared_ptr<DiskCache> block_cache) {
   if (sources.empty()) {
     return MakeError(ErrorKind::kInvalidOption, "source is empty: give a file, folder or URI");
   }
@@ -237,7 +255,7 @@ Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& s
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next++; i < listed.size(); i = next++) {
-      statuses[i] = ReadFooter(listed[i], &catalog->files_[i], &schemas[i]);
+      statuses[i] = ReadFooter(listed[i], block_cache, &catalog->files_[i], &schemas[i]);
     }
   };
   const int threads = std::max(1, std::min<int>(num_threads, static_cast<int>(listed.size())));

@@ -6,15 +6,15 @@
 // Thread safety: immutable after Open(); share it freely.
 #pragma once
 
+#include <arrow/filesystem/filesystem.h>
+#include <arrow/type.h>
+#include <parquet/metadata.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <arrow/filesystem/filesystem.h>
-#include <arrow/type.h>
-#include <parquet/metadata.h>
 
 #include "stoker/error.h"
 #include "stoker/options.h"
@@ -22,19 +22,27 @@
 namespace stoker {
 
 struct FieldLeaves {
-  int field_index = -1;       // top-level field in the file's Arrow schema
-  std::vector<int> leaves;    // Parquet leaf column indices under it
+  int field_index = -1;     // top-level field in the file's Arrow schema
+  std::vector<int> leaves;  // Parquet leaf column indices under it
 };
+
+class DiskCache;
 
 struct CatalogFile {
   std::string path;  // as the filesystem names it
   std::string display_path;
   std::shared_ptr<arrow::fs::FileSystem> fs;
   int64_t size = 0;
+  int64_t mtime_ns = 0;  // from the listing; part of the object's identity in the block cache
+  /// Set for remote files when a cache_dir is given: reads go through the block cache.
+  std::shared_ptr<DiskCache> block_cache;
   std::shared_ptr<parquet::FileMetaData> metadata;
   std::unordered_map<std::string, FieldLeaves> fields;
   /// Hive partition values, in the order of Catalog::partition_fields().
   std::vector<std::string> partition_values;
+
+  /// Opens the file for reading (through the block cache when there is one).
+  Result<std::shared_ptr<arrow::io::RandomAccessFile>> Open() const;
 };
 
 struct RowGroupRef {
@@ -49,7 +57,8 @@ class Catalog {
   /// opened with `options.storage_options` and retried per `options.max_retries`.
   static Result<std::shared_ptr<Catalog>> Open(const std::vector<std::string>& sources,
                                                int num_threads,
-                                               const LoaderOptions& options = LoaderOptions());
+                                               const LoaderOptions& options = LoaderOptions(),
+                                               std::shared_ptr<DiskCache> block_cache = nullptr);
 
   const std::vector<CatalogFile>& files() const { return files_; }
   const std::vector<RowGroupRef>& row_groups() const { return row_groups_; }

@@ -67,7 +67,7 @@ Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task)
   }
   std::sort(leaves.begin(), leaves.end());
 
-  auto input = file.fs->OpenInputFile(file.path);
+  auto input = file.Open();
   if (!input.ok()) {
     return MakeError(ErrorKind::kStorage,
                      "cannot open " + catalog_->Where(rg) + ": " + input.status().message());

@@ -43,8 +43,18 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   if (impl->options.num_io_threads == 0) {
     impl->options.num_io_threads = std::max(4, impl->options.num_threads);
   }
-  STOKER_ASSIGN_OR_RAISE(auto catalog,
-                         Catalog::Open(options.sources, impl->options.num_io_threads, options));
+  if (!options.cache_dir.empty()) {
+    DiskCacheOptions cache_options;
+    cache_options.dir = options.cache_dir;
+    cache_options.max_bytes = options.cache_bytes;
+    cache_options.min_free_bytes = options.cache_min_free_bytes;
+    STOKER_ASSIGN_OR_RAISE(impl->disk_cache, DiskCache::Open(cache_options));
+  }
+  STOKER_ASSIGN_OR_RAISE(auto catalog, Catalog::Open(options.sources, impl->options.num_io_threads,
+                                                     options, impl->disk_cache));
+  if (impl->disk_cache) {
+    impl->tensor_cache = std::make_shared<TensorCache>(impl->disk_cache, catalog);
+  }
   if (catalog->total_rows() == 0) {
     return MakeError(ErrorKind::kEmptyDataset, "the dataset has no rows");
   }
@@ -55,29 +65,22 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
       for (const auto& field : spec.file_fields) bytes += catalog->FieldBytes(rg, field);
     }
     const int64_t row_bytes = std::max<int64_t>(1, bytes / catalog->total_rows());
-    impl->options.shuffle_window_rows = std::max<int64_t>(1, options.shuffle_window_bytes / row_bytes);
+    impl->options.shuffle_window_rows =
+        std::max<int64_t>(1, options.shuffle_window_bytes / row_bytes);
   }
   impl->catalog = catalog;
   impl->spec = std::make_shared<OutputSpec>(std::move(spec));
   impl->decoder = std::make_shared<Decoder>(impl->catalog, impl->spec);
-  if (!options.cache_dir.empty()) {
-    DiskCacheOptions cache_options;
-    cache_options.dir = options.cache_dir;
-    cache_options.max_bytes = options.cache_bytes;
-    cache_options.min_free_bytes = options.cache_min_free_bytes;
-    STOKER_ASSIGN_OR_RAISE(impl->disk_cache, DiskCache::Open(cache_options));
-    impl->tensor_cache = std::make_shared<TensorCache>(impl->disk_cache, catalog);
-  }
   impl->pool = SlabPool::Make(8);
   impl->assembler = std::make_shared<BatchAssembler>(impl->spec, impl->options, impl->pool);
   impl->shape = ComputeRankShape(catalog->total_rows(), options);
   if (impl->shape.num_batches == 0) {
-    return MakeError(ErrorKind::kInvalidOption,
-                     "the dataset has " + std::to_string(catalog->total_rows()) +
-                         " rows, too few for one batch of batch_size=" +
-                         std::to_string(options.batch_size) + " on each of world_size=" +
-                         std::to_string(options.world_size) +
-                         " ranks with drop_last=True; lower batch_size or set drop_last=False");
+    return MakeError(
+        ErrorKind::kInvalidOption,
+        "the dataset has " + std::to_string(catalog->total_rows()) +
+            " rows, too few for one batch of batch_size=" + std::to_string(options.batch_size) +
+            " on each of world_size=" + std::to_string(options.world_size) +
+            " ranks with drop_last=True; lower batch_size or set drop_last=False");
   }
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
@@ -95,8 +98,8 @@ Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
                          " is outside the epoch's " + std::to_string(impl_->shape.num_batches) +
                          " batches");
   }
-  auto plan = std::make_shared<const Plan>(
-      MakePlan(impl_->catalog->row_groups(), impl_->options, epoch));
+  auto plan =
+      std::make_shared<const Plan>(MakePlan(impl_->catalog->row_groups(), impl_->options, epoch));
   impl_->pipeline =
       std::make_unique<Pipeline>(plan, impl_->decoder, impl_->assembler, impl_->tensor_cache,
                                  impl_->options, start_batch, impl_->counters);
@@ -181,8 +184,8 @@ LoaderStats Loader::Stats() const {
   stats.stages = {decode, sequence, batch};
   if (impl_->disk_cache) {
     const DiskCacheStats cache = impl_->disk_cache->stats();
-    stats.cache = {cache.hits,      cache.misses,     cache.writes,
-                   cache.not_stored, cache.corrupt,   cache.evictions,
+    stats.cache = {cache.hits,       cache.misses,        cache.writes,
+                   cache.not_stored, cache.corrupt,       cache.evictions,
                    cache.bytes_read, cache.bytes_written, cache.waits};
   }
   stats.batches = c.batches;
