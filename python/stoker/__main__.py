@@ -5,6 +5,8 @@
   stoker bench URI ...   stream the dataset with stoker, print rows/s, MB/s, the per-stage
                          breakdown and the bottleneck
   stoker demo            write a synthetic dataset and stream it
+  stoker cache stats DIR entries and bytes of a node-local cache folder
+  stoker cache clear DIR empty it (safe while loaders use it)
 """
 
 from __future__ import annotations
@@ -96,6 +98,15 @@ def _build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--step-ms", type=_non_negative_float, default=0.0,
                        help="busy-wait this long per batch, standing in for the training step")
     bench.add_argument("--no-progress", dest="progress", action="store_false")
+    bench.add_argument("--cache-dir", help="node-local cache folder (ready tensors, remote blocks)")
+
+    cache = sub.add_parser("cache", help="inspect or clear a node-local cache folder")
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True, parser_class=_Parser)
+    for name, text in (("stats", "entries and bytes per kind"), ("clear", "remove every entry")):
+        action = cache_sub.add_parser(name, help=text)
+        action.add_argument("cache_dir", help="the cache_dir given to stoker.Loader")
+        if name == "stats":
+            action.add_argument("--json", action="store_true", help="print the numbers as JSON")
     return parser
 
 
@@ -104,7 +115,8 @@ def _loader_kwargs(args: argparse.Namespace) -> dict:
               "shuffle": args.shuffle, "seed": args.seed, "drop_last": args.drop_last,
               "num_threads": args.num_threads, "output": args.output, "lists": args.lists,
               "fill_null": args.fill_null, "null_mask": args.null_mask,
-              "features_dtype": args.features_dtype, "allow_lossy_cast": args.allow_lossy_cast}
+              "features_dtype": args.features_dtype, "allow_lossy_cast": args.allow_lossy_cast,
+              "cache_dir": args.cache_dir}
     if args.shuffle_window is not None:
         window = args.shuffle_window.strip()
         kwargs["shuffle_window"] = int(window) if window.isdigit() else window
@@ -134,6 +146,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
             run_bench(args.uri, _loader_kwargs(args), args.batches, args.seconds,
                       step_ms=args.step_ms, progress=args.progress)
+        elif args.command == "cache":
+            from ._cli_cache import run_cache
+
+            return run_cache(args.cache_command, args.cache_dir, getattr(args, "json", False))
     except (StokerError, CliError) as error:
         print(f"stoker: error: {error}", file=sys.stderr)
         return 2
