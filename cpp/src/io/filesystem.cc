@@ -676,6 +676,15 @@ Result<std::shared_ptr<FileSystem>> OpenFileSystem(const std::string& uri_or_pat
     if (auto uri = arrow::util::Uri::FromString(uri_or_path); uri.ok()) {
       secrets.push_back(uri->password());
     }
+    // The password as typed too (percent-encoded), in case a message quotes the raw URI.
+    const size_t start = scheme.size() + 3;
+    const size_t end = uri_or_path.find_first_of("/?#", start);
+    const std::string authority = uri_or_path.substr(start, end - start);
+    const size_t at = authority.rfind('@');
+    const size_t colon = authority.find(':');
+    if (at != std::string::npos && colon != std::string::npos && colon < at) {
+      secrets.push_back(authority.substr(colon + 1, at - colon - 1));
+    }
   }
 
   std::shared_ptr<FileSystem> fs;
