@@ -125,7 +125,9 @@ class Loader:
         rank, world_size: This process's shard. Default: torch.distributed when initialised,
             else ``RANK``/``WORLD_SIZE`` from the environment, else 0 and 1.
         num_threads: CPU worker threads (default: the number of cores).
-        num_io_threads: I/O threads for listing and footers (default: max(4, num_threads)).
+        num_io_threads: I/O threads: footers are read this many at once (default:
+            max(4, num_threads)); for remote sources, when given, it also sizes Arrow's
+            process-wide I/O pool that runs the concurrent range reads.
         prefetch_bytes: Bound on decoded data in flight, an int or a size such as ``"512MiB"``.
         output: ``"numpy"`` or ``"torch"`` (zero-copy via DLPack).
         lists: For variable-length list columns: ``"padded"`` or ``"ragged"``, for all or as a

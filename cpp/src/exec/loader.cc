@@ -1,6 +1,9 @@
 #include "stoker/loader.h"
 
+#include <algorithm>
 #include <thread>
+
+#include <arrow/io/type_fwd.h>
 
 #include "batch/assembler.h"
 #include "cache/disk_cache.h"
@@ -9,6 +12,7 @@
 #include "decode/column_spec.h"
 #include "decode/decoder.h"
 #include "exec/pipeline.h"
+#include "io/filesystem.h"
 #include "plan/planner.h"
 #include "util/hash.h"
 
@@ -54,6 +58,13 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
                                                      options, impl->disk_cache));
   if (impl->disk_cache) {
     impl->tensor_cache = std::make_shared<TensorCache>(impl->disk_cache, catalog);
+  }
+  // Remote column chunks are pre-buffered as concurrent range reads on Arrow's (process-wide)
+  // I/O pool: that pool is stoker's I/O pool, sized by num_io_threads; the CPU workers decode.
+  const bool remote = std::any_of(catalog->files().begin(), catalog->files().end(),
+                                  [](const CatalogFile& file) { return IsRemote(*file.fs); });
+  if (remote && options.num_io_threads > 0) {
+    STOKER_RETURN_NOT_OK(arrow::io::SetIOThreadPoolCapacity(options.num_io_threads));
   }
   if (catalog->total_rows() == 0) {
     return MakeError(ErrorKind::kEmptyDataset, "the dataset has no rows");
