@@ -15,26 +15,11 @@ void RegisterCache(nb::module_& m) {
       .def_ro("blocks_bytes", &CacheUsage::blocks_bytes);
   m.def(
       "inspect_cache",
-      [](const std::string& dir) {
-        Result<CacheUsage> usage;
-        {
-          nb::gil_scoped_release release;
-          usage = InspectCache(dir);
-        }
-        ThrowIfError(usage.status());
-        return *usage;
-      },
+      [](const std::string& dir) { return Blocking([&] { return InspectCache(dir); }); },
       nb::arg("dir"));
   m.def(
       "clear_cache",
-      [](const std::string& dir) {
-        Status status;
-        {
-          nb::gil_scoped_release release;
-          status = ClearCache(dir);
-        }
-        ThrowIfError(status);
-      },
+      [](const std::string& dir) { Blocking([&] { return ClearCache(dir); }); },
       nb::arg("dir"));
 }
 

@@ -51,24 +51,13 @@ void RegisterLoader(nb::module_& m) {
       .def_static(
           "open",
           [](const LoaderOptions& options) {
-            Result<std::unique_ptr<Loader>> loader;
-            {
-              nb::gil_scoped_release release;
-              loader = Loader::Open(options);
-            }
-            ThrowIfError(loader.status());
-            return std::move(*loader);
+            return Blocking([&] { return Loader::Open(options); });
           },
           nb::arg("options"))
       .def(
           "start_epoch",
           [](Loader& self, int64_t epoch, int64_t start_batch) {
-            Status status;
-            {
-              nb::gil_scoped_release release;
-              status = self.StartEpoch(epoch, start_batch);
-            }
-            ThrowIfError(status);
+            Blocking([&] { return self.StartEpoch(epoch, start_batch); });
           },
           nb::arg("epoch"), nb::arg("start_batch"))
       // Returns (batch or None, done). Neither set means the timeout passed.
