@@ -109,3 +109,25 @@ def test_parse_size():
     assert parse_size(123, "x") == 123
     with pytest.raises(stoker.errors.InvalidOptionError, match="x"):
         parse_size("12 parsecs", "x")
+
+
+def test_loader_does_not_import_torch(dataset):
+    import subprocess
+    import sys
+
+    root, _ = dataset
+    script = (f"import sys, stoker\nstoker.Loader({str(root)!r}, batch_size=100)\n"
+              "print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"  # start-up stays fast without torch
+
+
+def test_stats_has_storage_counters(dataset):
+    root, _ = dataset
+    loader = stoker.Loader(str(root), batch_size=100)
+    for _ in loader:
+        pass
+    storage = loader.stats()["storage"]
+    assert storage == {"requests": 0, "retries": 0, "failures": 0, "backoff_s": 0.0}  # local

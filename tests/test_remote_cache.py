@@ -94,3 +94,13 @@ def test_warm_epoch_reads_nothing_from_the_store(moto, proxy, tmp_path):
     assert digest(warm) == cold_digest
     assert data_gets(proxy)[before:] == []  # footers and row groups all came from the cache
     assert warm.stats()["cache"]["misses"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_stats_count_storage_requests(moto, proxy):
+    loader = stoker.Loader(f"s3://{BUCKET}/{PREFIX}", storage_options=storage(proxy), **OPTIONS)
+    for _ in loader:
+        pass
+    counters = loader.stats()["storage"]
+    assert counters["requests"] >= len(data_gets(proxy)) > 0
+    assert counters["failures"] == 0

@@ -39,7 +39,14 @@ void RegisterLoader(nb::module_& m) {
       .def_ro("bytes_written", &CacheCounters::bytes_written)
       .def_ro("waits", &CacheCounters::waits);
 
+  nb::class_<StorageStats>(m, "StorageStats")
+      .def_ro("requests", &StorageStats::requests)
+      .def_ro("retries", &StorageStats::retries)
+      .def_ro("failures", &StorageStats::failures)
+      .def_ro("backoff_s", &StorageStats::backoff_s);
+
   nb::class_<LoaderStats>(m, "LoaderStats")
+      .def_ro("storage", &LoaderStats::storage)
       .def_ro("stages", &LoaderStats::stages)
       .def_ro("cache", &LoaderStats::cache)
       .def_ro("batches", &LoaderStats::batches)

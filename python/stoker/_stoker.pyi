@@ -327,7 +327,23 @@ class CacheCounters:
     @property
     def waits(self) -> int: ...
 
+class StorageStats:
+    @property
+    def requests(self) -> int: ...
+
+    @property
+    def retries(self) -> int: ...
+
+    @property
+    def failures(self) -> int: ...
+
+    @property
+    def backoff_s(self) -> float: ...
+
 class LoaderStats:
+    @property
+    def storage(self) -> StorageStats: ...
+
     @property
     def stages(self) -> list[StageStats]: ...
 

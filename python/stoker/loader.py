@@ -6,6 +6,7 @@ import atexit
 import os
 import re
 import secrets
+import sys
 import weakref
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
 
@@ -72,13 +73,16 @@ def _resolve_rank(rank: Optional[int], world_size: Optional[int]) -> tuple:
         raise InvalidOptionError("give both rank and world_size, or neither")
     if rank is not None:
         return int(rank), int(world_size)
-    try:
-        import torch.distributed as dist  # optional dependency
+    # A process group exists only if the program imported torch; importing it here would cost
+    # seconds of start-up for everyone else.
+    if "torch" in sys.modules:
+        try:
+            import torch.distributed as dist
 
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except ImportError:
-        pass
+            if dist.is_available() and dist.is_initialized():
+                return dist.get_rank(), dist.get_world_size()
+        except ImportError:
+            pass
     env_rank, env_world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
     if env_rank is not None and env_world is not None:
         try:
@@ -464,6 +468,8 @@ class Loader:
             "cache": {name: getattr(raw.cache, name) for name in (
                 "hits", "misses", "writes", "not_stored", "corrupt", "evictions", "bytes_read",
                 "bytes_written", "waits")},
+            "storage": {name: getattr(raw.storage, name) for name in (
+                "requests", "retries", "failures", "backoff_s")},
             "batches": raw.batches,
             "rows": raw.rows,
             "consumer_wait_s": raw.consumer_wait_s,

@@ -56,9 +56,18 @@ struct CacheCounters {
   int64_t waits = 0;
 };
 
+/// Requests to remote storage made by this loader's filesystems (zero for local sources).
+struct StorageStats {
+  int64_t requests = 0;  // first tries and retries
+  int64_t retries = 0;   // transient failures retried
+  int64_t failures = 0;  // errors handed on (permanent, or out of retries)
+  double backoff_s = 0;  // time slept between retries
+};
+
 struct LoaderStats {
   std::vector<StageStats> stages;
   CacheCounters cache;
+  StorageStats storage;
   int64_t batches = 0;
   int64_t rows = 0;
   double consumer_wait_s = 0;  // time Next() spent blocked

@@ -31,6 +31,7 @@ class Loader::Impl {
   std::shared_ptr<PipelineCounters> counters = std::make_shared<PipelineCounters>();
   std::unique_ptr<Pipeline> pipeline;
   RankShape shape;
+  std::vector<std::shared_ptr<arrow::fs::FileSystem>> filesystems;  // distinct, of all files
 };
 
 namespace {
@@ -78,6 +79,12 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
     const int64_t row_bytes = std::max<int64_t>(1, bytes / catalog->total_rows());
     impl->options.shuffle_window_rows =
         std::max<int64_t>(1, options.shuffle_window_bytes / row_bytes);
+  }
+  for (const auto& file : catalog->files()) {
+    if (std::find(impl->filesystems.begin(), impl->filesystems.end(), file.fs) ==
+        impl->filesystems.end()) {
+      impl->filesystems.push_back(file.fs);
+    }
   }
   impl->catalog = catalog;
   impl->spec = std::make_shared<OutputSpec>(std::move(spec));
@@ -136,6 +143,8 @@ Status Loader::NextFor(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* do
 
 void Loader::Stop() {
   if (impl_ && impl_->pipeline) {
+    // Workers sleeping between storage retries give up at once instead of finishing the sleep.
+    for (const auto& fs : impl_->filesystems) InterruptRetryWaits(*fs);
     impl_->pipeline->Stop();
     impl_->pipeline.reset();
   }
@@ -198,6 +207,14 @@ LoaderStats Loader::Stats() const {
     stats.cache = {cache.hits,       cache.misses,        cache.writes,
                    cache.not_stored, cache.corrupt,       cache.evictions,
                    cache.bytes_read, cache.bytes_written, cache.waits};
+  }
+  for (const auto& fs : impl_->filesystems) {
+    if (auto storage = GetStorageCounters(*fs)) {
+      stats.storage.requests += storage->requests;
+      stats.storage.retries += storage->retries;
+      stats.storage.failures += storage->failures;
+      stats.storage.backoff_s += storage->backoff_s;
+    }
   }
   stats.batches = c.batches;
   stats.rows = c.rows;

@@ -1,5 +1,6 @@
 #include "stoker/options.h"
 
+#include "io/filesystem.h"
 #include "util/hash.h"
 
 namespace stoker {
@@ -74,7 +75,9 @@ Status LoaderOptions::Validate() const {
 uint64_t LoaderOptions::Fingerprint() const {
   Fnv1a hash;
   hash.Add("stoker-options-v1");
-  for (const auto& source : sources) hash.Add(source);
+  // Without user info or query string: a password or an endpoint given in a URI is not part of
+  // what the batches depend on (the catalog fingerprint names the files themselves).
+  for (const auto& source : sources) hash.Add(RedactSource(source));
   hash.AddInt(columns.size());
   for (const auto& column : columns) hash.Add(column);
   hash.AddInt(features.size());
