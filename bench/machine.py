@@ -38,11 +38,27 @@ def versions() -> dict:
     return out
 
 
+def git_state() -> dict:
+    """The commit measured, and how many engine/package files differed from it (an editable
+    install runs the working tree)."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+                                capture_output=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "cpp", "python", "CMakeLists.txt"],
+                               cwd=root, text=True, capture_output=True, timeout=10).stdout.split("\n")
+        return {"commit": commit or None, "uncommitted_engine_files": len([d for d in dirty if d.strip()])}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "uncommitted_engine_files": None}
+
+
 def describe() -> dict:
     try:
         load = os.getloadavg()
     except OSError:
         load = None
     return {"cores": os.cpu_count(), "cpu_model": cpu_model(), "memory_bytes": memory_bytes(),
-            "platform": platform.platform(), "load_average_at_start": load,
+            "platform": platform.platform(), "load_average_at_start": load, "git": git_state(),
             "versions": versions()}

@@ -17,6 +17,13 @@ def _fmt(value, spec: str = ",.0f", suffix: str = "") -> str:
     return format(value, spec) + suffix
 
 
+def median_run(runs: List[dict]):
+    """The complete run with the median rows/s that carries loader stats (None if none)."""
+    ok = sorted((r for r in runs if r.get("status") == "ok" and r.get("loader_stats")
+                 and r.get("wall_s")), key=lambda r: r["rows"] / r["wall_s"])
+    return ok[(len(ok) - 1) // 2] if ok else None
+
+
 def _load(values) -> str:
     return "/".join(f"{v:.1f}" for v in values) if values else "-"
 
@@ -33,14 +40,21 @@ def markdown(report: dict) -> str:
     v = m["versions"]
     lines = [f"# stoker benchmark: {report['name']} ({report['profile']})", "",
              f"Run {report['started']}, {report.get('elapsed_s', 0):.0f} s in all. "
-             "Medians of repeats; rows/s counts from constructing the loader to its last batch "
-             "(start-up included). Each measurement runs in a fresh process.", "",
+             "Medians of repeats (best of the repeats alongside: other work on the machine only "
+             "ever slows a run down); rows/s counts from constructing the loader to its last "
+             "batch (start-up included). Each measurement runs in a fresh process.", "",
              f"Machine: {m['cores']} cores, {m['cpu_model']}, "
              f"{m['memory_bytes'] / 2**30:.0f} GiB RAM, {m['platform']}; "
              f"load average (1/5/15 min) at start {_load(m.get('load_average_at_start'))}, at end "
              f"{_load(m.get('load_average_at_end'))} (the machine is shared: other work ran "
              "during the measurements, so compare ratios within this run, not across runs).", "",
              "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val) + ".", ""]
+    git = m.get("git") or {}
+    if git.get("commit"):
+        lines += [f"stoker measured at commit {git['commit']}"
+                  + (f" with {git['uncommitted_engine_files']} uncommitted file(s) under cpp/ and "
+                     "python/ (an editable install runs the working tree)"
+                     if git.get("uncommitted_engine_files") else "") + ".", ""]
     lines += ["## Summary", ""] + summary_lines(report) + [""]
     unavailable: List[str] = []
     for workload, w in report["workloads"].items():
@@ -51,9 +65,9 @@ def markdown(report: dict) -> str:
                   f"{d['compressed_bytes'] / 1e6:,.0f} MB on disk. Batch {w['batch_size']}. "
                   f"Stall meter step: {w['step_s'] * 1e3:.1f} ms per batch "
                   f"({report['settings']['step_factor']}x {w['step_basis']}'s time per batch).", "",
-                  "| system | rows/s | MB/s | stoker is | stoker (shuffle=False) is | "
+                  "| system | rows/s | best rows/s | MB/s | stoker is | stoker (shuffle=False) is | "
                   "fraction of limit | CPU s / M rows | peak RSS MB | first batch s | stall fraction |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         results = w["results"]
         for n in ORDER:
             if n not in results:
@@ -61,13 +75,14 @@ def markdown(report: dict) -> str:
             r = results[n]
             if r.get("status") != "ok":
                 unavailable.append(f"- {workload}, {LABELS[n]}: {r.get('status')}: {r.get('reason')}")
-                lines.append(f"| {LABELS[n]} | {r.get('status')} | | | | | | | | |")
+                lines.append(f"| {LABELS[n]} | {r.get('status')} | | | | | | | | | |")
                 continue
             speed = "1.00x" if n == "stoker" else _fmt(r.get("stoker_speedup"), ".2f", "x")
             speed2 = ("1.00x" if n == "stoker_noshuffle" else
                       _fmt(r.get("stoker_noshuffle_speedup"), ".2f", "x"))
             lines.append(
-                f"| {LABELS[n]} | {_fmt(r['rows_per_s'])} | {_fmt(r['mb_per_s'], ',.1f')} | {speed} | "
+                f"| {LABELS[n]} | {_fmt(r['rows_per_s'])} | {_fmt(r.get('best_rows_per_s'))} | "
+                f"{_fmt(r['mb_per_s'], ',.1f')} | {speed} | "
                 f"{speed2} | "
                 f"{_fmt(r.get('fraction_of_limit'), '.2f')} | {_fmt(r['cpu_s_per_mrows'], ',.1f')} | "
                 f"{_fmt(r['peak_rss_mb'], ',.0f')} | {_fmt(r['first_batch_s'], '.2f')} | "
@@ -82,13 +97,13 @@ def markdown(report: dict) -> str:
                                    + "; ".join(results[n]["short_epochs"]))
         for key in ("stoker", "stoker_noshuffle"):
             stoker = results.get(key, {})
-            if not stoker.get("loader_stats"):
+            run = median_run(w.get("raw", {}).get(key, []))
+            if stoker.get("status") != "ok" or run is None:
                 continue
-            s = stoker["loader_stats"]
+            s, wall = run["loader_stats"], run["wall_s"]
             stages = ", ".join(f"{k} busy {st['busy_s']:.2f} s / wait-in {st['wait_input_s']:.2f} s / "
                                f"wait-out {st['wait_output_s']:.2f} s"
                                for k, st in s["stages"].items())
-            wall = stoker.get("rows", 0) / stoker["rows_per_s"] if stoker.get("rows_per_s") else 0
             lines += ["", f"{LABELS[key]}, stages of the median run (seconds summed over each "
                           f"stage's threads): {stages}; the consumer waited "
                           f"{s['consumer_wait_s']:.2f} s of {wall:.2f} s. **Verdict: "

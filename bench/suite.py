@@ -99,6 +99,7 @@ def _summarise(runs: List[dict], facts: dict) -> dict:
         "rows_per_s": metrics.median(rows_per_s),
         "rows_per_s_all": rows_per_s,
         "steady_rows_per_s": metrics.median(steady),
+        "best_rows_per_s": max(rows_per_s) if rows_per_s else float("nan"),
         "mb_per_s": metrics.median(rows_per_s) * bytes_per_row / 1e6,
         "cpu_s_per_mrows": metrics.median([r["cpu_s"] / r["rows"] * 1e6 for r in ok if r["rows"]]),
         "peak_rss_mb": metrics.median([r["peak_rss_bytes"] / 2**20 for r in ok]),
@@ -107,9 +108,12 @@ def _summarise(runs: List[dict], facts: dict) -> dict:
     }
     if len(ok) < len(runs):
         out["failed_repeats"] = [r.get("reason") for r in runs if r.get("status") != "ok"]
-    stats = [r["loader_stats"] for r in ok if r.get("loader_stats")]
-    if stats:
-        out["loader_stats"] = stats[len(stats) // 2]
+    from .report import median_run
+
+    run = median_run(ok)
+    if run is not None:
+        out["loader_stats"] = run["loader_stats"]
+        out["loader_stats_wall_s"] = run["wall_s"]
     return out
 
 

@@ -26,6 +26,8 @@ def test_every_runner_delivers_every_row_or_says_why(tmp_path):
     report = json.loads((out_dir / "smoke-test.json").read_text())
     assert (out_dir / "smoke-test.md").exists()
 
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
     from bench.runners import ORDER, names_for
 
     seen = set()
