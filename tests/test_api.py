@@ -131,3 +131,45 @@ def test_stats_has_storage_counters(dataset):
         pass
     storage = loader.stats()["storage"]
     assert storage == {"requests": 0, "retries": 0, "failures": 0, "backoff_s": 0.0}  # local
+
+
+def test_one_iteration_at_a_time(dataset):
+    root, _ = dataset
+    loader = stoker.Loader(str(root), batch_size=100, seed=0)
+    first = iter(loader)
+    a = next(first)["id"].copy()
+    second = iter(loader)
+    b = next(second)["id"].copy()
+    import numpy as np
+
+    np.testing.assert_array_equal(a, b)  # the newer iteration starts the epoch afresh
+    with pytest.raises(stoker.errors.InvalidOptionError, match="newer iter"):
+        next(first)
+    del first  # finalising the old iterator must not stop the newer one
+    assert len(list(second)) == len(loader) - 1
+
+
+def test_option_naming_unknown_column_and_padding_clash(dataset, tmp_path):
+    root, _ = dataset
+    with pytest.raises(stoker.errors.InvalidOptionError, match="typo"):
+        stoker.Loader(str(root), fill_null={"typo": 0})
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"__padding__": [1, 2, 3]}), tmp_path / "p.parquet")
+    with pytest.raises(stoker.errors.InvalidOptionError, match="__padding__"):
+        stoker.Loader(str(tmp_path), batch_size=1, padding_mask=True)
+
+
+def test_half_set_rank_environment(dataset, monkeypatch):
+    root, _ = dataset
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(stoker.errors.InvalidOptionError, match="WORLD_SIZE"):
+        stoker.Loader(str(root), batch_size=100)
+
+
+def test_source_order_does_not_change_the_fingerprint(dataset):
+    root, _ = dataset
+    a = stoker.Loader([str(root / "part-0.parquet"), str(root / "part-1.parquet")], batch_size=10)
+    b = stoker.Loader([str(root / "part-1.parquet"), str(root / "part-0.parquet")], batch_size=10)
+    assert a.state_dict()["fingerprint"] == b.state_dict()["fingerprint"]

@@ -84,6 +84,11 @@ def _resolve_rank(rank: Optional[int], world_size: Optional[int]) -> tuple:
         except ImportError:
             pass
     env_rank, env_world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if (env_rank is None) != (env_world is None):
+        raise InvalidOptionError(
+            f"the environment sets {'RANK' if env_world is None else 'WORLD_SIZE'} but not "
+            f"{'WORLD_SIZE' if env_world is None else 'RANK'}; set both, or pass rank= and "
+            "world_size=")
     if env_rank is not None and env_world is not None:
         try:
             return int(env_rank), int(env_world)
@@ -211,6 +216,7 @@ class Loader:
         self._epoch = 0
         self._position = 0  # batches of the current epoch handed to the caller
         self._resume_batch: Optional[int] = None
+        self._generation = 0  # counts iter() calls; only the newest iterator may run
         self._engine = None
 
         opts = _stoker.LoaderOptions()
@@ -297,6 +303,14 @@ class Loader:
 
     def _check_output_names(self) -> None:
         names = set(self._columns)
+        known = names | set(self._options.features)
+        for name in self._options.column_options:
+            if name not in known:
+                raise InvalidOptionError(
+                    f"a per-column option names column {name!r}, which the loader does not read")
+        if self._options.padding_mask and self._options.padding_name in names:
+            raise InvalidOptionError(
+                f"padding_mask=True adds {self._options.padding_name!r}, which is also a column")
         for info in self._columns.values():
             extra = []
             if info.kind == _stoker.ColumnKind.padded:
@@ -364,12 +378,19 @@ class Loader:
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         engine = self._live()
+        # One iteration at a time: a newer iter(loader) restarts the engine, and this one ends.
+        self._generation += 1
+        generation = self._generation
         start = self._resume_batch if self._resume_batch is not None else 0
         self._resume_batch = None
         engine.start_epoch(self._epoch, start)
         self._position = start
         try:
             while True:
+                if generation != self._generation:
+                    raise InvalidOptionError(
+                        "this iterator was replaced by a newer iter(loader): a Loader runs one "
+                        "iteration at a time")
                 batch, done = engine.next(_POLL_MS)
                 if batch is None:
                     if done:
@@ -378,7 +399,8 @@ class Loader:
                 self._position += 1
                 yield self._to_python(batch)
         finally:
-            engine.stop()
+            if generation == self._generation:  # never stop a newer iteration's engine
+                engine.stop()
 
     def _to_python(self, batch: Any) -> Dict[str, Any]:
         if self._output == "torch":
@@ -428,8 +450,10 @@ class Loader:
             raise StateMismatchError(
                 "state_dict was saved by a loader with other options or another dataset "
                 f"(fingerprint {state['fingerprint']:#x}, this loader {engine.fingerprint:#x}); "
-                "source, columns, features, batch_size, shuffle, shuffle_window, drop_last, "
-                "rank, world_size and the column options must match")
+                "the dataset's files and these options must match: source, columns, features, "
+                "features_name, features_dtype, allow_lossy_cast, batch_size, shuffle, "
+                "shuffle_window, drop_last, padding_mask, rank, world_size and the column options "
+                "(lists, pad_value, fill_null, null_mask)")
         if state["seed"] != self._seed:
             if self._seed_given:
                 raise StateMismatchError(

@@ -17,7 +17,7 @@ namespace stoker {
 /// How a variable-length list column becomes a tensor.
 enum class ListMode {
   kUnset,   // an error: the user must choose
-  kPadded,  // [B, max_len] padded with pad_value, plus `<name>` lengths
+  kPadded,  // [B, max_len] padded with pad_value, plus `<name>_lengths`
   kRagged,  // flat values plus int64 offsets [B + 1]
 };
 
@@ -65,7 +65,7 @@ struct LoaderOptions {
   /// Target uncompressed bytes of one decode task (row groups are split by column groups).
   int64_t task_bytes = 16 << 20;
   int num_threads = 0;     // CPU workers; 0: the number of cores
-  int num_io_threads = 0;  // reserved for remote reads; 0: chosen from num_threads
+  int num_io_threads = 0;  // footers read at once, and the remote range-read pool; 0: default
   int64_t prefetch_bytes = 256 << 20;
 
   /// Filesystem settings for remote sources, with Arrow's names (endpoint_override, region,

@@ -1,5 +1,7 @@
 #include "stoker/options.h"
 
+#include <algorithm>
+
 #include "io/filesystem.h"
 #include "util/hash.h"
 
@@ -77,7 +79,11 @@ uint64_t LoaderOptions::Fingerprint() const {
   hash.Add("stoker-options-v1");
   // Without user info or query string: a password or an endpoint given in a URI is not part of
   // what the batches depend on (the catalog fingerprint names the files themselves).
-  for (const auto& source : sources) hash.Add(RedactSource(source));
+  // Sorted: the files are read in sorted order whatever order the sources were given in.
+  std::vector<std::string> redacted;
+  for (const auto& source : sources) redacted.push_back(RedactSource(source));
+  std::sort(redacted.begin(), redacted.end());
+  for (const auto& source : redacted) hash.Add(source);
   hash.AddInt(columns.size());
   for (const auto& column : columns) hash.Add(column);
   hash.AddInt(features.size());
