@@ -15,7 +15,7 @@ JOBS ?= $(shell nproc)
 
 setup: $(VENV)/.setup-done
 
-$(VENV)/.setup-done: requirements.txt requirements-build.txt
+$(VENV)/.setup-done: requirements.txt requirements-build.txt bench/requirements-nodeps.txt
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if ! $(PYTHON) -c "import venv, ensurepip" >/dev/null 2>&1; then missing="$$missing python3-venv"; fi; \
 	if [ -n "$$missing" ]; then \
@@ -25,6 +25,9 @@ $(VENV)/.setup-done: requirements.txt requirements-build.txt
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -r requirements-build.txt
 	$(PIP) install -q -r requirements.txt
+	# Petastorm's metadata pins setuptools<70 against torch's >=77; its real dependencies are in
+	# requirements.txt, so it is installed without them (see bench/requirements-nodeps.txt).
+	$(PIP) install -q --no-deps -r bench/requirements-nodeps.txt
 	touch $@
 
 # Incremental: scikit-build-core reuses build/<wheel tag> and ninja rebuilds what changed.
