@@ -43,6 +43,7 @@ import tempfile
 import time
 
 from .generators import SPECS, TabularSpec, dataset_facts, ensure_tabular
+from .report import repo_relative
 from .machine import describe
 from .runners.common import all_tabular_columns
 
@@ -455,7 +456,7 @@ def main(argv=None) -> int:
               "rows": rows, "runs": runs, "summary": summary}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out + ".json", "w") as f:
-        json.dump(report, f, indent=1, default=str)
+        json.dump(repo_relative(report), f, indent=1, default=str)
     with open(args.out + ".md", "w") as f:
         f.write(render(report))
     log("wrote", args.out + ".json", args.out + ".md")

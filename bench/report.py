@@ -196,11 +196,25 @@ def chart(report: dict, path: str) -> None:
     plt.close(fig)
 
 
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def repo_relative(value):
+    """The report with paths inside the repository made relative to it (no machine paths)."""
+    if isinstance(value, dict):
+        return {k: repo_relative(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [repo_relative(v) for v in value]
+    if isinstance(value, str):
+        return value.replace(_REPO + os.sep, "")
+    return value
+
+
 def write_all(report: dict, out_dir: str, name: str) -> List[str]:
     os.makedirs(out_dir, exist_ok=True)
     base = os.path.join(out_dir, name)
     with open(base + ".json", "w") as f:
-        json.dump(report, f, indent=1, sort_keys=False, default=str)
+        json.dump(repo_relative(report), f, indent=1, sort_keys=False, default=str)
     with open(base + ".md", "w") as f:
         f.write(markdown(report))
     written = [base + ".json", base + ".md"]
