@@ -49,20 +49,30 @@ def _row_groups(paths):
     return [(p, g) for p in paths for g in range(pq.ParquetFile(p).metadata.num_row_groups)]
 
 
-class _Tabular(_Base):
+class _Sharded(_Base):
+    """Each DataLoader worker takes every k-th row group of a seeded row-group order."""
+
     def __init__(self, paths, batch_size, seed):
         self.paths, self.batch_size, self.seed = paths, batch_size, seed
 
-    def __iter__(self):
-        import pyarrow.parquet as pq
+    def _my_row_groups(self):
         import torch
 
         info = torch.utils.data.get_worker_info()
         wid, nw = (info.id, info.num_workers) if info else (0, 1)
         groups = _row_groups(self.paths)
         random.Random(self.seed).shuffle(groups)
+        return wid, groups[wid::nw]
+
+
+class _Tabular(_Sharded):
+    def __iter__(self):
+        import pyarrow.parquet as pq
+        import torch
+
+        _, mine = self._my_row_groups()
         columns = all_tabular_columns()
-        for path, g in groups[wid::nw]:
+        for path, g in mine:
             pf = pq.ParquetFile(path)
             for rb in pf.iter_batches(batch_size=self.batch_size, row_groups=[g], columns=columns,
                                       use_threads=False):
@@ -70,20 +80,14 @@ class _Tabular(_Base):
                 yield {k: torch.from_numpy(v) for k, v in out.items()}
 
 
-class _Images(_Base):
-    def __init__(self, paths, batch_size, seed):
-        self.paths, self.batch_size, self.seed = paths, batch_size, seed
-
+class _Images(_Sharded):
     def __iter__(self):
         import pyarrow.parquet as pq
         import torch
 
-        info = torch.utils.data.get_worker_info()
-        wid, nw = (info.id, info.num_workers) if info else (0, 1)
-        groups = _row_groups(self.paths)
-        random.Random(self.seed).shuffle(groups)
+        wid, mine = self._my_row_groups()
         rng = random.Random(self.seed * 1000 + wid)
-        for path, g in groups[wid::nw]:
+        for path, g in mine:
             pf = pq.ParquetFile(path)
             for rb in pf.iter_batches(batch_size=self.batch_size, row_groups=[g],
                                       columns=["image", "label"], use_threads=False):
