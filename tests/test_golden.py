@@ -1,0 +1,136 @@
+"""Golden digests: the batches of a fixed dataset and options, pinned as sha256 digests.
+
+Refactors must not change what a loader yields. The dataset is written here with fixed seeds by
+the pinned pyarrow; the digests below were recorded before the engine was restructured into column
+writers and engine-reported stages (issue 8) and must stay unchanged. A deliberate change of output
+(a new option default, a format fix) updates them in the same commit, with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import stoker
+from stoker_testdata import digest
+
+N_FILES = 3
+ROWS = (700, 1100, 450)
+
+
+def _table(start: int, rows: int, rng: np.random.Generator) -> pa.Table:
+    ids = np.arange(start, start + rows, dtype=np.int64)
+    lengths = rng.integers(0, 5, rows)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = rng.integers(-1000, 1000, int(offsets[-1])).astype(np.int64)
+    nullable = pa.array(rng.standard_normal(rows).astype(np.float64),
+                        mask=(ids % 7 == 0))
+    return pa.table({
+        "id": ids,
+        "label": (ids % 10).astype(np.int32),
+        "f0": rng.standard_normal(rows).astype(np.float32),
+        "f1": rng.standard_normal(rows).astype(np.float64),
+        "f2": rng.integers(0, 100, rows).astype(np.int16),
+        "f3": ids % 2 == 0,
+        "emb": pa.FixedSizeListArray.from_arrays(
+            pa.array(rng.standard_normal(rows * 3).astype(np.float32)), 3),
+        "hist": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values)),
+        "name": pa.array([f"row-{i}" * int(i % 3 + 1) for i in ids]),
+        "maybe": nullable,
+    })
+
+
+@pytest.fixture(scope="module")
+def golden_root(tmp_path_factory) -> str:
+    root = str(tmp_path_factory.mktemp("golden"))
+    rng = np.random.default_rng(20261130)
+    start = 0
+    for f, rows in enumerate(ROWS):
+        pq.write_table(_table(start, rows, rng), os.path.join(root, f"part-{f}.parquet"),
+                       row_group_size=128 + 64 * f)
+        start += rows
+    return root
+
+
+BASE = dict(columns=["id", "label", "emb", "hist", "name", "maybe"],
+            features=["f0", "f1", "f2", "f3"], allow_lossy_cast=True,
+            lists={"hist": "padded"}, null_mask=["maybe"], batch_size=96, seed=11,
+            shuffle_window=500)
+
+CASES = {
+    "shuffled": dict(),
+    "unshuffled": dict(shuffle=False),
+    "ragged": dict(lists={"hist": "ragged"}),
+    "rank1of3_pad": dict(rank=1, world_size=3, drop_last=False, padding_mask=True),
+    "rank0of2": dict(rank=0, world_size=2),
+    "float64_fill": dict(features_dtype="float64", null_mask=False, fill_null={"maybe": -1.0}),
+}
+
+
+def _combined(batches) -> str:
+    return hashlib.sha256("".join(digest(batches)).encode()).hexdigest()
+
+
+def _run(root: str, epoch: int = 0, output: str = "numpy", **kwargs) -> str:
+    options = dict(BASE)
+    options.update(kwargs)
+    with stoker.Loader(root, output=output, **options) as loader:
+        loader.set_epoch(epoch)
+        return _combined(loader)  # digest() reads torch tensors through np.asarray
+
+
+GOLDEN = {
+    "shuffled": "738887f671a79ec1eef81eed77c01cf8b8373eead37b2b3ddc9efa78c2d76649",
+    "unshuffled": "0fee15c9be60c8d6820a1d14e592282c7989510dc8f62f1833b256b97297453c",
+    "ragged": "9838bbbbddb8387873a854aff10c1da842d51337808ed79e012e2f69178d6033",
+    "rank1of3_pad": "3c18cfa873bcbff416fc4e38bf94a0226132e2a45b0ebc6eff37bba40aa2a95f",
+    "rank0of2": "c866f52e3158a7742207cff4fee96e3a7eebdd736c4913a8745c47fef98902e9",
+    "float64_fill": "514c4711f91979efdf7278ea8078b0255a6bfb8d3c55ad71661a9de38aae738a",
+    "epoch1": "26497abec11c067362e65e0228187df498d6ee41eba6b30a86765ef390ebde3f",
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden_digest(golden_root, case):
+    got = _run(golden_root, **CASES[case])
+    assert got == GOLDEN[case], f"batches of case {case!r} changed"
+
+
+def test_golden_epoch1(golden_root):
+    assert _run(golden_root, epoch=1) == GOLDEN["epoch1"]
+
+
+def test_golden_torch_equals_numpy(golden_root):
+    pytest.importorskip("torch")
+    assert _run(golden_root, output="torch") == GOLDEN["shuffled"]
+
+
+def test_golden_with_cache_cold_and_warm(golden_root, tmp_path):
+    cache = str(tmp_path / "cache")
+    assert _run(golden_root, cache_dir=cache) == GOLDEN["shuffled"]  # filling
+    assert _run(golden_root, cache_dir=cache) == GOLDEN["shuffled"]  # warm
+
+
+def test_golden_resumed(golden_root):
+    """A resume at batch 7 of epoch 1 yields exactly the tail of the pinned epoch."""
+    options = dict(BASE)
+    with stoker.Loader(golden_root, **options) as loader:
+        loader.set_epoch(1)
+        it = iter(loader)
+        for _ in range(7):
+            next(it)
+        state = loader.state_dict()
+        it.close()
+    with stoker.Loader(golden_root, **options) as loader:
+        loader.load_state_dict(state)
+        tail = digest(loader)
+    with stoker.Loader(golden_root, **options) as loader:
+        loader.set_epoch(1)
+        full = digest(loader)
+    assert tail == full[7:]
+    assert hashlib.sha256("".join(full).encode()).hexdigest() == GOLDEN["epoch1"]
