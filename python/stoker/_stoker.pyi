@@ -261,6 +261,11 @@ class Batch:
     @property
     def columns(self) -> list[OutputColumn]: ...
 
+def usable_cpus() -> int:
+    """
+    CPUs this process may use: its affinity mask, capped by its cgroup's CPU quota.
+    """
+
 class ColumnInfo:
     @property
     def name(self) -> str: ...
@@ -279,88 +284,6 @@ class ColumnInfo:
 
     @property
     def annotation(self) -> str: ...
-
-class StageStats:
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def busy_s(self) -> float: ...
-
-    @property
-    def wait_input_s(self) -> float: ...
-
-    @property
-    def wait_output_s(self) -> float: ...
-
-    @property
-    def items(self) -> int: ...
-
-    @property
-    def bytes(self) -> int: ...
-
-class CacheCounters:
-    @property
-    def hits(self) -> int: ...
-
-    @property
-    def misses(self) -> int: ...
-
-    @property
-    def writes(self) -> int: ...
-
-    @property
-    def not_stored(self) -> int: ...
-
-    @property
-    def corrupt(self) -> int: ...
-
-    @property
-    def evictions(self) -> int: ...
-
-    @property
-    def bytes_read(self) -> int: ...
-
-    @property
-    def bytes_written(self) -> int: ...
-
-    @property
-    def waits(self) -> int: ...
-
-class StorageStats:
-    @property
-    def requests(self) -> int: ...
-
-    @property
-    def retries(self) -> int: ...
-
-    @property
-    def failures(self) -> int: ...
-
-    @property
-    def backoff_s(self) -> float: ...
-
-class LoaderStats:
-    @property
-    def storage(self) -> StorageStats: ...
-
-    @property
-    def stages(self) -> list[StageStats]: ...
-
-    @property
-    def cache(self) -> CacheCounters: ...
-
-    @property
-    def batches(self) -> int: ...
-
-    @property
-    def rows(self) -> int: ...
-
-    @property
-    def consumer_wait_s(self) -> float: ...
-
-    @property
-    def peak_inflight_bytes(self) -> int: ...
 
 class Engine:
     @staticmethod
@@ -395,7 +318,12 @@ class Engine:
 
     def columns(self) -> list[ColumnInfo]: ...
 
-    def stats(self) -> LoaderStats: ...
+    @property
+    def seed(self) -> int: ...
+
+    def set_seed(self, seed: int) -> None: ...
+
+    def stats(self) -> object: ...
 
 class CacheUsage:
     @property

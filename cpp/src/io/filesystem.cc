@@ -634,11 +634,11 @@ double BackoffDelay(const RetryPolicy& policy, int attempt, double unit) {
   return capped * (0.5 + 0.5 * std::clamp(unit, 0.0, 1.0));
 }
 
-std::optional<StorageCounters> GetStorageCounters(const FileSystem& fs) {
+std::optional<StorageStats> GetStorageStats(const FileSystem& fs) {
   const auto* retrying = dynamic_cast<const RetryingFileSystem*>(&fs);
   if (retrying == nullptr) return std::nullopt;
   const Shared& shared = retrying->shared();
-  StorageCounters out;
+  StorageStats out;
   out.requests = shared.requests.load(std::memory_order_relaxed);
   out.retries = shared.retries.load(std::memory_order_relaxed);
   out.failures = shared.failures.load(std::memory_order_relaxed);

@@ -17,6 +17,7 @@
 
 #include "stoker/error.h"
 #include "stoker/options.h"
+#include "stoker/stats.h"
 
 namespace stoker {
 
@@ -43,16 +44,9 @@ bool IsRemote(const arrow::fs::FileSystem& fs);
 void SetReaderProperties(const arrow::fs::FileSystem& fs, parquet::ArrowReaderProperties* props);
 
 /// What the retry layer of one remote filesystem has done so far (all threads together).
-struct StorageCounters {
-  int64_t requests = 0;  // calls to the store, first tries and retries
-  int64_t retries = 0;   // transient failures that were retried
-  int64_t failures = 0;  // errors handed to the caller (permanent or out of retries)
-  double backoff_s = 0;  // time slept between retries
-};
-
 /// The counters of a filesystem returned by OpenFileSystem; nullopt for local filesystems.
 /// Contains no names or settings, so it is safe to show in stats.
-std::optional<StorageCounters> GetStorageCounters(const arrow::fs::FileSystem& fs);
+std::optional<StorageStats> GetStorageStats(const arrow::fs::FileSystem& fs);
 
 /// Wakes every thread of `fs` that sleeps between retries; each gives up at once with a
 /// kStorage error. For a pipeline that stops: its workers then exit without waiting out a

@@ -8,9 +8,7 @@
 namespace stoker {
 namespace {
 
-Status Invalid(const std::string& message) {
-  return MakeError(ErrorKind::kInvalidOption, message);
-}
+Status Invalid(const std::string& message) { return MakeError(ErrorKind::kInvalidOption, message); }
 
 void HashColumnOptions(const ColumnOptions& options, Fnv1a* hash) {
   hash->AddInt(static_cast<uint64_t>(options.list_mode));
