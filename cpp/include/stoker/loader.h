@@ -20,22 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "stoker/column_info.h"
 #include "stoker/error.h"
 #include "stoker/options.h"
 #include "stoker/stats.h"
 #include "stoker/tensor.h"
 
 namespace stoker {
-
-/// What the loader will produce for one column, for Python's `loader.columns` and `inspect`.
-struct ColumnInfo {
-  std::string name;
-  std::string arrow_type;
-  ColumnKind kind;
-  DType dtype;
-  std::vector<int64_t> inner_shape;  // per-row shape after the batch dimension
-  std::string annotation;
-};
 
 class Loader {
  public:

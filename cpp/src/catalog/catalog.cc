@@ -15,7 +15,7 @@
 #include <mutex>
 #include <thread>
 
-#include "cache/block_cache.h"
+#include "io/block_cache.h"
 #include "io/filesystem.h"
 #include "util/hash.h"
 

@@ -8,7 +8,7 @@
 
 #include "batch/assembler.h"
 #include "cache/disk_cache.h"
-#include "cache/tensor_cache.h"
+#include "decode/tensor_cache.h"
 #include "catalog/catalog.h"
 #include "decode/column_spec.h"
 #include "decode/decoder.h"

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "batch/assembler.h"
-#include "cache/tensor_cache.h"
+#include "decode/tensor_cache.h"
 #include "decode/decoder.h"
 #include "plan/planner.h"
 #include "stoker/loader.h"
