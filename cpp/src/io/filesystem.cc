@@ -718,4 +718,12 @@ Result<std::shared_ptr<FileSystem>> OpenFileSystem(const std::string& uri_or_pat
                                 concurrency);
 }
 
+// ---- public redaction API (stoker/redact.h) ------------------------------------------------
+
+std::string RedactUri(const std::string& uri_or_path) { return RedactSource(uri_or_path); }
+
+std::string RedactSecrets(std::string text, const std::vector<std::string>& secrets) {
+  return ScrubSecrets(std::move(text), secrets);
+}
+
 }  // namespace stoker

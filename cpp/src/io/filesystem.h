@@ -17,6 +17,7 @@
 
 #include "stoker/error.h"
 #include "stoker/options.h"
+#include "stoker/redact.h"
 
 namespace stoker {
 
