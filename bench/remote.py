@@ -216,13 +216,14 @@ def _run_worker(job, timeout):
                               stderr=subprocess.PIPE, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"unavailable: timed out after {timeout} s"}
-    secrets = [str(v) for k, v in job.get("storage", {}).items() if k in ("secret_key", "session_token")]
+    storage = job.get("storage", {})
+    secrets = [str(storage[k]) for k in ("secret_key", "session_token") if k in storage]
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return redacted(json.loads(line[7:]), secrets)
     tail = (proc.stderr or "").strip().splitlines()[-6:]
-    return redacted({"error": "unavailable: exit %d: %s" % (proc.returncode, " | ".join(tail)[-900:])},
-                    secrets)
+    error = "unavailable: exit %d: %s" % (proc.returncode, " | ".join(tail)[-900:])
+    return redacted({"error": error}, secrets)
 
 
 NOTES = [

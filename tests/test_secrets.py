@@ -243,8 +243,7 @@ def test_cli_inspect_and_bench(way, up, proxy, down_endpoint, monkeypatch, tmp_p
 @pytest.mark.timeout(60)
 def test_cli_subprocess_userinfo(proxy, down_endpoint, tmp_path):
     """The real process's stdout and stderr, server up and down."""
-    env = dict(os.environ, AWS_EC2_METADATA_DISABLED="true",
-               PYTHONPATH=os.path.join(ROOT, "tests") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, AWS_EC2_METADATA_DISABLED="true")
     for endpoint, code in ((proxy.endpoint, 0), (down_endpoint, 2)):
         uri = (f"s3://{ACCESS_KEY}:{SECRET_KEY}@{BUCKET}/{PREFIX}?endpoint_override={endpoint}"
                f"&scheme=http&region={REGION}")
