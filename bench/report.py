@@ -221,8 +221,17 @@ def repo_relative(value):
     return value
 
 
+def redacted(report: dict, secrets=()) -> dict:
+    """The report with every URI shown as stoker shows it (no user info, no query string) and
+    each of ``secrets`` replaced by ``***``: stoker's own redaction, ``stoker.redact_uri``."""
+    from stoker._redact import redact_value
+
+    return redact_value(report, secrets)
+
+
 def write_all(report: dict, out_dir: str, name: str) -> List[str]:
     os.makedirs(out_dir, exist_ok=True)
+    report = redacted(report)
     base = os.path.join(out_dir, name)
     with open(base + ".json", "w") as f:
         json.dump(repo_relative(report), f, indent=1, sort_keys=False, default=str)

@@ -80,8 +80,8 @@ def test_inspect_warns_about_nulls_unsupported_types_and_slow_codecs(odd_dataset
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["inspect", "/no/such/folder"], "no such file or folder: /no/such/folder"),
-    (["bench", "/no/such/folder", "--batches", "1"], "no such file or folder"),
+    (["inspect", "/no/such/folder"], "no such file or directory: '/no/such/folder'"),
+    (["bench", "/no/such/folder", "--batches", "1"], "no such file or directory"),
 ])
 def test_bad_uri_exits_2_naming_the_path(argv, needle, capsys):
     assert main(argv) == 2
@@ -192,7 +192,7 @@ def test_python_dash_m_and_console_script_entry(dataset):
     assert json.loads(proc.stdout)["rows"] == 6000
     proc = subprocess.run([sys.executable, "-m", "stoker", "inspect", "/no/such/x"],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "no such file or folder" in proc.stderr
+    assert proc.returncode == 2 and "no such file or directory" in proc.stderr
 
 
 def test_pyproject_declares_the_console_script():

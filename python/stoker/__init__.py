@@ -4,12 +4,14 @@ import pyarrow  # noqa: F401  (loads libarrow/libparquet before the extension ne
 
 from . import errors
 from .cache import cache_usage, clear_cache
+from ._describe import describe
+from ._redact import redact_uri
 from ._ragged import Ragged, to_pylist
 from .errors import StokerError
 from .loader import Loader
 
 __version__ = "0.1.0"
 __all__ = [
-    "Loader", "Ragged", "StokerError", "cache_usage", "clear_cache", "errors", "to_pylist",
-    "__version__",
+    "Loader", "Ragged", "StokerError", "cache_usage", "clear_cache", "describe", "errors",
+    "redact_uri", "to_pylist", "__version__",
 ]

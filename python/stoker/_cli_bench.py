@@ -5,7 +5,7 @@ verdict naming the bottleneck."""
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 __all__ = ["bottleneck", "run_bench"]
 
@@ -64,25 +64,10 @@ def bottleneck(stats: Dict[str, Any], wall_s: float) -> Tuple[str, str]:
             f"{top['name']}-bound")
 
 
-def _uncompressed_bytes_per_row(uri: str, names: List[str]) -> float:
-    from ._cli_inspect import CliError, _read_metadata, list_parquet_files
-
-    try:
-        fs, files = list_parquet_files(uri)
-    except CliError:
-        return 0.0
-    total = rows = 0
-    wanted = set(names)
-    for path in files:
-        meta = _read_metadata(fs, path)
-        rows += meta.num_rows
-        for g in range(meta.num_row_groups):
-            rg = meta.row_group(g)
-            for c in range(rg.num_columns):
-                col = rg.column(c)
-                if not wanted or col.path_in_schema.split(".")[0] in wanted:
-                    total += col.total_uncompressed_size
-    return total / rows if rows else 0.0
+def _uncompressed_bytes_per_row(description) -> float:
+    """Uncompressed Parquet bytes per row of the described columns (from the footers)."""
+    total = sum(column.uncompressed_bytes for column in description.columns)
+    return total / description.rows if description.rows else 0.0
 
 
 def _batch_rows(batch: Dict[str, Any]) -> int:
@@ -97,17 +82,18 @@ def _batch_rows(batch: Dict[str, Any]) -> int:
 def run_bench(uri: str, loader_kwargs: Dict[str, Any], batches: Optional[int],
               seconds: Optional[float], step_ms: float = 0.0, progress: bool = True,
               out=print) -> Dict[str, Any]:
-    from ._cli_inspect import list_parquet_files
+    from ._describe import describe
     from .loader import Loader
 
-    list_parquet_files(uri)  # a clear error for a bad URI before the engine starts
+    # The files, footers and column sizes, read once; also a clear error for a bad URI before
+    # the engine starts.
+    description = describe(uri, **loader_kwargs)
     if batches is None and seconds is None:
         seconds = 10.0
     start = time.perf_counter()
     # An explicit single-process shard: no probing of torch.distributed or RANK for a CLI run.
     loader = Loader(uri, rank=0, world_size=1, **loader_kwargs)
     open_s = time.perf_counter() - start
-    names = list(loader_kwargs.get("columns") or []) + list(loader_kwargs.get("features") or [])
     bar = None
     if progress:
         try:
@@ -152,7 +138,7 @@ def run_bench(uri: str, loader_kwargs: Dict[str, Any], batches: Optional[int],
         if bar is not None:
             bar.close()
         loader.close()
-    bytes_per_row = _uncompressed_bytes_per_row(uri, names)
+    bytes_per_row = _uncompressed_bytes_per_row(description)
     result = {"rows": rows, "batches": n, "epochs_started": epoch + 1, "wall_s": wall,
               "open_s": open_s, "first_batch_s": first, "rows_per_s": rows / wall if wall else 0.0,
               "mb_per_s": rows * bytes_per_row / wall / 1e6 if wall else 0.0,

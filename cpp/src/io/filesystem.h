@@ -17,6 +17,7 @@
 
 #include "stoker/error.h"
 #include "stoker/options.h"
+#include "stoker/redact.h"
 #include "stoker/stats.h"
 
 namespace stoker {
@@ -31,9 +32,6 @@ Result<std::shared_ptr<arrow::fs::FileSystem>> OpenFileSystem(const std::string&
 /// What to put in front of a path of `fs` so the user recognises it: "" for local files,
 /// "s3://" for S3 (whose paths start with the bucket), "hdfs://host:port" for HDFS.
 std::string DisplayPrefix(const std::string& uri_or_path, const arrow::fs::FileSystem& fs);
-
-/// `uri_or_path` without user info (credentials) or query string, safe for messages.
-std::string RedactSource(const std::string& uri_or_path);
 
 /// False for the local filesystem, true for object stores and HDFS.
 bool IsRemote(const arrow::fs::FileSystem& fs);
@@ -76,8 +74,5 @@ double BackoffDelay(const RetryPolicy& policy, int attempt, double unit);
 std::shared_ptr<arrow::fs::FileSystem> MakeRetryingFileSystem(
     std::shared_ptr<arrow::fs::FileSystem> base, RetryPolicy policy, std::string display_prefix,
     std::vector<std::string> secrets, int max_concurrency);
-
-/// Replaces every occurrence of each non-empty secret in `text` with "***".
-std::string ScrubSecrets(std::string text, const std::vector<std::string>& secrets);
 
 }  // namespace stoker

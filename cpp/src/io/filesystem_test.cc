@@ -59,12 +59,12 @@ TEST(BackoffDelay, DoublesWithJitterAndCap) {
 }
 
 TEST(Redaction, DropsUserInfoAndQuery) {
-  EXPECT_EQ(RedactSource("s3://AKIA:secret@bucket/key?endpoint_override=h:1"), "s3://bucket/key");
-  EXPECT_EQ(RedactSource("s3://bucket/a@b/c"), "s3://bucket/a@b/c");
-  EXPECT_EQ(RedactSource("abfs://container@account.dfs.core.windows.net/p"),
+  EXPECT_EQ(RedactUri("s3://AKIA:secret@bucket/key?endpoint_override=h:1"), "s3://bucket/key");
+  EXPECT_EQ(RedactUri("s3://bucket/a@b/c"), "s3://bucket/a@b/c");
+  EXPECT_EQ(RedactUri("abfs://container@account.dfs.core.windows.net/p"),
             "abfs://container@account.dfs.core.windows.net/p");
-  EXPECT_EQ(RedactSource("/local/path?x"), "/local/path?x");
-  EXPECT_EQ(ScrubSecrets("a sekret and sekret", {"sekret", ""}), "a *** and ***");
+  EXPECT_EQ(RedactUri("/local/path?x"), "/local/path?x");
+  EXPECT_EQ(RedactSecrets("a sekret and sekret", {"sekret", ""}), "a *** and ***");
 }
 
 // A filesystem whose files fail `failures` times before working, to count attempts.
