@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import time
 import weakref
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
 
@@ -148,6 +149,11 @@ class Loader:
         self._generation = 0  # counts iterations; only the newest may run
         self._running: Optional[int] = None  # generation of the live iterator, if any
         self._ended_by = ""  # why the previous iterator was ended, for its error
+        # Stall meter of the current (or last) iteration: the consumer's loop time and the part
+        # of it spent waiting for the next batch.
+        self._loop_start: Optional[float] = None
+        self._loop_end: Optional[float] = None
+        self._loop_wait_s = 0.0
 
         opts = _stoker.LoaderOptions()
         opts.sources = normalise_sources(source)
@@ -305,6 +311,7 @@ class Loader:
         engine.start_epoch(self._epoch, start)
         self._position = start
         self._running = generation
+        self._loop_start, self._loop_end, self._loop_wait_s = time.perf_counter(), None, 0.0
         return self._iterate(engine, generation)
 
     def _iterate(self, engine: Any, generation: int) -> Iterator[Dict[str, Any]]:
@@ -314,7 +321,10 @@ class Loader:
                     raise LoaderStateError(
                         f"this iterator was ended by {self._ended_by}: a Loader runs one "
                         "iteration at a time")
+                waited = time.perf_counter()
                 batch, done = engine.next(_POLL_MS)
+                if generation == self._generation:
+                    self._loop_wait_s += time.perf_counter() - waited
                 if batch is None:
                     if done:
                         if generation == self._generation:
@@ -328,6 +338,7 @@ class Loader:
         finally:
             if generation == self._generation:  # never stop a newer iteration's engine
                 self._running = None
+                self._loop_end = time.perf_counter()
                 engine.stop()
 
     # ---------------------------------------------------------------------------------- resume
@@ -407,8 +418,19 @@ class Loader:
         runs on: stages of one pool share its time), ``threads``, ``busy_s``, ``wait_in_s``,
         ``wait_out_s`` (seconds summed over threads), ``items`` and ``bytes``. Also ``cache``,
         ``storage``, ``batches``, ``rows``, ``consumer_wait_s`` and ``peak_inflight_bytes``.
+
+        ``stall_fraction`` is the stall meter of the current (or last) iteration: the share of
+        the training loop's time, from ``iter()`` to now (or to the end of the epoch), spent
+        waiting for the next batch; the CPU-side stand-in for accelerator idle time.
+        ``loop_s`` is that loop time.
         """
-        return self._live().stats()
+        stats = self._live().stats()
+        loop_s = 0.0
+        if self._loop_start is not None:
+            loop_s = (self._loop_end or time.perf_counter()) - self._loop_start
+        stats["loop_s"] = loop_s
+        stats["stall_fraction"] = min(1.0, self._loop_wait_s / loop_s) if loop_s > 0 else 0.0
+        return stats
 
     def close(self) -> None:
         """Stops every thread; safe from any thread. A live iteration (in this or another
