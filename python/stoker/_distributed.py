@@ -54,7 +54,7 @@ def resolve_rank(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, i
     return 0, 1
 
 
-def agree_on_seed(seed: Optional[int], world_size: int) -> int:
+def agree_on_seed(seed: Optional[int], world_size: int, shuffle: bool = True) -> int:
     """The seed every rank uses. A given seed is used as is. ``None`` draws one; with
     ``world_size > 1`` the ranks must agree (each drawing its own would deal some rows to two
     ranks and others to none), so rank 0's draw is broadcast through the process group, and
