@@ -58,11 +58,12 @@ def agree_on_seed(seed: Optional[int], world_size: int, shuffle: bool = True) ->
     """The seed every rank uses. A given seed is used as is. ``None`` draws one; with
     ``world_size > 1`` the ranks must agree (each drawing its own would deal some rows to two
     ranks and others to none), so rank 0's draw is broadcast through the process group, and
-    without an initialised group this is an error that asks for ``seed=``."""
+    without an initialised group this is an error that asks for ``seed=``. Without shuffling the
+    seed decides nothing, and each rank keeps its own draw."""
     if seed is not None:
         return int(seed)
     drawn = secrets.randbits(63)
-    if world_size <= 1:
+    if world_size <= 1 or not shuffle:
         return drawn
     dist = _process_group()
     if dist is None:

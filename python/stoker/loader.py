@@ -172,7 +172,7 @@ class Loader:
         opts.padding_mask = bool(padding_mask)
         opts.rank, opts.world_size = resolve_rank(rank, world_size)
         self._seed_given = seed is not None
-        self._seed = agree_on_seed(seed, opts.world_size)
+        self._seed = agree_on_seed(seed, opts.world_size, opts.shuffle)
         opts.seed = self._seed
         opts.num_threads = num_threads or default_num_threads()
         opts.num_io_threads = num_io_threads or 0
