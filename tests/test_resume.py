@@ -51,8 +51,13 @@ def test_resume_adopts_the_seed_when_none_was_given(dataset):
     state = first.state_dict()
     full = digest(stoker.Loader(dataset, seed=first.seed, **options))
     resumed = stoker.Loader(dataset, **options)
+    list(itertools.islice(resumed, 2))
+    engine = resumed._engine
     resumed.load_state_dict(state)
     assert resumed.seed == first.seed
+    # The seed is a per-epoch input: the same engine goes on (no re-listing, no footer re-read),
+    # and its counters keep counting.
+    assert resumed._engine is engine and resumed.stats()["batches"] >= 2
     assert head + digest(resumed) == full
 
 
