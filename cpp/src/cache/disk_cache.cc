@@ -553,6 +553,46 @@ Result<bool> DiskCache::EvictLocked(int64_t incoming_bytes, int64_t incoming_dis
   return used + incoming_bytes <= max_bytes && free_bytes + freed - incoming_disk_bytes >= floor;
 }
 
+Result<int64_t> DiskCache::ReservedBytesLocked() const {
+  std::vector<std::string> names;
+  STOKER_RETURN_NOT_OK(ListDir(tmp_dir_, &names));
+  int64_t reserved = 0;
+  for (const auto& name : names) {
+    struct stat st;
+    if (lstat((tmp_dir_ + "/" + name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      reserved += static_cast<int64_t>(st.st_size);
+    }
+  }
+  return reserved;
+}
+
+Result<bool> DiskCache::ReserveLocked(int64_t file_size) {
+  STOKER_ASSIGN_OR_RAISE(int64_t reserved, ReservedBytesLocked());
+  if (reserved > 0 && reserved + file_size > options_.max_bytes) {
+    // Temporary files of dead writers count until removed: remove them, then look again.
+    STOKER_RETURN_NOT_OK(CleanTempsLocked());
+    STOKER_ASSIGN_OR_RAISE(reserved, ReservedBytesLocked());
+  }
+  // Entries being written by others fill the budget first: evicting would not make room.
+  if (reserved + file_size > options_.max_bytes) return false;
+  // statvfs() already counts the others' reservations (allocated at full size): only this
+  // entry's bytes are still to come off the free space.
+  return EvictLocked(reserved + file_size, file_size);
+}
+
+Result<bool> DiskCache::Allocate(int fd, int64_t size, const std::string& path) {
+  const int err = posix_fallocate(fd, 0, static_cast<off_t>(size));
+  if (err == 0) return true;
+  if (err == ENOSPC || err == EDQUOT) return false;
+  if (err == EINTR || err == EOPNOTSUPP || err == EINVAL) {
+    // No allocation on this file system: at least give the file its size, so that other
+    // writers count it against the budget (the floor then relies on statvfs() alone).
+    if (ftruncate(fd, static_cast<off_t>(size)) == 0) return true;
+    return StorageError(path, "cannot size", errno);
+  }
+  return StorageError(path, "cannot allocate", err);
+}
+
 Status DiskCache::DropCorrupt(const std::string& path, int fd) {
   FolderLock lock(this);
   STOKER_RETURN_NOT_OK(lock.Acquire());
@@ -645,13 +685,26 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
   // Evicting everything would not make room: keep the cache as it is.
   if (file_size > options_.max_bytes) return not_stored();
 
-  // Make room above the floor for the temporary file before writing it.
-  STOKER_ASSIGN_OR_RAISE(const int64_t free_bytes, FreeBytes());
-  if (free_bytes - file_size < options_.min_free_bytes) {
+  // Reserve the entry's space before writing it: under the folder lock, other writers' reserved
+  // (not yet committed) entries count against the budget and the floor, and the temporary file
+  // is allocated at its full size, so the next writer's statvfs() sees it.
+  const KeyName name = NameOf(ns, key);
+  const std::string temp_path = tmp_dir_ + "/" + name.hex + "." + std::to_string(getpid()) + "." +
+                                std::to_string(temp_seq_.fetch_add(1)) + ".tmp";
+  std::unique_ptr<GuardedFd> fd;
+  {
     FolderLock lock(this);
     STOKER_RETURN_NOT_OK(lock.Acquire());
-    STOKER_ASSIGN_OR_RAISE(const bool fits, EvictLocked(0, file_size));
+    STOKER_ASSIGN_OR_RAISE(bool fits, ReserveLocked(file_size));
     if (!fits) return not_stored();
+    fd = std::make_unique<GuardedFd>(temp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd->get() < 0) return StorageError(temp_path, "cannot create", errno);
+    // Tells Open()/Clear() in other processes that this file has a live writer.
+    (void)flock(fd->get(), LOCK_EX | LOCK_NB);
+    const Result<bool> allocated = Allocate(fd->get(), file_size, temp_path);
+    if (!allocated.ok() || !*allocated) unlink(temp_path.c_str());
+    if (!allocated.ok()) return allocated.status();
+    if (!*allocated) return not_stored();
   }
 
   std::vector<uint8_t> head(static_cast<size_t>(header_bytes), 0);
@@ -670,13 +723,6 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
   header.header_checksum = HeaderChecksum(header, head.data() + sizeof(header));
   std::memcpy(head.data(), &header, sizeof(header));
 
-  const KeyName name = NameOf(ns, key);
-  const std::string temp_path = tmp_dir_ + "/" + name.hex + "." + std::to_string(getpid()) + "." +
-                                std::to_string(temp_seq_.fetch_add(1)) + ".tmp";
-  GuardedFd fd(temp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd.get() < 0) return StorageError(temp_path, "cannot create", errno);
-  // Tells Open()/Clear() in other processes that this file has a live writer.
-  (void)flock(fd.get(), LOCK_EX | LOCK_NB);
   auto discard = [&](Status status) {
     unlink(temp_path.c_str());
     return status;
@@ -686,7 +732,7 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
   iov.reserve(parts.size() + 1);
   iov.push_back({head.data(), head.size()});
   for (const auto& part : parts) iov.push_back({const_cast<void*>(part.first), part.second});
-  Status status = WriteAll(fd.get(), std::move(iov), temp_path, options_.on_write_for_testing);
+  Status status = WriteAll(fd->get(), std::move(iov), temp_path, options_.on_write_for_testing);
   if (!status.ok()) return discard(status);
 
   const std::string final_path = EntryPath(ns, key);
@@ -701,7 +747,7 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
       unlink(temp_path.c_str());
       return not_stored();
     }
-    Touch(fd.get());
+    Touch(fd->get());
     struct stat old;
     const int64_t replaced = stat(final_path.c_str(), &old) == 0 && S_ISREG(old.st_mode)
                                  ? static_cast<int64_t>(old.st_size)
@@ -723,7 +769,7 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
   counters_.bytes_written.fetch_add(payload_size, std::memory_order_relaxed);
   if (!want_entry) return nullptr;
   // Map our own descriptor: the entry may already be evicted by another process.
-  STOKER_ASSIGN_OR_RAISE(auto mapping, MapFile(fd.get(), file_size, final_path));
+  STOKER_ASSIGN_OR_RAISE(auto mapping, MapFile(fd->get(), file_size, final_path));
   const auto* payload = static_cast<const uint8_t*>(mapping.get()) + header_bytes;
   return std::make_shared<CacheEntry>(payload, payload_size, std::move(mapping));
 }

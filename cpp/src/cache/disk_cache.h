@@ -13,6 +13,10 @@
 //    payload. A corrupt or truncated entry is deleted, counted in stats().corrupt, and is a miss.
 //  - Committed entries stay within `max_bytes` and the file system keeps `min_free_bytes` free:
 //    each commit evicts least-recently-used entries (last use = file mtime, set on write and hit).
+//    Entries being written count too: a writer reserves its entry's bytes under the folder lock
+//    before writing (its temporary file is allocated at full size), so concurrent writers in any
+//    number of processes never undershoot the floor or, together with the committed entries,
+//    exceed the budget.
 //  - GetOrFill() runs the filler once per key across threads and processes (a byte-range lock
 //    per key on the folder's lock file); the others wait, then read the filled entry.
 //
@@ -147,6 +151,13 @@ class DiskCache {
   // Evicts least-recently-used entries until `incoming_bytes` more fit in the budget and
   // `incoming_disk_bytes` more leave the floor free; false when even an empty cache would not do.
   Result<bool> EvictLocked(int64_t incoming_bytes, int64_t incoming_disk_bytes);
+  // Whether `file_size` more bytes may be written now, counting the entries other writers are
+  // writing (their temporary files) against the budget and the floor; evicts to make room.
+  Result<bool> ReserveLocked(int64_t file_size);
+  // Bytes of the temporary files (allocated at their final size when created).
+  Result<int64_t> ReservedBytesLocked() const;
+  // Allocates `size` bytes for a new temporary file; false when the disk is full.
+  static Result<bool> Allocate(int fd, int64_t size, const std::string& path);
   Result<int64_t> ReadUsedLocked() const;
   Status WriteUsedLocked(int64_t used) const;
   Status RecountLocked() const;

@@ -11,10 +11,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -474,6 +477,113 @@ TEST_F(DiskCacheTest, KeepsTheFreeSpaceFloorByEvictingLeastRecentlyUsed) {
   for (int i = 0; i < 10; ++i) {
     EXPECT_EQ(GetString(*cache, "blocks", "k" + std::to_string(i)).has_value(), i >= 6) << i;
   }
+}
+
+// Two writers (two DiskCache objects, as two processes have) that write at the same time: each
+// one's on_write seam holds it, its entry fully written but not committed, until the other one
+// is also writing or has given up; `sample` runs at that moment. With `gate_checks`, each one's
+// first free-space check (the one before writing) also waits for the other's, so that both
+// check before either writes; a writer that checks under a lock the other one needs waits only
+// 300 ms (the other one cannot get there meanwhile).
+struct TwoWriters {
+  std::mutex mutex;
+  std::condition_variable cv;
+  int checked = 0, writing = 0, done = 0;
+
+  void Run(const DiskCacheOptions& options, bool gate_checks, const std::function<void()>& sample,
+           std::shared_ptr<DiskCache> caches[2]) {
+    for (int i = 0; i < 2; ++i) {
+      DiskCacheOptions mine = options;
+      mine.on_write_for_testing = [this, sample](int64_t) {
+        std::unique_lock<std::mutex> lock(mutex);
+        ++writing;
+        cv.notify_all();
+        cv.wait_for(lock, std::chrono::seconds(10), [&] { return writing + done >= 2; });
+        sample();
+      };
+      if (gate_checks) {
+        auto first = std::make_shared<bool>(true);
+        mine.free_bytes_for_testing = [this, first, inner = options.free_bytes_for_testing] {
+          if (*first) {
+            *first = false;
+            std::unique_lock<std::mutex> lock(mutex);
+            ++checked;
+            cv.notify_all();
+            cv.wait_for(lock, std::chrono::milliseconds(300), [&] { return checked + done >= 2; });
+          }
+          return inner();
+        };
+      }
+      auto opened = DiskCache::Open(mine);
+      ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+      caches[i] = *opened;
+    }
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        const Status status =
+            caches[i]->Put("blocks", "k" + std::to_string(i), PartsOf(Pattern(1000, i)));
+        EXPECT_TRUE(status.ok()) << status.ToString();
+        std::lock_guard<std::mutex> lock(mutex);
+        ++done;
+        cv.notify_all();
+      });
+    }
+    for (auto& thread : threads) thread.join();
+  }
+};
+
+TEST_F(DiskCacheTest, ConcurrentWritersTogetherKeepTheFreeSpaceFloor) {
+  // A disk of 20,000 bytes holding only the cache folder (its 8-byte lock file, then entries):
+  // one entry fits above the floor, two do not. Both writers check the floor before writing; the
+  // one that checks second must count the first one's entry, which is not committed yet.
+  DiskCacheOptions options = Options();
+  options.min_free_bytes = 18000;
+  const std::string dir = dir_;
+  options.free_bytes_for_testing = [dir] { return 20000 - FolderBytes(dir); };
+  std::mutex sample_mutex;
+  int64_t min_free = INT64_MAX;
+  auto sample = [&] {
+    std::lock_guard<std::mutex> lock(sample_mutex);
+    min_free = std::min(min_free, 20000 - FolderBytes(dir));
+  };
+  TwoWriters writers;
+  std::shared_ptr<DiskCache> caches[2];
+  writers.Run(options, /*gate_checks=*/true, sample, caches);
+  ASSERT_NE(caches[1], nullptr);
+  EXPECT_EQ(writers.writing, 1);  // the second writer gave up instead of writing
+  EXPECT_GE(min_free, options.min_free_bytes);
+  EXPECT_GE(20000 - FolderBytes(dir_), options.min_free_bytes);
+  EXPECT_EQ(caches[0]->stats().writes + caches[1]->stats().writes, 1);
+  EXPECT_EQ(caches[0]->stats().not_stored + caches[1]->stats().not_stored, 1);
+  EXPECT_EQ(GetString(*caches[0], "blocks", "k0").has_value() +
+                GetString(*caches[0], "blocks", "k1").has_value(),
+            1);
+  EXPECT_TRUE(TempFiles(dir_).empty());
+}
+
+TEST_F(DiskCacheTest, ConcurrentWritersTogetherStayWithinTheBudget) {
+  // A budget of one entry and a half: entries being written count against it too.
+  const int64_t budget = kEntryFileBytes + kEntryFileBytes / 2;
+  const std::string dir = dir_;
+  std::mutex sample_mutex;
+  int64_t max_bytes = 0;  // entries and temporary files, without the lock file
+  auto sample = [&] {
+    std::lock_guard<std::mutex> lock(sample_mutex);
+    max_bytes =
+        std::max(max_bytes, FolderBytes(dir) - static_cast<int64_t>(fs::file_size(dir + "/.lock")));
+  };
+  TwoWriters writers;
+  std::shared_ptr<DiskCache> caches[2];
+  writers.Run(Options(budget), /*gate_checks=*/false, sample, caches);
+  ASSERT_NE(caches[1], nullptr);
+  EXPECT_EQ(writers.writing, 1);
+  EXPECT_EQ(max_bytes, kEntryFileBytes);
+  EXPECT_EQ(caches[0]->stats().writes + caches[1]->stats().writes, 1);
+  EXPECT_EQ(caches[0]->stats().not_stored + caches[1]->stats().not_stored, 1);
+  ASSERT_OK_AND_ASSIGN(const int64_t used, caches[0]->UsedBytes());
+  EXPECT_EQ(used, kEntryFileBytes);
+  EXPECT_TRUE(TempFiles(dir_).empty());
 }
 
 TEST_F(DiskCacheTest, UnreachableFloorOnTheRealFileSystemEmptiesTheCache) {
