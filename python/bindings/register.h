@@ -14,6 +14,26 @@ namespace stoker::python {
 /// stoker.errors class. No-op for OK.
 void ThrowIfError(const Status& status);
 
+/// Releases the GIL for its lifetime, like nanobind::gil_scoped_release, but safe at interpreter
+/// exit: a thread that would be ended by CPython while retaking the GIL parks instead of
+/// unwinding through a noexcept destructor (std::terminate). See gil.cc.
+class ReleaseGil {
+ public:
+  ReleaseGil();
+  ~ReleaseGil();
+  ReleaseGil(const ReleaseGil&) = delete;
+  ReleaseGil& operator=(const ReleaseGil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
+/// Tracks which threads iterate an engine: called after start_epoch() and next(), with `done`
+/// when the epoch ended. At exit, daemon threads among them get up to a second to finish (they
+/// get LoaderClosedError at their next step) before the interpreter freezes them with their
+/// references. Callable with or without the GIL.
+void NoteIterating(bool done);
+
 /// Runs `call` (returning Status or Result<T>) with the GIL released, then raises on error;
 /// returns the T of a Result.
 template <typename Call>
@@ -21,7 +41,7 @@ auto Blocking(Call&& call) {
   using Returned = decltype(call());
   Returned returned;
   {
-    nanobind::gil_scoped_release release;
+    ReleaseGil release;
     returned = call();
   }
   if constexpr (std::is_same_v<Returned, Status>) {
@@ -38,5 +58,6 @@ void RegisterTensor(nanobind::module_& m);
 void RegisterLoader(nanobind::module_& m);
 void RegisterCache(nanobind::module_& m);
 void RegisterDescribe(nanobind::module_& m);
+void RegisterExitHook(nanobind::module_& m);
 
 }  // namespace stoker::python

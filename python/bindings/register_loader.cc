@@ -57,9 +57,22 @@ void RegisterLoader(nb::module_& m) {
       .def(
           "start_epoch",
           [](Loader& self, int64_t epoch, int64_t start_batch) {
-            Blocking([&] { return self.StartEpoch(epoch, start_batch); });
+            Blocking([&] {
+              NoteIterating(/*done=*/false);  // this thread is about to iterate
+              return self.StartEpoch(epoch, start_batch);
+            });
           },
           nb::arg("epoch"), nb::arg("start_batch"))
+      .def(
+          "start_elastic_epoch",
+          [](Loader& self, int64_t epoch, int old_world_size, int64_t old_batches,
+             int64_t start_batch) {
+            return Blocking([&] {
+              return self.StartElasticEpoch(epoch, old_world_size, old_batches, start_batch);
+            });
+          },
+          nb::arg("epoch"), nb::arg("old_world_size"), nb::arg("old_batches"),
+          nb::arg("start_batch"))
       // Returns (batch or None, done). Neither set means the timeout passed.
       .def(
           "next",
@@ -68,21 +81,27 @@ void RegisterLoader(nb::module_& m) {
             bool done = false;
             Status status;
             {
-              nb::gil_scoped_release release;
+              ReleaseGil release;
               status = self.NextFor(timeout_ms, &batch, &done);
+              NoteIterating(done);
             }
             ThrowIfError(status);
             return std::make_tuple(batch, done);
           },
           nb::arg("timeout_ms"))
-      .def("stop", &Loader::Stop, nb::call_guard<nb::gil_scoped_release>())
+      .def("stop",
+           [](Loader& self) {
+             ReleaseGil release;
+             self.Stop();
+           })
       .def_prop_ro("num_batches", &Loader::NumBatches)
       .def_prop_ro("num_rows", &Loader::NumRows)
       .def_prop_ro("shuffle_window_rows", &Loader::ShuffleWindowRows)
       .def_prop_ro("dataset_rows", &Loader::DatasetRows)
       .def_prop_ro("num_files", &Loader::NumFiles)
       .def_prop_ro("num_row_groups", &Loader::NumRowGroups)
-      .def_prop_ro("fingerprint", &Loader::Fingerprint)
+      .def_prop_ro("fingerprint", [](const Loader& self) { return self.Fingerprint(true); })
+      .def_prop_ro("data_fingerprint", [](const Loader& self) { return self.Fingerprint(false); })
       .def("columns", &Loader::Columns)
       .def_prop_ro("seed", &Loader::Seed)
       .def("set_seed", &Loader::SetSeed, nb::arg("seed"))
