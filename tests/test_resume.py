@@ -39,7 +39,8 @@ def test_resume_at_every_kind_of_position(dataset, epoch):
 
 def test_state_is_a_few_integers(dataset):
     state = stoker.Loader(dataset, **OPTIONS).state_dict()
-    assert set(state) == {"version", "epoch", "batch", "seed", "fingerprint", "rank", "world_size"}
+    assert set(state) == {"version", "epoch", "batch", "seed", "fingerprint", "data_fingerprint",
+                          "rank", "world_size", "elastic_world_size", "elastic_batch"}
     assert all(isinstance(v, int) for v in state.values())
 
 

@@ -146,6 +146,9 @@ class Loader:
         self._resume_batch: Optional[int] = None
         self._epoch_done = False  # the last iteration delivered its whole epoch
         self._epoch_chosen = False  # set_epoch()/load_state_dict() picked the next epoch
+        # (old world size, batches each old rank delivered) while self._epoch is the rest of an
+        # epoch resumed on another world size; None otherwise.
+        self._elastic: Optional[tuple] = None
         self._generation = 0  # counts iterations; only the newest may run
         self._running: Optional[int] = None  # generation of the live iterator, if any
         self._ended_by = ""  # why the previous iterator was ended, for its error
@@ -296,6 +299,7 @@ class Loader:
         self._epoch_done = False
         self._position = 0
         self._resume_batch = None
+        self._elastic = None
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         engine = self._live()
@@ -303,12 +307,18 @@ class Loader:
         self._end_running("a newer iter(loader)")
         self._generation += 1
         generation = self._generation
-        self._epoch = self._next_epoch()
+        epoch = self._next_epoch()
+        if epoch != self._epoch:
+            self._elastic = None  # the epoch after an elastic rest is a normal one
+        self._epoch = epoch
         start = self._resume_batch if self._resume_batch is not None else 0
         self._resume_batch = None
         self._epoch_chosen = False
         self._epoch_done = False
-        engine.start_epoch(self._epoch, start)
+        if self._elastic is not None:
+            engine.start_elastic_epoch(self._epoch, self._elastic[0], self._elastic[1], start)
+        else:
+            engine.start_epoch(self._epoch, start)
         self._position = start
         self._running = generation
         self._loop_start, self._loop_end, self._loop_wait_s = time.perf_counter(), None, 0.0
@@ -347,24 +357,36 @@ class Loader:
         """Exactly what the caller has received: the epoch and the batches of it delivered (a
         completed epoch reads as the start of the next), plus the seed and options fingerprint.
         Plain ints: ``torch.save`` / ``torch.load(weights_only=True)`` keep it as is."""
+        elastic = self._elastic
         if self._running is None:
             epoch = self._next_epoch()
             batch = (self._resume_batch if self._resume_batch is not None
                      else 0 if epoch != self._epoch or self._epoch_chosen else self._position)
+            if epoch != self._epoch:
+                elastic = None
         else:
             epoch, batch = self._epoch, self._position
+        engine = self._live()
         return {
             "version": _STATE_VERSION,
             "epoch": epoch,
             "batch": batch,
             "seed": self._seed,
-            "fingerprint": self._live().fingerprint,
+            "fingerprint": engine.fingerprint,
+            "data_fingerprint": engine.data_fingerprint,
             "rank": self._options.rank,
             "world_size": self._options.world_size,
+            # Set while delivering the rest of an epoch resumed on another world size.
+            "elastic_world_size": elastic[0] if elastic else 0,
+            "elastic_batch": elastic[1] if elastic else 0,
         }
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         """Makes the next iteration yield exactly the batches the saved loader would have.
+
+        A state saved at another world size (every rank saved at the same step, as data-parallel
+        training does) resumes elastically: the next iteration delivers this rank's share of the
+        rows the old ranks had not delivered yet, then epochs go on at this world size.
 
         Ends a live iterator of this loader, as ``set_epoch`` does.
         """
@@ -377,8 +399,18 @@ class Loader:
         engine = self._live()
         saved_rank = (state.get("rank"), state.get("world_size"))
         mine = (self._options.rank, self._options.world_size)
-        if state["fingerprint"] != engine.fingerprint:
-            if None not in saved_rank and saved_rank != mine:
+        saved_elastic = (int(state.get("elastic_world_size", 0)), int(state.get("elastic_batch", 0)))
+        elastic = None
+        if (saved_rank[1] is not None and saved_rank[1] != mine[1]
+                and state.get("data_fingerprint") == engine.data_fingerprint):
+            if saved_elastic[0]:
+                raise StateMismatchError(
+                    f"this state was saved during the rest of an epoch resumed on world_size="
+                    f"{saved_rank[1]}; it resumes only at world_size={saved_rank[1]} (or start "
+                    f"the next epoch with set_epoch({state['epoch'] + 1}))")
+            elastic = (int(saved_rank[1]), int(state["batch"]))
+        elif state["fingerprint"] != engine.fingerprint:
+            if None not in saved_rank and saved_rank[1] == mine[1] and saved_rank != mine:
                 raise StateMismatchError(
                     f"this state belongs to rank {saved_rank[0]} of {saved_rank[1]}, and this "
                     f"loader is rank {mine[0]} of {mine[1]}; each rank must save and load its own "
@@ -395,7 +427,9 @@ class Loader:
                 raise StateMismatchError(
                     f"state_dict has seed={state['seed']} but this loader was created with "
                     f"seed={self._seed}; pass seed={state['seed']} or seed=None")
-        if not 0 <= state["batch"] <= len(self):
+        if elastic is None and saved_elastic[0]:
+            elastic = saved_elastic  # the rest of an elastic epoch, resumed at the same size
+        if elastic is None and not 0 <= state["batch"] <= len(self):
             raise StateMismatchError(
                 f"state_dict batch={state['batch']} is outside this epoch's {len(self)} batches")
         self._end_running("load_state_dict()")
@@ -406,7 +440,9 @@ class Loader:
         self._epoch = int(state["epoch"])
         self._epoch_chosen = True
         self._epoch_done = False
-        self._resume_batch = int(state["batch"])
+        self._elastic = elastic
+        resumed_here = elastic is None or saved_elastic[0]
+        self._resume_batch = int(state["batch"]) if resumed_here else 0
         self._position = self._resume_batch
 
     # ------------------------------------------------------------------------------ lifecycle

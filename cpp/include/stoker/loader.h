@@ -36,6 +36,11 @@ class Loader {
   /// Starts delivering `epoch` at batch `start_batch` (0 for a fresh epoch). Stops any epoch in
   /// progress first.
   Status StartEpoch(int64_t epoch, int64_t start_batch);
+  /// Starts the rest of `epoch` that `old_world_size` ranks left after each delivered
+  /// `old_batches` batches, dealt to this loader's rank and world size (MakeElasticPlan), at
+  /// batch `start_batch` of that rest. Returns the rest's batch count on this rank.
+  Result<int64_t> StartElasticEpoch(int64_t epoch, int old_world_size, int64_t old_batches,
+                                    int64_t start_batch);
   /// Returns the next batch, or nullptr when the epoch is done. Blocks while workers produce.
   Result<std::shared_ptr<Batch>> Next();
   /// Like Next() but waits at most `timeout_ms`: sets *out to a batch, or *done at the end of
@@ -60,7 +65,7 @@ class Loader {
   int64_t NumFiles() const;
   int64_t NumRowGroups() const;
   /// Options fingerprint mixed with the dataset's identity (files, sizes, rows).
-  uint64_t Fingerprint() const;
+  uint64_t Fingerprint(bool with_shard = true) const;
   std::vector<ColumnInfo> Columns() const;
   LoaderStats Stats() const;
 

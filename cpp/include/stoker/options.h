@@ -86,7 +86,9 @@ struct LoaderOptions {
   Status Validate() const;
   /// A stable hash of every option that changes the delivered batches, except the seed (a
   /// resume state carries the seed itself).
-  uint64_t Fingerprint() const;
+  /// `with_shard=false` leaves out rank and world_size: what ranks of one job share, and what an
+  /// elastic resume on another world size checks.
+  uint64_t Fingerprint(bool with_shard = true) const;
 };
 
 }  // namespace stoker

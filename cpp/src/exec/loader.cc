@@ -8,10 +8,10 @@
 
 #include "batch/assembler.h"
 #include "cache/disk_cache.h"
-#include "decode/tensor_cache.h"
 #include "catalog/catalog.h"
 #include "decode/column_spec.h"
 #include "decode/decoder.h"
+#include "decode/tensor_cache.h"
 #include "exec/pipeline.h"
 #include "io/filesystem.h"
 #include "plan/planner.h"
@@ -189,6 +189,31 @@ Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
   return Status::OK();
 }
 
+Result<int64_t> Loader::StartElasticEpoch(int64_t epoch, int old_world_size, int64_t old_batches,
+                                          int64_t start_batch) {
+  if (impl_->Inherited()) return InheritedError();
+  Stop();
+  if (epoch < 0 || old_world_size < 1 || old_batches < 0) {
+    return MakeError(ErrorKind::kStateMismatch,
+                     "elastic resume needs epoch >= 0, an old world_size >= 1 and a batch >= 0");
+  }
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto plan = std::make_shared<const Plan>(MakeElasticPlan(
+      impl_->catalog->row_groups(), impl_->plan_options, epoch, old_world_size, old_batches));
+  if (start_batch < 0 || start_batch > plan->num_batches) {
+    return MakeError(ErrorKind::kStateMismatch,
+                     "resume position batch=" + std::to_string(start_batch) +
+                         " is outside the elastic epoch's " + std::to_string(plan->num_batches) +
+                         " batches");
+  }
+  impl_->pipeline =
+      std::make_shared<Pipeline>(plan, impl_->decoder, impl_->assembler, impl_->tensor_cache,
+                                 impl_->pipeline_options, start_batch, impl_->counters);
+  impl_->stopped = false;
+  impl_->pipeline->Start();
+  return plan->num_batches;
+}
+
 Result<std::shared_ptr<Batch>> Loader::Next() {
   std::shared_ptr<Batch> batch;
   bool done = false;
@@ -246,9 +271,9 @@ int64_t Loader::NumRowGroups() const {
   return static_cast<int64_t>(impl_->catalog->row_groups().size());
 }
 
-uint64_t Loader::Fingerprint() const {
+uint64_t Loader::Fingerprint(bool with_shard) const {
   Fnv1a hash;
-  hash.AddInt(impl_->options.Fingerprint());
+  hash.AddInt(impl_->options.Fingerprint(with_shard));
   hash.AddInt(impl_->catalog->fingerprint());
   return hash.digest();
 }

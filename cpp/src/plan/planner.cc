@@ -89,6 +89,10 @@ int FindWindow(const Plan& plan, int64_t row) {
 void WindowOrder(const Plan& plan, int window_index, std::vector<uint32_t>* out) {
   const PlanOptions& options = plan.options;
   const Window& window = plan.windows[window_index];
+  if (!window.order.empty()) {
+    *out = window.order;
+    return;
+  }
   if (!window.shuffled) {
     out->resize(window.num_rows);
     std::iota(out->begin(), out->end(), 0u);
@@ -99,6 +103,93 @@ void WindowOrder(const Plan& plan, int window_index, std::vector<uint32_t>* out)
   PhiloxStream stream(options.seed, RandomPurpose::kWindowOrder, counter,
                       static_cast<uint32_t>(options.rank));
   Permutation(static_cast<uint32_t>(window.num_rows), &stream, out);
+}
+
+namespace {
+
+// Rows of one old window still to be delivered, in delivery order.
+struct Piece {
+  int old_rank = 0;
+  int window = 0;
+  std::vector<uint32_t> rows;  // indices into the window's segment rows
+};
+
+}  // namespace
+
+Plan MakeElasticPlan(const std::vector<RowGroupRef>& row_groups, const PlanOptions& options,
+                     int64_t epoch, int old_world, int64_t old_batches) {
+  std::vector<Plan> old_plans;
+  std::vector<Piece> pieces;
+  int64_t total = 0;
+  for (int r = 0; r < old_world; ++r) {
+    PlanOptions old_options = options;
+    old_options.rank = r;
+    old_options.world_size = old_world;
+    old_plans.push_back(MakePlan(row_groups, old_options, epoch));
+    const Plan& old = old_plans.back();
+    const int64_t skip = std::min(old_batches * options.batch_size, old.rank_rows);
+    std::vector<uint32_t> order;
+    for (int w = 0; w < static_cast<int>(old.windows.size()); ++w) {
+      const Window& window = old.windows[w];
+      if (window.row_begin + window.num_rows <= skip) continue;
+      // Which rows of the window are padding (repeated to even out the old ranks).
+      std::vector<bool> padding;
+      for (int s = window.segment_begin; s < window.segment_end; ++s) {
+        padding.insert(padding.end(), old.segments[s].num_rows, old.segments[s].padding);
+      }
+      WindowOrder(old, w, &order);
+      Piece piece{r, w, {}};
+      for (int64_t p = std::max<int64_t>(0, skip - window.row_begin); p < window.num_rows; ++p) {
+        if (!padding[order[p]]) piece.rows.push_back(order[p]);
+      }
+      total += static_cast<int64_t>(piece.rows.size());
+      if (!piece.rows.empty()) pieces.push_back(std::move(piece));
+    }
+  }
+
+  Plan plan;
+  plan.options = options;
+  plan.epoch = epoch;
+  const RankShape shape = ComputeRankShape(total, options);
+  plan.rank_rows = total == 0 ? 0 : shape.rank_rows;
+  plan.num_batches = total == 0 ? 0 : shape.num_batches;
+  // Walk this rank's stretch of the (wrapping) remaining sequence, piece by piece.
+  int64_t position = static_cast<int64_t>(options.rank) * plan.rank_rows;
+  int64_t remaining = plan.rank_rows;
+  std::vector<int64_t> starts(pieces.size() + 1, 0);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    starts[i + 1] = starts[i] + static_cast<int64_t>(pieces[i].rows.size());
+  }
+  int64_t row = 0;
+  while (remaining > 0) {
+    const bool padding = position >= total;
+    const int64_t global = position % total;
+    const size_t k = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), global) -
+                                         starts.begin() - 1);
+    const Piece& piece = pieces[k];
+    const int64_t offset = global - starts[k];
+    const int64_t take =
+        std::min<int64_t>(remaining, static_cast<int64_t>(piece.rows.size()) - offset);
+    const Plan& old = old_plans[piece.old_rank];
+    const Window& old_window = old.windows[piece.window];
+    Window window;
+    window.segment_begin = static_cast<int>(plan.segments.size());
+    for (int s = old_window.segment_begin; s < old_window.segment_end; ++s) {
+      Segment segment = old.segments[s];
+      segment.padding = padding;
+      plan.segments.push_back(segment);
+    }
+    window.segment_end = static_cast<int>(plan.segments.size());
+    window.row_begin = row;
+    window.num_rows = take;
+    window.shuffled = true;
+    window.order.assign(piece.rows.begin() + offset, piece.rows.begin() + offset + take);
+    plan.windows.push_back(std::move(window));
+    row += take;
+    position += take;
+    remaining -= take;
+  }
+  return plan;
 }
 
 }  // namespace stoker

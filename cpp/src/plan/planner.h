@@ -39,6 +39,9 @@ struct Window {
   int64_t row_begin = 0;  // offset in this rank's row stream
   int64_t num_rows = 0;
   bool shuffled = false;
+  /// When not empty, the window's rows in delivery order (indices into the rows of its segments,
+  /// num_rows of them, possibly fewer than the segments hold): an elastic plan's piece.
+  std::vector<uint32_t> order;
 };
 
 struct Plan {
@@ -59,6 +62,17 @@ RankShape ComputeRankShape(int64_t total_rows, const PlanOptions& options);
 
 Plan MakePlan(const std::vector<RowGroupRef>& row_groups, const PlanOptions& options,
               int64_t epoch);
+
+/// The rest of epoch `epoch` after `old_world` ranks each delivered `old_batches` batches (a
+/// checkpoint taken at the same step on every rank), dealt to rank `options.rank` of
+/// `options.world_size`. The rows the old ranks had still to deliver (their padding rows
+/// excluded) form one sequence, old rank by old rank, each in its own delivery order (its window
+/// permutations, the current window from its next position); it is cut into equal contiguous
+/// stretches as in MakePlan: drop_last drops the tail that does not fill a batch on every rank,
+/// otherwise the sequence wraps and the repeated rows are padding. Pieces keep their order
+/// (windows with an explicit `order`), so nothing is shuffled twice.
+Plan MakeElasticPlan(const std::vector<RowGroupRef>& row_groups, const PlanOptions& options,
+                     int64_t epoch, int old_world, int64_t old_batches);
 
 /// Index of the window holding row `row` of the rank stream (windows are sorted by row_begin).
 int FindWindow(const Plan& plan, int64_t row);

@@ -72,7 +72,7 @@ Status LoaderOptions::Validate() const {
 }
 
 // Storage and cache settings are left out on purpose: they never change the batches.
-uint64_t LoaderOptions::Fingerprint() const {
+uint64_t LoaderOptions::Fingerprint(bool with_shard) const {
   Fnv1a hash;
   hash.Add("stoker-options-v1");
   // Without user info or query string: a password or an endpoint given in a URI is not part of
@@ -101,8 +101,10 @@ uint64_t LoaderOptions::Fingerprint() const {
   hash.AddInt(drop_last);
   hash.AddInt(padding_mask);
   hash.Add(padding_name);
-  hash.AddInt(rank);
-  hash.AddInt(world_size);
+  if (with_shard) {
+    hash.AddInt(rank);
+    hash.AddInt(world_size);
+  }
   return hash.digest();
 }
 
