@@ -282,6 +282,34 @@ TEST_F(DiskCacheTest, NamespacesAreSeparateFolders) {
   EXPECT_EQ(GetString(*cache, "other", "k"), std::nullopt);
 }
 
+// The entry file of a fixed (namespace, key, payload), pinned byte for byte with the values that
+// format version 1 wrote when XXH64 was implemented in-tree (before libxxhash): its name (two
+// XXH64 seeds of the key), the payload and header checksums, and an FNV-1a digest of every byte.
+// A change here means caches already on disk would be dropped as corrupt or missed.
+TEST_F(DiskCacheTest, EntryFileBytesMatchFormatVersion1) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  const std::string payload = Pattern(100003, 7);
+  ASSERT_OK(cache->Put("blocks", "compat-key",
+                       {{payload.data(), 17}, {payload.data() + 17, payload.size() - 17}}));
+  const std::string path = cache->EntryPath("blocks", "compat-key");
+  EXPECT_EQ(fs::path(path).filename().string(), "ff7f37ab0e0b543e238af4546af54a18");
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(bytes.size(), 128 + payload.size());
+  uint64_t payload_checksum, header_checksum;
+  std::memcpy(&payload_checksum, bytes.data() + 32, 8);
+  std::memcpy(&header_checksum, bytes.data() + 40, 8);
+  EXPECT_EQ(payload_checksum, 0x6e61c483e3a85a0eULL);
+  EXPECT_EQ(header_checksum, 0x4efa96731fb54e4fULL);
+  Fnv1a fnv;
+  fnv.Add(bytes.data(), bytes.size());
+  EXPECT_EQ(fnv.digest(), 0x0f4c4be3b6079affULL);
+  ASSERT_OK_AND_ASSIGN(auto entry, cache->Get("blocks", "compat-key"));
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(entry->data()), entry->size()), payload);
+}
+
 TEST_F(DiskCacheTest, RejectsBadNamespacesAndHugeKeys) {
   auto cache = OpenOrDie(Options());
   ASSERT_NE(cache, nullptr);
