@@ -43,7 +43,7 @@ import tempfile
 import time
 
 from .generators import SPECS, TabularSpec, dataset_facts, ensure_tabular
-from .report import repo_relative
+from .report import redacted, repo_relative
 from .machine import describe
 from .runners.common import all_tabular_columns
 
@@ -216,11 +216,14 @@ def _run_worker(job, timeout):
                               stderr=subprocess.PIPE, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"unavailable: timed out after {timeout} s"}
+    storage = job.get("storage", {})
+    secrets = [str(storage[k]) for k in ("secret_key", "session_token") if k in storage]
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[7:])
+            return redacted(json.loads(line[7:]), secrets)
     tail = (proc.stderr or "").strip().splitlines()[-6:]
-    return {"error": "unavailable: exit %d: %s" % (proc.returncode, " | ".join(tail)[-900:])}
+    error = "unavailable: exit %d: %s" % (proc.returncode, " | ".join(tail)[-900:])
+    return redacted({"error": error}, secrets)
 
 
 NOTES = [
@@ -454,6 +457,7 @@ def main(argv=None) -> int:
                        "rtt_ms": args.rtt_ms, "notes": link.notes,
                        "server": "rclone serve s3 " + _rclone_version()},
               "rows": rows, "runs": runs, "summary": summary}
+    report = redacted(report, [SECRET_KEY])
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out + ".json", "w") as f:
         json.dump(repo_relative(report), f, indent=1, default=str)

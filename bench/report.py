@@ -28,11 +28,21 @@ def _load(values) -> str:
     return "/".join(f"{v:.1f}" for v in values) if values else "-"
 
 
-def verdict(stats: dict, wall_s: float, threads: int) -> str:
+def _stage_list(stages) -> list:
+    """Stages as the engine reports them (a list); reports recorded before the list format held
+    a dict keyed by name, with one thread assumed for stages other than decode."""
+    if isinstance(stages, list):
+        return stages
+    return [dict(st, name=name, pool="workers" if name == "decode" else name,
+                 wait_in_s=st.get("wait_input_s", 0), wait_out_s=st.get("wait_output_s", 0))
+            for name, st in stages.items()]
+
+
+def verdict(stats: dict, wall_s: float) -> str:
     """Which stage limits the loader, from loader.stats() (shared with `stoker bench`)."""
     from stoker._cli_bench import bottleneck
 
-    return bottleneck(stats, wall_s, num_threads=threads)[0]
+    return bottleneck(stats, wall_s)[0]
 
 
 def markdown(report: dict) -> str:
@@ -101,13 +111,14 @@ def markdown(report: dict) -> str:
             if stoker.get("status") != "ok" or run is None:
                 continue
             s, wall = run["loader_stats"], run["wall_s"]
-            stages = ", ".join(f"{k} busy {st['busy_s']:.2f} s / wait-in {st['wait_input_s']:.2f} s / "
-                               f"wait-out {st['wait_output_s']:.2f} s"
-                               for k, st in s["stages"].items())
+            stages = ", ".join(f"{st['name']} busy {st['busy_s']:.2f} s / wait-in "
+                               f"{st.get('wait_in_s', st.get('wait_input_s', 0)):.2f} s / wait-out "
+                               f"{st.get('wait_out_s', st.get('wait_output_s', 0)):.2f} s"
+                               for st in _stage_list(s["stages"]))
             lines += ["", f"{LABELS[key]}, stages of the median run (seconds summed over each "
                           f"stage's threads): {stages}; the consumer waited "
                           f"{s['consumer_wait_s']:.2f} s of {wall:.2f} s. **Verdict: "
-                          f"{verdict(s, wall, stoker.get('config', {}).get('num_threads') or m['cores'])}**."]
+                          f"{verdict(dict(s, stages=_stage_list(s['stages'])), wall)}**."]
         lines.append("")
     if unavailable:
         lines += ["## Not measured, or measured with problems", ""] + unavailable + [""]
@@ -210,8 +221,17 @@ def repo_relative(value):
     return value
 
 
+def redacted(report: dict, secrets=()) -> dict:
+    """The report with every URI shown as stoker shows it (no user info, no query string) and
+    each of ``secrets`` replaced by ``***``: stoker's own redaction, ``stoker.redact_uri``."""
+    from stoker._redact import redact_value
+
+    return redact_value(report, secrets)
+
+
 def write_all(report: dict, out_dir: str, name: str) -> List[str]:
     os.makedirs(out_dir, exist_ok=True)
+    report = redacted(report)
     base = os.path.join(out_dir, name)
     with open(base + ".json", "w") as f:
         json.dump(repo_relative(report), f, indent=1, sort_keys=False, default=str)

@@ -89,9 +89,16 @@ def test_len_repr_columns_stats(dataset):
     n = sum(1 for _ in loader)
     stats = loader.stats()
     assert stats["batches"] == n and stats["rows"] == n * 100
-    assert stats["stages"]["decode"]["items"] > 0
-    assert stats["stages"]["decode"]["bytes"] > 0
-    assert stats["stages"]["batch"]["busy_s"] > 0
+    stages = {stage["name"]: stage for stage in stats["stages"]}
+    assert [stage["name"] for stage in stats["stages"]] == ["decode", "sequence", "batch"]
+    assert stages["decode"]["items"] > 0
+    assert stages["decode"]["bytes"] > 0
+    assert stages["batch"]["busy_s"] > 0
+    assert stages["batch"]["items"] == n
+    assert stages["sequence"]["threads"] == 1 and stages["sequence"]["pool"] == "sequencer"
+    assert stages["decode"]["pool"] == stages["batch"]["pool"] == "workers"
+    assert set(stages["decode"]) == {"name", "pool", "threads", "busy_s", "wait_in_s",
+                                     "wait_out_s", "items", "bytes"}
 
 
 def test_context_manager_closes(dataset):
@@ -143,7 +150,7 @@ def test_one_iteration_at_a_time(dataset):
     import numpy as np
 
     np.testing.assert_array_equal(a, b)  # the newer iteration starts the epoch afresh
-    with pytest.raises(stoker.errors.InvalidOptionError, match="newer iter"):
+    with pytest.raises(stoker.errors.LoaderStateError, match="newer iter"):
         next(first)
     del first  # finalising the old iterator must not stop the newer one
     assert len(list(second)) == len(loader) - 1

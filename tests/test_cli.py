@@ -80,8 +80,8 @@ def test_inspect_warns_about_nulls_unsupported_types_and_slow_codecs(odd_dataset
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["inspect", "/no/such/folder"], "no such file or folder: /no/such/folder"),
-    (["bench", "/no/such/folder", "--batches", "1"], "no such file or folder"),
+    (["inspect", "/no/such/folder"], "no such file or directory: '/no/such/folder'"),
+    (["bench", "/no/such/folder", "--batches", "1"], "no such file or directory"),
 ])
 def test_bad_uri_exits_2_naming_the_path(argv, needle, capsys):
     assert main(argv) == 2
@@ -159,25 +159,30 @@ def test_bench_seconds_stops(dataset, capsys):
 def test_bottleneck_verdicts():
     from stoker._cli_bench import bottleneck
 
-    stage = lambda busy, win, wout: {"busy_s": busy, "wait_input_s": win,  # noqa: E731
-                                     "wait_output_s": wout, "items": 1, "bytes": 1}
-    # Two decode threads busy 95% of the run; the single batch thread mostly idle.
-    decode_bound = {"stages": {"decode": stage(1.9, 0.0, 0.0), "batch": stage(0.2, 0.8, 0.0)},
-                    "consumer_wait_s": 0.8}
-    assert bottleneck(decode_bound, 1.0, num_threads=2)[1] == "decode-bound"
-    # The same decode time on 8 threads is 24% busy: now the batch thread (70%) limits.
-    decode_plenty = {"stages": {"decode": stage(1.9, 0.0, 0.0), "batch": stage(0.7, 0.3, 0.0)},
-                     "consumer_wait_s": 0.8}
-    assert bottleneck(decode_plenty, 1.0, num_threads=8)[1] == "transform-bound"
-    io_bound = {"stages": {"fetch": stage(3.8, 0.0, 0.0), "decode": stage(0.6, 1.5, 0.0)},
-                "consumer_wait_s": 0.9}
-    assert bottleneck(io_bound, 1.0, num_threads=2, num_io_threads=4)[1] == "I/O-bound"
-    transform = {"stages": {"decode": stage(0.5, 0.0, 1.5), "batch": stage(0.95, 0.05, 0.0)},
-                 "consumer_wait_s": 0.9}
-    verdict, category = bottleneck(transform, 1.0, num_threads=2)
-    assert category == "transform-bound" and "'batch'" in verdict
-    consumer = {"stages": {"decode": stage(0.5, 0.0, 1.5)}, "consumer_wait_s": 0.01}
-    assert bottleneck(consumer, 1.0, num_threads=2)[1] == "consumer"
+    def stage(name, pool, threads, busy):
+        return {"name": name, "pool": pool, "threads": threads, "busy_s": busy, "wait_in_s": 0.0,
+                "wait_out_s": 0.0, "items": 1, "bytes": 1}
+
+    # Two workers busy 95% of the run, mostly decoding.
+    decode_bound = {"stages": [stage("decode", "workers", 2, 1.5), stage("sequence", "sequencer", 1, 0.1),
+                               stage("batch", "workers", 2, 0.4)], "consumer_wait_s": 0.8}
+    verdict, category = bottleneck(decode_bound, 1.0)
+    assert category == "decode-bound" and "95%" in verdict and "2 threads" in verdict
+    # Workers mostly gathering rows: the verdict names the batch stage of the same pool.
+    batch_bound = {"stages": [stage("decode", "workers", 2, 0.3), stage("batch", "workers", 2, 1.6)],
+                   "consumer_wait_s": 0.8}
+    assert bottleneck(batch_bound, 1.0)[1] == "batch-bound"
+    # Plenty of workers: the single sequencer thread (90% busy) is what limits.
+    sequencer = {"stages": [stage("decode", "workers", 8, 1.9), stage("sequence", "sequencer", 1, 0.9),
+                            stage("batch", "workers", 8, 0.7)], "consumer_wait_s": 0.8}
+    assert bottleneck(sequencer, 1.0)[1] == "sequence-bound"
+    # A stage the CLI has never heard of (a future transform stage) is named all the same.
+    new_stage = {"stages": [stage("decode", "workers", 2, 0.2), stage("transform", "workers", 2, 1.7)],
+                 "consumer_wait_s": 0.5}
+    verdict, category = bottleneck(new_stage, 1.0)
+    assert category == "transform-bound" and "'transform'" in verdict
+    consumer = {"stages": [stage("decode", "workers", 2, 0.5)], "consumer_wait_s": 0.01}
+    assert bottleneck(consumer, 1.0)[1] == "consumer"
 
 
 def test_python_dash_m_and_console_script_entry(dataset):
@@ -187,7 +192,7 @@ def test_python_dash_m_and_console_script_entry(dataset):
     assert json.loads(proc.stdout)["rows"] == 6000
     proc = subprocess.run([sys.executable, "-m", "stoker", "inspect", "/no/such/x"],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "no such file or folder" in proc.stderr
+    assert proc.returncode == 2 and "no such file or directory" in proc.stderr
 
 
 def test_pyproject_declares_the_console_script():

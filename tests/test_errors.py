@@ -156,8 +156,11 @@ def test_duplicate_column(good):
 def test_closed_loader(good):
     loader = stoker.Loader(str(good), batch_size=10)
     loader.close()
-    with pytest.raises(errors.InvalidOptionError, match="closed"):
+    with pytest.raises(errors.LoaderClosedError, match="closed"):
         iter(loader).__next__()
+    with pytest.raises(errors.LoaderClosedError, match="closed"):
+        loader.state_dict()
+    assert isinstance(errors.LoaderClosedError("x"), RuntimeError)
 
 
 def test_file_deleted_after_open(good):

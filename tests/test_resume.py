@@ -39,7 +39,7 @@ def test_resume_at_every_kind_of_position(dataset, epoch):
 
 def test_state_is_a_few_integers(dataset):
     state = stoker.Loader(dataset, **OPTIONS).state_dict()
-    assert set(state) == {"version", "epoch", "batch", "seed", "fingerprint"}
+    assert set(state) == {"version", "epoch", "batch", "seed", "fingerprint", "rank", "world_size"}
     assert all(isinstance(v, int) for v in state.values())
 
 

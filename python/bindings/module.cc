@@ -9,4 +9,5 @@ NB_MODULE(_stoker, m) {
   stoker::python::RegisterTensor(m);
   stoker::python::RegisterLoader(m);
   stoker::python::RegisterCache(m);
+  stoker::python::RegisterDescribe(m);
 }

@@ -37,5 +37,6 @@ void RegisterOptions(nanobind::module_& m);
 void RegisterTensor(nanobind::module_& m);
 void RegisterLoader(nanobind::module_& m);
 void RegisterCache(nanobind::module_& m);
+void RegisterDescribe(nanobind::module_& m);
 
 }  // namespace stoker::python

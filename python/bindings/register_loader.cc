@@ -6,12 +6,39 @@
 
 #include "register.h"
 #include "stoker/loader.h"
+#include "stoker/system.h"
 
 namespace nb = nanobind;
 
 namespace stoker::python {
+namespace {
+
+// A stats struct (anything with ForEachField), a vector of them, or a plain value -> Python.
+template <typename T>
+nb::object StatsToPython(const T& value) {
+  if constexpr (requires { value.ForEachField([](const char*, const auto&) {}); }) {
+    nb::dict out;
+    value.ForEachField(
+        [&](const char* name, const auto& field) { out[name] = StatsToPython(field); });
+    return out;
+  } else if constexpr (requires {
+                         value.begin();
+                         value.end();
+                       } &&
+                       !std::is_same_v<T, std::string>) {
+    nb::list out;
+    for (const auto& item : value) out.append(StatsToPython(item));
+    return out;
+  } else {
+    return nb::cast(value);
+  }
+}
+
+}  // namespace
 
 void RegisterLoader(nb::module_& m) {
+  m.def("usable_cpus", &UsableCpus,
+        "CPUs this process may use: its affinity mask, capped by its cgroup's CPU quota.");
   nb::class_<ColumnInfo>(m, "ColumnInfo")
       .def_ro("name", &ColumnInfo::name)
       .def_ro("arrow_type", &ColumnInfo::arrow_type)
@@ -19,40 +46,6 @@ void RegisterLoader(nb::module_& m) {
       .def_prop_ro("dtype", [](const ColumnInfo& c) { return DTypeName(c.dtype); })
       .def_ro("inner_shape", &ColumnInfo::inner_shape)
       .def_ro("annotation", &ColumnInfo::annotation);
-
-  nb::class_<StageStats>(m, "StageStats")
-      .def_ro("name", &StageStats::name)
-      .def_ro("busy_s", &StageStats::busy_s)
-      .def_ro("wait_input_s", &StageStats::wait_input_s)
-      .def_ro("wait_output_s", &StageStats::wait_output_s)
-      .def_ro("items", &StageStats::items)
-      .def_ro("bytes", &StageStats::bytes);
-
-  nb::class_<CacheCounters>(m, "CacheCounters")
-      .def_ro("hits", &CacheCounters::hits)
-      .def_ro("misses", &CacheCounters::misses)
-      .def_ro("writes", &CacheCounters::writes)
-      .def_ro("not_stored", &CacheCounters::not_stored)
-      .def_ro("corrupt", &CacheCounters::corrupt)
-      .def_ro("evictions", &CacheCounters::evictions)
-      .def_ro("bytes_read", &CacheCounters::bytes_read)
-      .def_ro("bytes_written", &CacheCounters::bytes_written)
-      .def_ro("waits", &CacheCounters::waits);
-
-  nb::class_<StorageStats>(m, "StorageStats")
-      .def_ro("requests", &StorageStats::requests)
-      .def_ro("retries", &StorageStats::retries)
-      .def_ro("failures", &StorageStats::failures)
-      .def_ro("backoff_s", &StorageStats::backoff_s);
-
-  nb::class_<LoaderStats>(m, "LoaderStats")
-      .def_ro("storage", &LoaderStats::storage)
-      .def_ro("stages", &LoaderStats::stages)
-      .def_ro("cache", &LoaderStats::cache)
-      .def_ro("batches", &LoaderStats::batches)
-      .def_ro("rows", &LoaderStats::rows)
-      .def_ro("consumer_wait_s", &LoaderStats::consumer_wait_s)
-      .def_ro("peak_inflight_bytes", &LoaderStats::peak_inflight_bytes);
 
   nb::class_<Loader>(m, "Engine")
       .def_static(
@@ -91,7 +84,10 @@ void RegisterLoader(nb::module_& m) {
       .def_prop_ro("num_row_groups", &Loader::NumRowGroups)
       .def_prop_ro("fingerprint", &Loader::Fingerprint)
       .def("columns", &Loader::Columns)
-      .def("stats", &Loader::Stats);
+      .def_prop_ro("seed", &Loader::Seed)
+      .def("set_seed", &Loader::SetSeed, nb::arg("seed"))
+      // A dict of plain values, shaped by stoker/stats.h (stages: a list in data-flow order).
+      .def("stats", [](const Loader& self) { return StatsToPython(self.Stats()); });
 }
 
 }  // namespace stoker::python

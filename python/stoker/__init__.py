@@ -4,12 +4,25 @@ import pyarrow  # noqa: F401  (loads libarrow/libparquet before the extension ne
 
 from . import errors
 from .cache import cache_usage, clear_cache
+from ._describe import describe
+from ._redact import redact_uri
 from ._ragged import Ragged, to_pylist
 from .errors import StokerError
 from .loader import Loader
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # torch is imported only by programs that ask for the adaptor (start-up stays fast).
+    if name == "IterableDataset":
+        from ._torch import IterableDataset
+
+        return IterableDataset
+    raise AttributeError(f"module 'stoker' has no attribute {name!r}")
+
+
 __all__ = [
-    "Loader", "Ragged", "StokerError", "cache_usage", "clear_cache", "errors", "to_pylist",
-    "__version__",
+    "IterableDataset", "Loader", "Ragged", "StokerError", "cache_usage", "clear_cache", "describe", "errors",
+    "redact_uri", "to_pylist", "__version__",
 ]

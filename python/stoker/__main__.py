@@ -18,12 +18,6 @@ from typing import List, Optional
 __all__ = ["main"]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # exit 2 with the problem named, like argparse
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def _names(text: str) -> List[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
@@ -59,9 +53,9 @@ def _positive_float(text: str) -> float:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="stoker", description=__doc__,
+    parser = argparse.ArgumentParser(prog="stoker", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="write a synthetic dataset and stream it")
     demo.add_argument("--path", default="demo_data", help="dataset folder (default: demo_data)")
@@ -101,7 +95,7 @@ def _build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--cache-dir", help="node-local cache folder (ready tensors, remote blocks)")
 
     cache = sub.add_parser("cache", help="inspect or clear a node-local cache folder")
-    cache_sub = cache.add_subparsers(dest="cache_command", required=True, parser_class=_Parser)
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True)
     for name, text in (("stats", "entries and bytes per kind"), ("clear", "remove every entry")):
         action = cache_sub.add_parser(name, help=text)
         action.add_argument("cache_dir", help="the cache_dir given to stoker.Loader")

@@ -5,95 +5,69 @@ verdict naming the bottleneck."""
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
-__all__ = ["bottleneck", "run_bench", "stage_category"]
+__all__ = ["bottleneck", "run_bench"]
 
-# Stage names (loader.stats()["stages"]) -> what limits the loader when that stage is saturated.
-_CATEGORIES = (
-    (("io", "fetch", "read", "download", "prefetch"), "I/O-bound"),
-    (("decode", "decompress", "parse"), "decode-bound"),
-    (("transform", "batch", "assemble", "collate", "augment", "image", "convert"), "transform-bound"),
-)
+# What to try when a stage limits the loader, by the stage names the engine reports. A stage
+# without an entry gets the generic advice: the verdict still names it.
 _ADVICE = {
-    "I/O-bound": "storage cannot deliver faster: more num_io_threads, a closer or faster store, "
-                 "or a local cache",
-    "decode-bound": "decompression and conversion use every worker: more num_threads/cores, a "
-                    "cheaper codec (lz4/snappy over zstd/gzip), or fewer columns",
-    "transform-bound": "assembling batches (one thread gathering rows into the batch arrays) "
-                       "is the slowest step: fewer separate columns (stack them as features), a "
-                       "smaller shuffle_window or shuffle=False (sequential gathers), larger "
-                       "batches, or a cheaper list mode",
+    "decode": "reading, decompressing and converting use the workers: more num_threads/cores, a "
+              "cheaper codec (lz4/snappy over zstd/gzip), fewer columns, or a cache_dir so later "
+              "epochs skip it",
+    "batch": "gathering rows into batch arrays is the largest share of worker time: fewer "
+             "separate columns (stack them as features), a smaller shuffle_window or "
+             "shuffle=False (sequential gathers), or a cheaper list mode",
+    "sequence": "the single sequencer thread (window permutation, batch cutting) is saturated: "
+                "larger batches or a smaller shuffle_window",
     "consumer": "the loader is ahead: your training step is the bottleneck, the accelerator "
                 "does not wait for data",
 }
+_GENERIC_ADVICE = "give its pool more threads, or make the stage's work cheaper"
 # Below this share of wall time spent waiting for batches, the consumer is the bottleneck.
 CONSUMER_BOUND_WAIT = 0.10
 
 
-def stage_category(name: str) -> str:
-    lower = name.lower()
-    for keys, category in _CATEGORIES:
-        if any(key in lower for key in keys):
-            return category
-    return "transform-bound"
-
-
-def bottleneck(stats: Dict[str, Any], wall_s: float, num_threads: Optional[int] = None,
-               num_io_threads: Optional[int] = None) -> Tuple[str, str]:
+def bottleneck(stats: Dict[str, Any], wall_s: float) -> Tuple[str, str]:
     """(one-line verdict, category) from loader.stats() and the wall time of the run.
 
     The consumer is the bottleneck when it rarely waited for a batch. Otherwise the limiting
-    stage is the one whose threads were busy for the largest share of the run: its busy time
-    divided by (its thread count x wall time). Decode stages run on ``num_threads`` workers
-    (default: the cores), I/O stages on ``num_io_threads`` (default: max(4, num_threads)), the
-    others (sequencing, batch assembly) on one thread.
+    thread pool is the one busiest for the largest share of the run (the busy time of all its
+    stages over its threads x wall time, as the engine reports them), and the verdict names the
+    stage that took most of that pool's time: category ``"<stage>-bound"``.
     """
-    import os
-
-    stages = stats.get("stages", {})
+    stages: List[Dict[str, Any]] = list(stats.get("stages", []))
     wait = float(stats.get("consumer_wait_s", 0.0))
     if wall_s <= 0:
         return "unknown: the run took no time", "unknown"
     if wait / wall_s < CONSUMER_BOUND_WAIT:
         return (f"consumer: the loop waited for batches only {100 * wait / wall_s:.0f}% of the "
                 f"time; {_ADVICE['consumer']}", "consumer")
-    workers = num_threads or os.cpu_count() or 1
-    io_workers = num_io_threads or max(4, workers)
-    threads = {"I/O-bound": io_workers, "decode-bound": workers, "transform-bound": 1}
-    best, best_share = None, -1.0
-    for name, st in stages.items():
-        share = st["busy_s"] / (threads[stage_category(name)] * wall_s)
-        if share > best_share:
-            best, best_share = name, share
-    if best is None:
+    pools: Dict[str, List[Dict[str, Any]]] = {}
+    for stage in stages:
+        pools.setdefault(stage.get("pool") or stage["name"], []).append(stage)
+    if not pools:
         return "unknown: the loader reported no stages", "unknown"
-    category = stage_category(best)
-    n = threads[category]
-    return (f"{category}: stage '{best}' was busy {100 * min(best_share, 1.0):.0f}% of the run on "
-            f"{n} thread{'s' if n > 1 else ''}; the loop waited {100 * wait / wall_s:.0f}% of the "
-            f"time; {_ADVICE[category]}", category)
+
+    def share(members: List[Dict[str, Any]]) -> float:
+        threads = max(1, int(members[0].get("threads") or 1))
+        return sum(m["busy_s"] for m in members) / (threads * wall_s)
+
+    pool, members = max(pools.items(), key=lambda item: share(item[1]))
+    top = max(members, key=lambda m: m["busy_s"])
+    busy = sum(m["busy_s"] for m in members)
+    n = max(1, int(members[0].get("threads") or 1))
+    of_pool = f", {100 * top['busy_s'] / busy:.0f}% of it in '{top['name']}'" if len(members) > 1 and busy else ""
+    return (f"{top['name']}-bound: the {pool} ({n} thread{'s' if n > 1 else ''}) were busy "
+            f"{100 * min(share(members), 1.0):.0f}% of the run{of_pool}; the loop waited "
+            f"{100 * wait / wall_s:.0f}% of the time; {_ADVICE.get(top['name'], _GENERIC_ADVICE)}",
+            f"{top['name']}-bound")
 
 
-def _uncompressed_bytes_per_row(uri: str, names: List[str]) -> float:
-    from ._cli_inspect import CliError, _read_metadata, list_parquet_files
-
-    try:
-        fs, files = list_parquet_files(uri)
-    except CliError:
-        return 0.0
-    total = rows = 0
-    wanted = set(names)
-    for path in files:
-        meta = _read_metadata(fs, path)
-        rows += meta.num_rows
-        for g in range(meta.num_row_groups):
-            rg = meta.row_group(g)
-            for c in range(rg.num_columns):
-                col = rg.column(c)
-                if not wanted or col.path_in_schema.split(".")[0] in wanted:
-                    total += col.total_uncompressed_size
-    return total / rows if rows else 0.0
+def _uncompressed_bytes_per_row(description) -> float:
+    """Uncompressed Parquet bytes per row of the described columns (from the footers)."""
+    total = sum(column.uncompressed_bytes for column in description.columns)
+    return total / description.rows if description.rows else 0.0
 
 
 def _batch_rows(batch: Dict[str, Any]) -> int:
@@ -108,17 +82,18 @@ def _batch_rows(batch: Dict[str, Any]) -> int:
 def run_bench(uri: str, loader_kwargs: Dict[str, Any], batches: Optional[int],
               seconds: Optional[float], step_ms: float = 0.0, progress: bool = True,
               out=print) -> Dict[str, Any]:
-    from ._cli_inspect import list_parquet_files
+    from ._describe import describe
     from .loader import Loader
 
-    list_parquet_files(uri)  # a clear error for a bad URI before the engine starts
+    # The files, footers and column sizes, read once; also a clear error for a bad URI before
+    # the engine starts.
+    description = describe(uri, **loader_kwargs)
     if batches is None and seconds is None:
         seconds = 10.0
     start = time.perf_counter()
     # An explicit single-process shard: no probing of torch.distributed or RANK for a CLI run.
     loader = Loader(uri, rank=0, world_size=1, **loader_kwargs)
     open_s = time.perf_counter() - start
-    names = list(loader_kwargs.get("columns") or []) + list(loader_kwargs.get("features") or [])
     bar = None
     if progress:
         try:
@@ -163,24 +138,21 @@ def run_bench(uri: str, loader_kwargs: Dict[str, Any], batches: Optional[int],
         if bar is not None:
             bar.close()
         loader.close()
-    bytes_per_row = _uncompressed_bytes_per_row(uri, names)
+    bytes_per_row = _uncompressed_bytes_per_row(description)
     result = {"rows": rows, "batches": n, "epochs_started": epoch + 1, "wall_s": wall,
               "open_s": open_s, "first_batch_s": first, "rows_per_s": rows / wall if wall else 0.0,
               "mb_per_s": rows * bytes_per_row / wall / 1e6 if wall else 0.0,
               "output_mb_per_s": _output_bytes(stats) / wall / 1e6 if wall else 0.0,
               "stats": stats}
-    result["verdict"], result["bottleneck"] = bottleneck(
-        stats, wall, loader_kwargs.get("num_threads"), loader_kwargs.get("num_io_threads"))
+    result["verdict"], result["bottleneck"] = bottleneck(stats, wall)
     out(format_result(result))
     return result
 
 
 def _output_bytes(stats: Dict[str, Any]) -> int:
-    stages = stats.get("stages", {})
-    for name in ("batch", "assemble"):
-        if name in stages:
-            return int(stages[name]["bytes"])
-    return 0
+    """Bytes of the delivered arrays: what the engine's last stage produced."""
+    stages = stats.get("stages", [])
+    return int(stages[-1]["bytes"]) if stages else 0
 
 
 def format_result(r: Dict[str, Any]) -> str:
@@ -191,10 +163,10 @@ def format_result(r: Dict[str, Any]) -> str:
              f"  MB/s     {r['mb_per_s']:,.1f} (uncompressed Parquet), "
              f"{r['output_mb_per_s']:,.1f} (output arrays)",
              "  stages (seconds summed over each stage's threads):"]
-    for name, st in r["stats"].get("stages", {}).items():
-        lines.append(f"    {name:10s} busy {st['busy_s']:8.3f}  wait-input {st['wait_input_s']:8.3f}  "
-                     f"wait-output {st['wait_output_s']:8.3f}  items {st['items']:>8,}  "
-                     f"{st['bytes'] / 1e6:>10,.1f} MB")
+    for st in r["stats"].get("stages", []):
+        lines.append(f"    {st['name']:10s} busy {st['busy_s']:8.3f}  wait-in {st['wait_in_s']:8.3f}  "
+                     f"wait-out {st['wait_out_s']:8.3f}  items {st['items']:>8,}  "
+                     f"{st['bytes'] / 1e6:>10,.1f} MB  ({st['threads']} {st['pool']})")
     wait = r["stats"].get("consumer_wait_s", 0.0)
     share = 100 * wait / r["wall_s"] if r["wall_s"] else 0.0
     lines.append(f"    consumer   waited {wait:.3f} s ({share:.0f}% of wall time); peak in flight "

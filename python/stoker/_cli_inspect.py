@@ -1,17 +1,17 @@
 """`stoker inspect URI`: what a Parquet dataset holds and what stoker will make of it.
 
-Reads only footers (pyarrow.parquet metadata) plus ``stoker.Loader(...).columns``; no data pages.
+Formats ``stoker.describe`` (the engine's ``Describe``: the Loader's own listing, footers read
+once, every column resolved on its own); reads no data pages and lists nothing itself.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import statistics
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
-__all__ = ["CliError", "list_parquet_files", "inspect_dataset", "format_report", "run_inspect"]
+__all__ = ["CliError", "inspect_dataset", "format_report", "run_inspect"]
 
 MiB = 2**20
 # Row groups outside this range (uncompressed) train badly: see the warnings below.
@@ -21,62 +21,7 @@ SLOW_CODECS = {"GZIP", "BROTLI", "LZO"}
 
 
 class CliError(Exception):
-    """A problem with the command's arguments or the dataset, reported with exit code 2."""
-
-
-def list_parquet_files(uri: str) -> Tuple[Any, List[str]]:
-    """(pyarrow filesystem, sorted Parquet file paths) for a file, folder, glob or URI."""
-    import pyarrow.fs as pafs
-
-    if not uri:
-        raise CliError("no dataset given: pass a Parquet file, folder, glob or URI")
-    if "://" in uri:
-        try:
-            fs, path = pafs.FileSystem.from_uri(uri)
-        except Exception as error:  # noqa: BLE001 - pyarrow raises several types
-            raise CliError(f"cannot open {uri!r}: {error}") from None
-    else:
-        fs, path = pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(uri))
-    pattern = None
-    if any(ch in path for ch in "*?["):
-        base = path
-        while any(ch in os.path.basename(base) for ch in "*?[") or any(ch in base for ch in "*?["):
-            base = os.path.dirname(base)
-        pattern, path = path, base
-    try:
-        info = fs.get_file_info(path)
-    except Exception as error:  # noqa: BLE001
-        raise CliError(f"cannot read {uri!r}: {error}") from None
-    if info.type == pafs.FileType.NotFound:
-        raise CliError(f"no such file or folder: {uri}")
-    if info.type == pafs.FileType.File:
-        return fs, [path]
-    selector = pafs.FileSelector(path, recursive=True)
-    files = []
-    for entry in fs.get_file_info(selector):
-        if entry.type != pafs.FileType.File:
-            continue
-        rel = os.path.relpath(entry.path, path)
-        if any(part.startswith((".", "_")) for part in rel.split(os.sep)):
-            continue  # hidden files, _SUCCESS, _common_metadata
-        if pattern is not None and not fnmatch.fnmatch(entry.path, pattern):
-            continue
-        if pattern is None and not entry.path.endswith((".parquet", ".parq", ".pq")):
-            continue
-        files.append(entry.path)
-    if not files:
-        raise CliError(f"no Parquet files in {uri}")
-    return fs, sorted(files)
-
-
-def _read_metadata(fs, path: str):
-    import pyarrow.parquet as pq
-
-    try:
-        with fs.open_input_file(path) as f:
-            return pq.ParquetFile(f).metadata
-    except Exception as error:  # noqa: BLE001
-        raise CliError(f"{path} is not a readable Parquet file: {error}") from None
+    """A problem with the command's arguments, reported with exit code 2."""
 
 
 def _summary(values: List[float]) -> Dict[str, float]:
@@ -85,104 +30,56 @@ def _summary(values: List[float]) -> Dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
-def _stoker_columns(uri: str, names: List[str]) -> Dict[str, Dict[str, Any]]:
-    """What stoker produces per column, or why it cannot. One Loader for all columns when that
-    works, else one per column so a single unsupported column does not hide the others."""
-    from .errors import StokerError
-    from .loader import Loader
+def _produced(column) -> Dict[str, Any]:
+    """What stoker makes of one described column, or why it cannot."""
+    from .errors import error_class
 
-    def describe(info) -> Dict[str, Any]:
-        kind = str(info.kind).rsplit(".", 1)[-1]
-        dtype = str(info.dtype).rsplit(".", 1)[-1]
-        shape = ["B"] + [int(d) for d in info.inner_shape]
-        text = f"{kind} {dtype} [{', '.join(map(str, shape))}]"
-        if kind == "padded":
-            text += f" + {info.name}_lengths"
-        if info.annotation:
-            text += f" ({info.annotation})"
-        return {"produces": text, "kind": kind, "dtype": dtype}
-
-    def open_loader(columns, **kw):
-        return Loader(uri, columns=columns, shuffle=False, num_threads=1, batch_size=1, **kw)
-
-    out: Dict[str, Dict[str, Any]] = {}
-    try:
-        loader = open_loader(names, lists="ragged")
-        for name, info in loader.columns.items():
-            out[name] = describe(info)
-        loader.close()
-        needs_lists = set()
-        try:
-            open_loader(names).close()
-        except StokerError:
-            needs_lists = {n for n, d in out.items() if d["kind"] == "ragged" and
-                           not d.get("produces", "").endswith(("(utf8)", "(binary)"))}
-        for name in needs_lists:
-            out[name]["produces"] += "; needs lists='ragged' or 'padded'"
-            out[name]["needs_lists"] = True
-        return out
-    except StokerError:
-        pass
-    for name in names:
-        try:
-            loader = open_loader([name], lists="ragged")
-            out[name] = describe(loader.columns[name])
-            loader.close()
-        except StokerError as error:
-            out[name] = {"produces": None, "error": str(error), "error_type": type(error).__name__}
+    if not (column.ok or column.needs_list_mode):
+        return {"produces": None, "error": column.error,
+                "error_type": error_class(column.error_kind).__name__}
+    kind, dtype = column.kind.name, column.dtype
+    shape = ["B"] + [int(d) for d in column.inner_shape]
+    text = f"{kind} {dtype} [{', '.join(map(str, shape))}]"
+    if kind == "padded":
+        text += f" + {column.name}_lengths"
+    if column.annotation:
+        text += f" ({column.annotation})"
+    out = {"produces": text, "kind": kind, "dtype": dtype}
+    if column.needs_list_mode:
+        out["produces"] += "; needs lists='ragged' or 'padded'"
+        out["needs_lists"] = True
     return out
 
 
-def inspect_dataset(uri: str, columns: Optional[List[str]] = None) -> Dict[str, Any]:
-    fs, files = list_parquet_files(uri)
-    metas = [(path, _read_metadata(fs, path)) for path in files]
-    schema = metas[0][1].schema.to_arrow_schema()
-    names = columns or list(schema.names)
-    missing = [n for n in names if n not in schema.names]
-    if missing:
-        have = list(schema.names)
-        shown = ", ".join(have[:20]) + (f", ... ({len(have)} in all)" if len(have) > 20 else "")
-        raise CliError(f"column(s) {', '.join(missing)} not in {uri}; it has {shown}")
-    per_col: Dict[str, Dict[str, Any]] = {
-        n: {"name": n, "arrow_type": str(schema.field(n).type), "physical_type": set(),
-            "encodings": set(), "compression": set(), "nulls": 0, "nulls_known": True,
-            "compressed_bytes": 0, "uncompressed_bytes": 0} for n in names}
-    rg_rows, rg_bytes, file_rows = [], [], []
-    for path, meta in metas:
-        file_rows.append(meta.num_rows)
-        for g in range(meta.num_row_groups):
-            rg = meta.row_group(g)
-            rg_rows.append(rg.num_rows)
-            rg_bytes.append(rg.total_byte_size)
-            for c in range(rg.num_columns):
-                col = rg.column(c)
-                top = col.path_in_schema.split(".")[0]
-                if top not in per_col:
-                    continue
-                entry = per_col[top]
-                entry["physical_type"].add(col.physical_type)
-                entry["encodings"].update(col.encodings)
-                entry["compression"].add(col.compression)
-                entry["compressed_bytes"] += col.total_compressed_size
-                entry["uncompressed_bytes"] += col.total_uncompressed_size
-                stats = col.statistics
-                if "." in col.path_in_schema:
-                    # Nested (list) leaves count empty lists as nulls: not the rows' nulls.
-                    entry["nulls_known"] = False
-                elif stats is not None and stats.has_null_count:
-                    entry["nulls"] += stats.null_count
-                else:
-                    entry["nulls_known"] = False
-    produced = _stoker_columns(uri, names)
+def inspect_dataset(uri: str, columns: Optional[List[str]] = None,
+                    storage_options: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The report of `stoker inspect` (a dict, also printed by ``--json``)."""
+    from ._describe import describe, redact_uri
+    from .errors import error_class
+
+    if not uri:
+        raise CliError("no dataset given: pass a Parquet file, folder, glob or URI")
+    desc = describe(uri, columns=columns, storage_options=storage_options)
+    for column in desc.columns:
+        if column.error_kind == "column_not_found":
+            raise error_class(column.error_kind)(column.error)
     cols = []
-    for n in names:
-        entry = per_col[n]
-        for key in ("physical_type", "encodings", "compression"):
-            entry[key] = sorted(entry[key])
-        entry.update(produced.get(n, {}))
+    for column in desc.columns:
+        entry = {"name": column.name, "arrow_type": column.arrow_type,
+                 "physical_type": list(column.physical_types),
+                 "encodings": list(column.encodings), "compression": list(column.compression),
+                 "nulls": column.null_count, "nulls_known": column.null_count_known,
+                 "compressed_bytes": column.compressed_bytes,
+                 "uncompressed_bytes": column.uncompressed_bytes}
+        if column.partition:
+            entry["partition"] = True
+        entry.update(_produced(column))
         cols.append(entry)
+    rg_rows = [rg.rows for rg in desc.row_groups]
+    rg_bytes = [rg.bytes for rg in desc.row_groups]
     report = {
-        "uri": uri, "files": files, "num_files": len(files), "rows": sum(file_rows),
+        "uri": redact_uri(uri), "files": [f.path for f in desc.files],
+        "num_files": len(desc.files), "rows": desc.rows,
         "row_groups": len(rg_rows), "rows_per_row_group": _summary(rg_rows),
         "bytes_per_row_group": _summary(rg_bytes),
         "compressed_bytes": sum(c["compressed_bytes"] for c in cols),

@@ -59,7 +59,7 @@ def run_demo(path: str, batch_size: int = 4096) -> None:
     for name, (shape, dtype) in first.items():
         print(f"  {name:10s} shape={shape} dtype={dtype}")
     stats = loader.stats()
-    decode = stats["stages"]["decode"]
+    decode = next(stage for stage in stats["stages"] if stage["name"] == "decode")
     print(f"decode busy {decode['busy_s']:.3f} s over {decode['items']} tasks; "
           f"consumer waited {stats['consumer_wait_s']:.3f} s")
     loader.close()

@@ -21,6 +21,8 @@ __all__ = [
     "SchemaMismatchError",
     "StateMismatchError",
     "StorageError",
+    "LoaderStateError",
+    "LoaderClosedError",
     "InternalError",
     "error_class",
 ]
@@ -77,6 +79,16 @@ class StorageError(StokerError, OSError):
     """The storage layer failed (permissions, network, server errors after retries)."""
 
 
+class LoaderStateError(StokerError, RuntimeError):
+    """A call the loader's state does not allow, e.g. resuming an iterator that a newer
+    iteration, ``set_epoch()`` or ``load_state_dict()`` ended."""
+
+
+class LoaderClosedError(LoaderStateError):
+    """The loader was closed (by ``close()``, possibly from another thread, or ``del``), or it
+    was inherited through ``fork()`` and must be created again in the child process."""
+
+
 class InternalError(StokerError, RuntimeError):
     """A bug in stoker. Please report it with the message."""
 
@@ -93,6 +105,7 @@ _BY_KIND = {
     "schema_mismatch": SchemaMismatchError,
     "state_mismatch": StateMismatchError,
     "storage": StorageError,
+    "closed": LoaderClosedError,
 }
 
 

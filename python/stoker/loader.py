@@ -1,31 +1,29 @@
-"""The Loader: iterate a Parquet dataset as batches of ready tensors."""
+"""The Loader: iterate a Parquet dataset as batches of ready tensors.
+
+Option parsing lives in ``_options``, rank discovery in ``_distributed``, the conversion of
+engine batches in ``_convert``; this module holds the iteration, resume and lifecycle rules.
+"""
 
 from __future__ import annotations
 
 import atexit
 import os
-import re
-import secrets
-import sys
+import time
 import weakref
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
 
 from . import _stoker
-from ._ragged import Ragged
-from .errors import InvalidOptionError, StateMismatchError
+from ._convert import to_python
+from ._distributed import agree_on_seed, default_num_threads, resolve_rank
+from ._options import (Source, check_int, column_options, normalise_sources, parse_size,
+                       storage_value)
+from .errors import InvalidOptionError, LoaderClosedError, LoaderStateError, StateMismatchError
 
-__all__ = ["Loader"]
-
-Source = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+__all__ = ["Loader", "parse_size"]
 
 _STATE_VERSION = 1
 # Next() waits this long before returning to Python, so Ctrl-C is seen promptly.
 _POLL_MS = 100
-_SIZE_UNITS = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
 _LIVE_ENGINES: "weakref.WeakSet[Loader]" = weakref.WeakSet()
 
 # pyarrow.fs registers the S3 finaliser with atexit on import. atexit runs hooks last-in
@@ -42,76 +40,6 @@ def _stop_all_at_exit() -> None:
 atexit.register(_stop_all_at_exit)
 
 
-def parse_size(value: Union[int, str], option: str) -> int:
-    """``1048576``, ``"64MiB"``, ``"1.5GB"`` -> bytes. Errors name ``option``."""
-    if isinstance(value, bool):
-        raise InvalidOptionError(f"{option} must be a byte count or a size like '64MiB', got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
-        if match and match.group(2).lower() in _SIZE_UNITS:
-            return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
-    raise InvalidOptionError(f"{option} must be a byte count or a size like '64MiB', got {value!r}")
-
-
-def _normalise_sources(source: Source) -> list:
-    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-    if not items:
-        raise InvalidOptionError("source is empty: give a file, folder, glob or URI")
-    out = []
-    for item in items:
-        text = os.fspath(item)
-        if not isinstance(text, str) or not text:
-            raise InvalidOptionError(f"source {item!r} is not a path or URI")
-        out.append(text if "://" in text else os.path.abspath(os.path.expanduser(text)))
-    return out
-
-
-def _resolve_rank(rank: Optional[int], world_size: Optional[int]) -> tuple:
-    if (rank is None) != (world_size is None):
-        raise InvalidOptionError("give both rank and world_size, or neither")
-    if rank is not None:
-        return int(rank), int(world_size)
-    # A process group exists only if the program imported torch; importing it here would cost
-    # seconds of start-up for everyone else.
-    if "torch" in sys.modules:
-        try:
-            import torch.distributed as dist
-
-            if dist.is_available() and dist.is_initialized():
-                return dist.get_rank(), dist.get_world_size()
-        except ImportError:
-            pass
-    env_rank, env_world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if (env_rank is None) != (env_world is None):
-        raise InvalidOptionError(
-            f"the environment sets {'RANK' if env_world is None else 'WORLD_SIZE'} but not "
-            f"{'WORLD_SIZE' if env_world is None else 'RANK'}; set both, or pass rank= and "
-            "world_size=")
-    if env_rank is not None and env_world is not None:
-        try:
-            return int(env_rank), int(env_world)
-        except ValueError:
-            raise InvalidOptionError(
-                f"RANK={env_rank!r} / WORLD_SIZE={env_world!r} in the environment are not integers"
-            ) from None
-    return 0, 1
-
-
-def _storage_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _per_column(value: Any, option: str) -> tuple:
-    """An option given for every column (a scalar) or per column (a dict) -> (default, dict)."""
-    if isinstance(value, Mapping):
-        return None, dict(value)
-    return value, {}
-
-
 class Loader:
     """Streams a Parquet dataset as batches of numpy arrays or torch tensors.
 
@@ -126,14 +54,16 @@ class Loader:
             ``features_name``, cast to ``features_dtype``.
         batch_size: Rows per batch.
         shuffle: Shuffle row groups per epoch and rows inside the shuffle window.
-        seed: Seed of every random choice. ``None`` draws one; read it back from ``loader.seed``.
+        seed: Seed of every random choice. ``None`` draws one (rank 0's draw, shared through
+            torch.distributed when ``world_size > 1``); read it back from ``loader.seed``.
         shuffle_window: Rows shuffled together (an int), or a byte size such as ``"256MiB"``.
         drop_last: Drop the rows that do not fill the last batch of every rank (equal, full
             batches everywhere). ``False`` pads ranks by wrapping around to equal row counts
             and keeps a short last batch.
         rank, world_size: This process's shard. Default: torch.distributed when initialised,
             else ``RANK``/``WORLD_SIZE`` from the environment, else 0 and 1.
-        num_threads: CPU worker threads (default: the number of cores).
+        num_threads: CPU worker threads (default: the CPUs this process may use, by affinity
+            and cgroup quota, divided by ``LOCAL_WORLD_SIZE`` when torchrun sets it).
         num_io_threads: I/O threads: footers are read this many at once (default:
             max(4, num_threads)); for remote sources, when given, it also sizes Arrow's
             process-wide I/O pool that runs the concurrent range reads.
@@ -203,24 +133,30 @@ class Loader:
         if isinstance(columns, str) or isinstance(features, str):
             raise InvalidOptionError("columns and features take a list of names, not a string")
         for name, value in (("batch_size", batch_size), ("num_threads", num_threads),
-                            ("num_io_threads", num_io_threads)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise InvalidOptionError(f"{name} must be an integer, got {value!r}")
+                            ("num_io_threads", num_io_threads), ("max_retries", max_retries)):
+            check_int(name, value)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or
                                  not 0 <= seed < 2**64):
             raise InvalidOptionError(f"seed must be an integer in [0, 2**64) or None, got {seed!r}")
 
-        self._seed_given = seed is not None
-        self._seed = int(seed) if seed is not None else secrets.randbits(63)
+        self._engine = None
         self._output = output
         self._epoch = 0
-        self._position = 0  # batches of the current epoch handed to the caller
+        self._position = 0  # batches of self._epoch handed to the caller
         self._resume_batch: Optional[int] = None
-        self._generation = 0  # counts iter() calls; only the newest iterator may run
-        self._engine = None
+        self._epoch_done = False  # the last iteration delivered its whole epoch
+        self._epoch_chosen = False  # set_epoch()/load_state_dict() picked the next epoch
+        self._generation = 0  # counts iterations; only the newest may run
+        self._running: Optional[int] = None  # generation of the live iterator, if any
+        self._ended_by = ""  # why the previous iterator was ended, for its error
+        # Stall meter of the current (or last) iteration: the consumer's loop time and the part
+        # of it spent waiting for the next batch.
+        self._loop_start: Optional[float] = None
+        self._loop_end: Optional[float] = None
+        self._loop_wait_s = 0.0
 
         opts = _stoker.LoaderOptions()
-        opts.sources = _normalise_sources(source)
+        opts.sources = normalise_sources(source)
         opts.columns = list(columns) if columns is not None else []
         opts.features = list(features) if features is not None else []
         opts.features_name = features_name
@@ -228,78 +164,36 @@ class Loader:
         opts.allow_lossy_cast = bool(allow_lossy_cast)
         opts.batch_size = batch_size
         opts.shuffle = bool(shuffle)
-        opts.seed = self._seed
         if isinstance(shuffle_window, int) and not isinstance(shuffle_window, bool):
             opts.shuffle_window_rows = shuffle_window
         else:
             opts.shuffle_window_bytes = parse_size(shuffle_window, "shuffle_window")
         opts.drop_last = bool(drop_last)
         opts.padding_mask = bool(padding_mask)
-        opts.rank, opts.world_size = _resolve_rank(rank, world_size)
-        opts.num_threads = num_threads or 0
+        opts.rank, opts.world_size = resolve_rank(rank, world_size)
+        self._seed_given = seed is not None
+        self._seed = agree_on_seed(seed, opts.world_size, opts.shuffle)
+        opts.seed = self._seed
+        opts.num_threads = num_threads or default_num_threads()
         opts.num_io_threads = num_io_threads or 0
         opts.prefetch_bytes = parse_size(prefetch_bytes, "prefetch_bytes")
         opts.task_bytes = parse_size(task_bytes, "task_bytes")
         if storage_options is not None:
             if not isinstance(storage_options, Mapping):
                 raise InvalidOptionError("storage_options must be a dict of strings")
-            opts.storage_options = {str(k): _storage_value(v) for k, v in storage_options.items()}
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int):
-            raise InvalidOptionError(f"max_retries must be an integer, got {max_retries!r}")
+            opts.storage_options = {str(k): storage_value(v) for k, v in storage_options.items()}
         opts.max_retries = max_retries
         opts.retry_base_delay_s = float(retry_base_delay)
         opts.cache_dir = os.path.abspath(os.fspath(cache_dir)) if cache_dir is not None else ""
         opts.cache_bytes = parse_size(cache_bytes, "cache_bytes")
         opts.cache_min_free_bytes = parse_size(cache_min_free_bytes, "cache_min_free_bytes")
-        opts.default_column_options, opts.column_options = self._column_options(
+        opts.default_column_options, opts.column_options = column_options(
             lists, pad_value, fill_null, null_mask, opts.columns + opts.features)
         self._options = opts
         self._engine = _stoker.Engine.open(opts)
         self._columns = {info.name: info for info in self._engine.columns()}
         self._check_output_names()
         _LIVE_ENGINES.add(self)
-
-    @staticmethod
-    def _column_options(lists, pad_value, fill_null, null_mask, requested) -> tuple:
-        modes = {"padded": _stoker.ListMode.padded, "ragged": _stoker.ListMode.ragged}
-        list_default, list_by = _per_column(lists, "lists")
-        pad_default, pad_by = _per_column(pad_value, "pad_value")
-        pad_default = 0 if pad_default is None else pad_default
-        fill_default, fill_by = _per_column(fill_null, "fill_null")
-        if isinstance(null_mask, bool):
-            mask_default, mask_by = null_mask, {}
-        elif isinstance(null_mask, str):
-            raise InvalidOptionError("null_mask takes True or a list of column names, not a string")
-        else:
-            mask_default, mask_by = False, {name: True for name in null_mask}
-        for option, by in (("lists", list_by), ("pad_value", pad_by), ("fill_null", fill_by),
-                           ("null_mask", mask_by)):
-            for name in by:
-                if requested and name not in requested:
-                    raise InvalidOptionError(
-                        f"{option} names column {name!r}, which is not in columns or features")
-
-        def make(mode, pad, fill, mask, where):
-            col = _stoker.ColumnOptions()
-            if mode is not None:
-                if mode not in modes:
-                    raise InvalidOptionError(f"lists{where} must be 'padded' or 'ragged', got {mode!r}")
-                col.list_mode = modes[mode]
-            col.pad_value = float(pad)
-            if fill is not None:
-                col.has_fill_null = True
-                col.fill_null = float(fill)
-            col.null_mask = bool(mask)
-            return col
-
-        default = make(list_default, pad_default, fill_default, mask_default, "")
-        per_column = {}
-        for name in set(list_by) | set(pad_by) | set(fill_by) | set(mask_by):
-            per_column[name] = make(
-                list_by.get(name, list_default), pad_by.get(name, pad_default),
-                fill_by.get(name, fill_default), mask_by.get(name, mask_default),
-                f"[{name!r}]")
-        return default, per_column
 
     def _check_output_names(self) -> None:
         names = set(self._columns)
@@ -329,12 +223,13 @@ class Loader:
 
     @property
     def seed(self) -> int:
-        """The seed in use (drawn at construction when ``seed=None``)."""
+        """The seed in use (drawn at construction when ``seed=None``; shared by every rank)."""
         return self._seed
 
     @property
     def epoch(self) -> int:
-        return self._epoch
+        """The epoch of the running iteration, or of the next one."""
+        return self._next_epoch() if self._running is None else self._epoch
 
     @property
     def columns(self) -> Dict[str, Any]:
@@ -367,78 +262,112 @@ class Loader:
                 f"rank={self._options.rank}/{self._options.world_size}, seed={self._seed})")
 
     # ------------------------------------------------------------------------------- iteration
+    #
+    # Epoch rule: an iteration delivers the epoch chosen by set_epoch() or load_state_dict();
+    # without such a choice, an iteration that follows a completed epoch delivers the next epoch
+    # (what Lightning and plain `for epoch in ...: for batch in loader` loops expect), and one
+    # that follows an unfinished iteration starts the same epoch again from its beginning.
+
+    def _next_epoch(self) -> int:
+        if self._epoch_done and not self._epoch_chosen and self._resume_batch is None:
+            return self._epoch + 1
+        return self._epoch
+
+    def _end_running(self, reason: str) -> None:
+        """Ends the live iterator (if any): its next step raises LoaderStateError."""
+        if self._running is not None:
+            self._generation += 1
+            self._running = None
+            self._ended_by = reason
+            if self._engine is not None:
+                self._engine.stop()
 
     def set_epoch(self, epoch: int) -> None:
-        """Selects the epoch the next iteration delivers (its order depends on it)."""
+        """Selects the epoch the next iteration delivers (its order depends on it).
+
+        A live iterator of this loader is ended: its next step raises
+        :class:`~stoker.errors.LoaderStateError`, and ``state_dict()`` describes the new epoch.
+        """
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise InvalidOptionError(f"epoch must be a non-negative integer, got {epoch!r}")
+        self._end_running(f"set_epoch({epoch})")
         self._epoch = epoch
+        self._epoch_chosen = True
+        self._epoch_done = False
         self._position = 0
         self._resume_batch = None
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         engine = self._live()
         # One iteration at a time: a newer iter(loader) restarts the engine, and this one ends.
+        self._end_running("a newer iter(loader)")
         self._generation += 1
         generation = self._generation
+        self._epoch = self._next_epoch()
         start = self._resume_batch if self._resume_batch is not None else 0
         self._resume_batch = None
+        self._epoch_chosen = False
+        self._epoch_done = False
         engine.start_epoch(self._epoch, start)
         self._position = start
+        self._running = generation
+        self._loop_start, self._loop_end, self._loop_wait_s = time.perf_counter(), None, 0.0
+        return self._iterate(engine, generation)
+
+    def _iterate(self, engine: Any, generation: int) -> Iterator[Dict[str, Any]]:
         try:
             while True:
                 if generation != self._generation:
-                    raise InvalidOptionError(
-                        "this iterator was replaced by a newer iter(loader): a Loader runs one "
+                    raise LoaderStateError(
+                        f"this iterator was ended by {self._ended_by}: a Loader runs one "
                         "iteration at a time")
+                waited = time.perf_counter()
                 batch, done = engine.next(_POLL_MS)
+                if generation == self._generation:
+                    self._loop_wait_s += time.perf_counter() - waited
                 if batch is None:
                     if done:
+                        if generation == self._generation:
+                            self._epoch_done = True
                         return
                     continue  # timeout: lets Python deliver signals (Ctrl-C)
+                if generation != self._generation:
+                    continue  # ended while this batch was in flight: raise above
                 self._position += 1
-                yield self._to_python(batch)
+                yield to_python(batch, self._output)
         finally:
             if generation == self._generation:  # never stop a newer iteration's engine
+                self._running = None
+                self._loop_end = time.perf_counter()
                 engine.stop()
-
-    def _to_python(self, batch: Any) -> Dict[str, Any]:
-        if self._output == "torch":
-            import torch
-
-            convert = torch.from_dlpack
-        else:
-            def convert(array):
-                return array
-        out: Dict[str, Any] = {}
-        for column in batch.columns:
-            kind = column.kind
-            if kind == _stoker.ColumnKind.dense:
-                out[column.name] = convert(column.values)
-            elif kind == _stoker.ColumnKind.padded:
-                out[column.name] = convert(column.values)
-                out[column.name + "_lengths"] = convert(column.lengths)
-            else:
-                label = column.annotation if kind == _stoker.ColumnKind.strings else "list"
-                out[column.name] = Ragged(convert(column.values), convert(column.offsets), label)
-            if column.has_mask:
-                out[column.name + "_mask"] = convert(column.mask)
-        return out
 
     # ---------------------------------------------------------------------------------- resume
 
     def state_dict(self) -> Dict[str, int]:
-        """Where this loader is: epoch, batches delivered in it, seed and options fingerprint."""
+        """Exactly what the caller has received: the epoch and the batches of it delivered (a
+        completed epoch reads as the start of the next), plus the seed and options fingerprint.
+        Plain ints: ``torch.save`` / ``torch.load(weights_only=True)`` keep it as is."""
+        if self._running is None:
+            epoch = self._next_epoch()
+            batch = (self._resume_batch if self._resume_batch is not None
+                     else 0 if epoch != self._epoch or self._epoch_chosen else self._position)
+        else:
+            epoch, batch = self._epoch, self._position
         return {
             "version": _STATE_VERSION,
-            "epoch": self._epoch,
-            "batch": self._position if self._resume_batch is None else self._resume_batch,
+            "epoch": epoch,
+            "batch": batch,
             "seed": self._seed,
             "fingerprint": self._live().fingerprint,
+            "rank": self._options.rank,
+            "world_size": self._options.world_size,
         }
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Makes the next iteration yield exactly the batches the saved loader would have."""
+        """Makes the next iteration yield exactly the batches the saved loader would have.
+
+        Ends a live iterator of this loader, as ``set_epoch`` does.
+        """
         missing = {"version", "epoch", "batch", "seed", "fingerprint"} - set(state)
         if missing:
             raise StateMismatchError(f"state_dict is missing {sorted(missing)}")
@@ -446,7 +375,14 @@ class Loader:
             raise StateMismatchError(
                 f"state_dict version {state['version']} is not supported (expected {_STATE_VERSION})")
         engine = self._live()
+        saved_rank = (state.get("rank"), state.get("world_size"))
+        mine = (self._options.rank, self._options.world_size)
         if state["fingerprint"] != engine.fingerprint:
+            if None not in saved_rank and saved_rank != mine:
+                raise StateMismatchError(
+                    f"this state belongs to rank {saved_rank[0]} of {saved_rank[1]}, and this "
+                    f"loader is rank {mine[0]} of {mine[1]}; each rank must save and load its own "
+                    "state (e.g. torch.save(loader.state_dict(), f'loader-rank{rank}.pt'))")
             raise StateMismatchError(
                 "state_dict was saved by a loader with other options or another dataset "
                 f"(fingerprint {state['fingerprint']:#x}, this loader {engine.fingerprint:#x}); "
@@ -459,57 +395,56 @@ class Loader:
                 raise StateMismatchError(
                     f"state_dict has seed={state['seed']} but this loader was created with "
                     f"seed={self._seed}; pass seed={state['seed']} or seed=None")
-            self._reopen_with_seed(int(state["seed"]))
         if not 0 <= state["batch"] <= len(self):
             raise StateMismatchError(
                 f"state_dict batch={state['batch']} is outside this epoch's {len(self)} batches")
+        self._end_running("load_state_dict()")
+        if state["seed"] != self._seed:
+            # The seed only enters the per-epoch plan: nothing is re-read.
+            self._seed = int(state["seed"])
+            engine.set_seed(self._seed)
         self._epoch = int(state["epoch"])
+        self._epoch_chosen = True
+        self._epoch_done = False
         self._resume_batch = int(state["batch"])
         self._position = self._resume_batch
-
-    def _reopen_with_seed(self, seed: int) -> None:
-        self._engine.stop()
-        self._options.seed = seed
-        self._seed = seed
-        self._engine = _stoker.Engine.open(self._options)
 
     # ------------------------------------------------------------------------------ lifecycle
 
     def stats(self) -> Dict[str, Any]:
-        """Per-stage busy and wait times (seconds, summed over threads), items and bytes."""
-        raw = self._live().stats()
-        return {
-            "stages": {
-                stage.name: {
-                    "busy_s": stage.busy_s,
-                    "wait_input_s": stage.wait_input_s,
-                    "wait_output_s": stage.wait_output_s,
-                    "items": stage.items,
-                    "bytes": stage.bytes,
-                }
-                for stage in raw.stages
-            },
-            "cache": {name: getattr(raw.cache, name) for name in (
-                "hits", "misses", "writes", "not_stored", "corrupt", "evictions", "bytes_read",
-                "bytes_written", "waits")},
-            "storage": {name: getattr(raw.storage, name) for name in (
-                "requests", "retries", "failures", "backoff_s")},
-            "batches": raw.batches,
-            "rows": raw.rows,
-            "consumer_wait_s": raw.consumer_wait_s,
-            "peak_inflight_bytes": raw.peak_inflight_bytes,
-        }
+        """Counters since the loader was opened, as the engine reports them.
+
+        ``stages`` is a list in data-flow order; each has ``name``, ``pool`` (the threads it
+        runs on: stages of one pool share its time), ``threads``, ``busy_s``, ``wait_in_s``,
+        ``wait_out_s`` (seconds summed over threads), ``items`` and ``bytes``. Also ``cache``,
+        ``storage``, ``batches``, ``rows``, ``consumer_wait_s`` and ``peak_inflight_bytes``.
+
+        ``stall_fraction`` is the stall meter of the current (or last) iteration: the share of
+        the training loop's time, from ``iter()`` to now (or to the end of the epoch), spent
+        waiting for the next batch; the CPU-side stand-in for accelerator idle time.
+        ``loop_s`` is that loop time.
+        """
+        stats = self._live().stats()
+        loop_s = 0.0
+        if self._loop_start is not None:
+            loop_s = (self._loop_end or time.perf_counter()) - self._loop_start
+        stats["loop_s"] = loop_s
+        stats["stall_fraction"] = min(1.0, self._loop_wait_s / loop_s) if loop_s > 0 else 0.0
+        return stats
 
     def close(self) -> None:
-        """Stops every thread. The loader cannot be used afterwards."""
+        """Stops every thread; safe from any thread. A live iteration (in this or another
+        thread) then raises :class:`~stoker.errors.LoaderClosedError`. The loader cannot be used
+        afterwards."""
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.stop()
 
     def _live(self):
-        if self._engine is None:
-            raise InvalidOptionError("this Loader is closed")
-        return self._engine
+        engine = self._engine
+        if engine is None:
+            raise LoaderClosedError("this Loader is closed")
+        return engine
 
     def __enter__(self) -> "Loader":
         return self

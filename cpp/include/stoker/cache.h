@@ -12,7 +12,7 @@ namespace stoker {
 struct CacheUsage {
   int64_t tensors_entries = 0;  // decoded row groups (ready-tensor cache)
   int64_t tensors_bytes = 0;
-  int64_t blocks_entries = 0;   // raw byte blocks of remote objects (block cache)
+  int64_t blocks_entries = 0;  // raw byte blocks of remote objects (block cache)
   int64_t blocks_bytes = 0;
 };
 

@@ -5,11 +5,11 @@
 // (see python/stoker/errors.py). Messages always name the file, row group, column or option.
 #pragma once
 
-#include <optional>
-#include <string>
-
 #include <arrow/result.h>
 #include <arrow/status.h>
+
+#include <optional>
+#include <string>
 
 #define STOKER_RETURN_NOT_OK(expr) ARROW_RETURN_NOT_OK(expr)
 #define STOKER_ASSIGN_OR_RAISE(lhs, rexpr) ARROW_ASSIGN_OR_RAISE(lhs, rexpr)
@@ -32,6 +32,7 @@ enum class ErrorKind {
   kSchemaMismatch,   // two files disagree on a column
   kStateMismatch,    // a resume state does not match the loader's options
   kStorage,          // an I/O error from the storage layer
+  kClosed,           // the loader was closed (possibly by another thread), or used after fork
 };
 
 /// Returns a Status carrying `kind`; the message is what the user reads.

@@ -8,8 +8,11 @@
 //
 // The batches of an epoch are a pure function of (dataset, options, seed, epoch, rank,
 // world_size): they do not depend on num_threads, prefetch_bytes or timing.
-// Thread safety: one consumer thread calls StartEpoch/Next/Stop; Stats() may be called from any
-// thread.
+// Thread safety: one consumer thread calls StartEpoch and Next; Stop() and Stats() may be called
+// from any thread at any time. A Next() that is running or called after another thread's Stop()
+// returns a kClosed error (never a silently short epoch).
+// fork(): the child of a process that holds a Loader must not use it: every call returns kClosed,
+// and Stop() and the destructor leave the parent's threads alone.
 #pragma once
 
 #include <cstdint>
@@ -17,62 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "stoker/column_info.h"
 #include "stoker/error.h"
 #include "stoker/options.h"
+#include "stoker/stats.h"
 #include "stoker/tensor.h"
 
 namespace stoker {
-
-/// What the loader will produce for one column, for Python's `loader.columns` and `inspect`.
-struct ColumnInfo {
-  std::string name;
-  std::string arrow_type;
-  ColumnKind kind;
-  DType dtype;
-  std::vector<int64_t> inner_shape;  // per-row shape after the batch dimension
-  std::string annotation;
-};
-
-/// Per-stage counters. Times are seconds summed over the threads of a stage.
-struct StageStats {
-  std::string name;
-  double busy_s = 0;
-  double wait_input_s = 0;
-  double wait_output_s = 0;
-  int64_t items = 0;
-  int64_t bytes = 0;
-};
-
-/// Node-local cache counters of this loader's process (zero without a cache_dir).
-struct CacheCounters {
-  int64_t hits = 0;
-  int64_t misses = 0;
-  int64_t writes = 0;
-  int64_t not_stored = 0;
-  int64_t corrupt = 0;
-  int64_t evictions = 0;
-  int64_t bytes_read = 0;
-  int64_t bytes_written = 0;
-  int64_t waits = 0;
-};
-
-/// Requests to remote storage made by this loader's filesystems (zero for local sources).
-struct StorageStats {
-  int64_t requests = 0;  // first tries and retries
-  int64_t retries = 0;   // transient failures retried
-  int64_t failures = 0;  // errors handed on (permanent, or out of retries)
-  double backoff_s = 0;  // time slept between retries
-};
-
-struct LoaderStats {
-  std::vector<StageStats> stages;
-  CacheCounters cache;
-  StorageStats storage;
-  int64_t batches = 0;
-  int64_t rows = 0;
-  double consumer_wait_s = 0;  // time Next() spent blocked
-  int64_t peak_inflight_bytes = 0;
-};
 
 class Loader {
  public:
@@ -87,8 +41,13 @@ class Loader {
   /// Like Next() but waits at most `timeout_ms`: sets *out to a batch, or *done at the end of
   /// the epoch, or neither on a timeout (so a caller can check for signals and call again).
   Status NextFor(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* done);
-  /// Stops and joins every thread. Idempotent; safe at any time.
+  /// Stops and joins every thread. Idempotent; safe at any time, from any thread.
   void Stop();
+
+  /// Sets the seed of the epochs started from now on (the plan's only per-epoch input besides
+  /// the epoch itself); nothing is re-read. Resuming a state saved with another seed uses it.
+  void SetSeed(uint64_t seed);
+  uint64_t Seed() const;
 
   /// Batches per epoch for this rank.
   int64_t NumBatches() const;

@@ -28,7 +28,7 @@ struct ColumnOptions {
   /// When set, nulls are replaced by this value (cast to the column dtype).
   bool has_fill_null = false;
   double fill_null = 0;
-  /// When true, a bool validity mask `<name>` is delivered alongside the values and nulls are
+  /// When true, a bool validity mask `<name>_mask` is delivered alongside the values and nulls are
   /// zero-filled.
   bool null_mask = false;
 };

@@ -2,7 +2,7 @@
 //
 // A Batch owns shared references to its slabs; a slab goes back to its pool when the last
 // reference (the batch, or a Python array made from it) is dropped. Thread safety: a Batch is
-// immutable once the batcher publishes it.
+// immutable once batch assembly (batch/assembler.h) publishes it.
 #pragma once
 
 #include <cstdint>

@@ -813,8 +813,8 @@ Result<int64_t> DiskCache::UsedBytes() const {
   return used;
 }
 
-DiskCacheStats DiskCache::stats() const {
-  DiskCacheStats out;
+CacheStats DiskCache::stats() const {
+  CacheStats out;
   out.hits = counters_.hits.load();
   out.misses = counters_.misses.load();
   out.writes = counters_.writes.load();

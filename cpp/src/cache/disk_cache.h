@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "stoker/error.h"
+#include "stoker/stats.h"
 
 namespace stoker {
 
@@ -59,18 +60,6 @@ struct DiskCacheOptions {
 };
 
 /// Per-DiskCache-object counters (each process counts its own).
-struct DiskCacheStats {
-  int64_t hits = 0;
-  int64_t misses = 0;
-  int64_t writes = 0;         // entries committed by this object
-  int64_t not_stored = 0;     // Put()s skipped: larger than the budget, or no room above the floor
-  int64_t corrupt = 0;        // entries found corrupt and deleted
-  int64_t evictions = 0;      // entries evicted by this object
-  int64_t bytes_read = 0;     // payload bytes returned by hits
-  int64_t bytes_written = 0;  // payload bytes committed
-  int64_t waits = 0;          // GetOrFill() calls that waited for another filler
-};
-
 /// A read-only view of one payload. Owns what keeps the bytes alive (a mapping of the entry
 /// file, or the filler's buffers when an entry could not be stored); copyable via shared_ptr.
 class CacheEntry {
@@ -130,7 +119,7 @@ class DiskCache {
   Result<int64_t> UsedBytes() const;
 
   /// This object's counters.
-  DiskCacheStats stats() const;
+  CacheStats stats() const;
 
   /// Where the entry for (ns, key) lives (whether or not it exists). For tools and tests.
   std::string EntryPath(const std::string& ns, const std::string& key) const;

@@ -240,7 +240,7 @@ TEST_F(DiskCacheTest, RoundTripsPartsAlignedAndCountsStats) {
   ASSERT_OK(cache->Put("blocks", "empty", {}));
   EXPECT_EQ(GetString(*cache, "blocks", "empty"), std::string());
 
-  const DiskCacheStats stats = cache->stats();
+  const CacheStats stats = cache->stats();
   EXPECT_EQ(stats.hits, 2);
   EXPECT_EQ(stats.misses, 1);
   EXPECT_EQ(stats.writes, 2);
@@ -682,7 +682,7 @@ TEST_F(DiskCacheTest, GetOrFillRunsOneFillerWhileOtherThreadsWait) {
   EXPECT_EQ(fills.load(), 1);
   EXPECT_TRUE(others_waited);
   for (const auto& result : results) EXPECT_EQ(result, payload);
-  const DiskCacheStats stats = cache->stats();
+  const CacheStats stats = cache->stats();
   EXPECT_EQ(stats.misses, 1);
   EXPECT_EQ(stats.hits, kThreads - 1);
   EXPECT_EQ(stats.writes, 1);
@@ -973,7 +973,7 @@ TEST_F(DiskCacheTest, ProcessesSharingAFolderSeeOnlyWholeEntriesWithinBudget) {
         });
       }
       for (auto& thread : threads) thread.join();
-      const DiskCacheStats stats = (*cache)->stats();
+      const CacheStats stats = (*cache)->stats();
       _exit(bad.load() == 0 && stats.corrupt == 0 && stats.writes > 0 ? 0 : 1);
     }
     children.push_back(pid);

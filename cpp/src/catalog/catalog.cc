@@ -15,7 +15,7 @@
 #include <mutex>
 #include <thread>
 
-#include "cache/block_cache.h"
+#include "io/block_cache.h"
 #include "io/filesystem.h"
 #include "util/hash.h"
 
@@ -65,7 +65,7 @@ Status ListSource(const std::string& raw_source, const LoaderOptions& options,
   std::string path;
   STOKER_ASSIGN_OR_RAISE(std::shared_ptr<arrow::fs::FileSystem> fs,
                          OpenFileSystem(raw_source, options, &path));
-  const std::string source = RedactSource(raw_source);  // no credentials in messages
+  const std::string source = RedactUri(raw_source);  // no credentials in messages
   const std::string prefix = DisplayPrefix(raw_source, *fs);
   auto display = [&](const std::string& p) { return prefix + p; };
 

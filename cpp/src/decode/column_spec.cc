@@ -218,7 +218,7 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
     case arrow::Type::LARGE_LIST: {
       const auto& list = static_cast<const arrow::BaseListType&>(*type);
       if (list.value_type()->id() == arrow::Type::BOOL) {
-        dtype = DType::kBool;  // unpacked from bits by the batcher
+        dtype = DType::kBool;  // unpacked from bits by its column writer
       } else if (!FixedWidthDType(*list.value_type(), &dtype, &annotation) ||
                  IsTemporal(annotation)) {
         return Unsupported(name, *full_type, " (list values must be numeric or bool)");

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "catalog/catalog.h"
-#include "stoker/loader.h"
+#include "stoker/column_info.h"
 #include "stoker/options.h"
 
 namespace stoker {

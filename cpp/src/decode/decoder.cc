@@ -54,14 +54,19 @@ std::vector<DecodeTask> Decoder::MakeTasks(const Plan& plan, int segment,
 }
 
 Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task) const {
-  DecodedColumns out;
-  if (task.fields.empty()) return out;
   const Segment& seg = plan.segments[task.segment];
-  const RowGroupRef& rg = catalog_->row_groups()[seg.row_group];
+  return DecodeRows(seg.row_group, task.fields, seg.row_begin, seg.num_rows);
+}
+
+Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std::string>& fields,
+                                           int64_t row_begin, int64_t num_rows) const {
+  DecodedColumns out;
+  if (fields.empty()) return out;
+  const RowGroupRef& rg = catalog_->row_groups()[row_group];
   const CatalogFile& file = catalog_->files()[rg.file];
 
   std::vector<int> leaves;
-  for (const auto& field : task.fields) {
+  for (const auto& field : fields) {
     const auto& field_leaves = file.fields.at(field).leaves;
     leaves.insert(leaves.end(), field_leaves.begin(), field_leaves.end());
   }
@@ -99,14 +104,14 @@ Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task)
   }
   if (!table) {
     std::string columns;
-    for (const auto& f : task.fields) columns += (columns.empty() ? "'" : ", '") + f + "'";
+    for (const auto& f : fields) columns += (columns.empty() ? "'" : ", '") + f + "'";
     const ErrorKind kind = ReadFailureKind(failure);
-    return MakeError(kind, std::string(kind == ErrorKind::kCorruptFile ? "cannot decode"
-                                                                       : "cannot read") +
-                               " column(s) " + columns + " of " + catalog_->Where(rg) + ": " +
-                               failure.message());
+    return MakeError(
+        kind, std::string(kind == ErrorKind::kCorruptFile ? "cannot decode" : "cannot read") +
+                  " column(s) " + columns + " of " + catalog_->Where(rg) + ": " +
+                  failure.message());
   }
-  for (const auto& field : task.fields) {
+  for (const auto& field : fields) {
     auto chunked = table->GetColumnByName(field);
     if (!chunked) {
       return MakeError(ErrorKind::kCorruptFile,
@@ -120,7 +125,7 @@ Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task)
     }
     // Slice first so dictionaries are resolved for the segment's rows only; dictionaries and
     // extensions are unwrapped chunk by chunk (chunks may carry different dictionaries).
-    const std::shared_ptr<arrow::ChunkedArray> sliced = chunked->Slice(seg.row_begin, seg.num_rows);
+    const std::shared_ptr<arrow::ChunkedArray> sliced = chunked->Slice(row_begin, num_rows);
     std::vector<std::shared_ptr<arrow::Array>> chunks;
     for (auto chunk : sliced->chunks()) {
       if (chunk->type_id() == arrow::Type::EXTENSION) {

@@ -1,7 +1,7 @@
 // Decoder: reads one task (a segment's row group, a group of its columns) through Arrow's
-// Parquet reader, then prepares each column for the batcher: slices it to the segment, checks
+// Parquet reader, then prepares each column for batch assembly: slices it to the segment, checks
 // nulls against the options, and resolves dictionaries. Runs on the CPU workers (push-down), so
-// the batcher only copies.
+// batch assembly only copies.
 // Thread safety: Decode() is const and may run on many threads at once.
 #pragma once
 
@@ -18,7 +18,7 @@
 
 namespace stoker {
 
-/// One column of one decoded segment, as raw pointers the batcher can gather from.
+/// One column of one decoded segment, as raw pointers the column writers gather from.
 struct ColumnSource {
   std::shared_ptr<arrow::Array> array;  // keeps the buffers alive
   const uint8_t* values = nullptr;      // fixed: row 0; lists/strings: the child values
@@ -52,7 +52,7 @@ struct DecodedColumns {
   int64_t bytes = 0;
 };
 
-/// Everything the batcher needs from one segment: one ColumnSource per output slot
+/// Everything batch assembly needs from one segment: one ColumnSource per output slot
 /// (OutputSpec::columns, then OutputSpec::features).
 struct DecodedItem {
   int segment = 0;
@@ -72,7 +72,14 @@ class Decoder {
   /// Splits a segment's columns into tasks of about `task_bytes` uncompressed bytes each.
   std::vector<DecodeTask> MakeTasks(const Plan& plan, int segment, int64_t task_bytes) const;
 
+  /// A task's columns for its segment: DecodeRows of the segment's row group and rows.
   Result<DecodedColumns> Decode(const Plan& plan, const DecodeTask& task) const;
+
+  /// The row-group-level entry point: `fields` of catalog row group `row_group`, rows
+  /// [row_begin, row_begin + num_rows), with extension types unwrapped and dictionaries resolved.
+  /// Errors name the file, row group and columns.
+  Result<DecodedColumns> DecodeRows(int row_group, const std::vector<std::string>& fields,
+                                    int64_t row_begin, int64_t num_rows) const;
 
   /// Builds the item from every task's columns of one segment; checks nulls against options.
   Result<std::shared_ptr<DecodedItem>> Assemble(const Plan& plan, int segment,

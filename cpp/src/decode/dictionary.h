@@ -1,5 +1,5 @@
 // Dictionary decoding: turns a dictionary-encoded Arrow array into a plain array of its value
-// type, so the batcher only ever sees plain layouts.
+// type, so batch assembly only ever sees plain layouts.
 //
 // Parquet readers hand back dictionary arrays for string columns that were written from
 // dictionaries (pandas categoricals, pyarrow's dictionary_encode()). Each chunk may carry its own

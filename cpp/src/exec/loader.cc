@@ -1,26 +1,34 @@
 #include "stoker/loader.h"
 
-#include <algorithm>
-#include <thread>
-
 #include <arrow/io/type_fwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <mutex>
 
 #include "batch/assembler.h"
 #include "cache/disk_cache.h"
-#include "cache/tensor_cache.h"
+#include "decode/tensor_cache.h"
 #include "catalog/catalog.h"
 #include "decode/column_spec.h"
 #include "decode/decoder.h"
 #include "exec/pipeline.h"
 #include "io/filesystem.h"
 #include "plan/planner.h"
+#include "stoker/system.h"
 #include "util/hash.h"
 
 namespace stoker {
 
 class Loader::Impl {
  public:
+  // What the caller asked for; the fingerprint, column resolution and assembly read it.
   LoaderOptions options;
+  // Resolved once in Open: defaults filled in, the shuffle window in rows.
+  PlanOptions plan_options;
+  PipelineOptions pipeline_options;
+  int num_io_threads = 0;
+
   std::shared_ptr<const Catalog> catalog;
   std::shared_ptr<const OutputSpec> spec;
   std::shared_ptr<const Decoder> decoder;
@@ -28,26 +36,65 @@ class Loader::Impl {
   std::shared_ptr<const BatchAssembler> assembler;
   std::shared_ptr<DiskCache> disk_cache;  // null without cache_dir
   std::shared_ptr<TensorCache> tensor_cache;
-  std::shared_ptr<PipelineCounters> counters = std::make_shared<PipelineCounters>();
-  std::unique_ptr<Pipeline> pipeline;
+  std::shared_ptr<PipelineCounters> counters;
   RankShape shape;
   std::vector<std::shared_ptr<arrow::fs::FileSystem>> filesystems;  // distinct, of all files
+  const pid_t owner_pid = getpid();
+
+  std::mutex mutex;
+  std::shared_ptr<Pipeline> pipeline;  // GUARDED_BY(mutex)
+  bool stopped = false;                // GUARDED_BY(mutex) Stop() ended a running epoch
+
+  // A loader inherited through fork() has no threads in the child; its locks may be held by
+  // threads that do not exist there. It must not be touched beyond reporting that.
+  bool Inherited() const { return getpid() != owner_pid; }
 };
 
 namespace {
+
 constexpr int64_t kNextTimeoutMs = 1000LL * 60 * 60 * 24 * 365;
+
+Status InheritedError() {
+  return MakeError(ErrorKind::kClosed,
+                   "this loader was created in another process and inherited through fork(); "
+                   "its threads do not exist here: create the loader in this process (for "
+                   "DataLoader workers: in the dataset's __iter__ or a worker_init_fn)");
+}
+
+// Uncompressed bytes per row of the selected columns, from the footers' statistics.
+int64_t RowBytes(const Catalog& catalog, const OutputSpec& spec) {
+  int64_t bytes = 0;
+  for (const auto& rg : catalog.row_groups()) {
+    for (const auto& field : spec.file_fields) bytes += catalog.FieldBytes(rg, field);
+  }
+  return std::max<int64_t>(1, bytes / std::max<int64_t>(1, catalog.total_rows()));
+}
+
+PlanOptions MakePlanOptions(const LoaderOptions& options, int64_t shuffle_window_rows) {
+  PlanOptions plan;
+  plan.batch_size = options.batch_size;
+  plan.shuffle = options.shuffle;
+  plan.seed = options.seed;
+  plan.shuffle_window_rows = shuffle_window_rows;
+  plan.drop_last = options.drop_last;
+  plan.rank = options.rank;
+  plan.world_size = options.world_size;
+  return plan;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   STOKER_RETURN_NOT_OK(options.Validate());
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  if (impl->options.num_threads == 0) {
-    impl->options.num_threads = std::max(1u, std::thread::hardware_concurrency());
-  }
-  if (impl->options.num_io_threads == 0) {
-    impl->options.num_io_threads = std::max(4, impl->options.num_threads);
-  }
+  impl->pipeline_options.num_workers = options.num_threads > 0 ? options.num_threads : UsableCpus();
+  impl->pipeline_options.prefetch_bytes = options.prefetch_bytes;
+  impl->pipeline_options.task_bytes = options.task_bytes;
+  impl->num_io_threads = options.num_io_threads > 0
+                             ? options.num_io_threads
+                             : std::max(4, impl->pipeline_options.num_workers);
+  impl->counters = std::make_shared<PipelineCounters>(impl->pipeline_options.num_workers);
   if (!options.cache_dir.empty()) {
     DiskCacheOptions cache_options;
     cache_options.dir = options.cache_dir;
@@ -55,8 +102,8 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
     cache_options.min_free_bytes = options.cache_min_free_bytes;
     STOKER_ASSIGN_OR_RAISE(impl->disk_cache, DiskCache::Open(cache_options));
   }
-  STOKER_ASSIGN_OR_RAISE(auto catalog, Catalog::Open(options.sources, impl->options.num_io_threads,
-                                                     options, impl->disk_cache));
+  STOKER_ASSIGN_OR_RAISE(auto catalog, Catalog::Open(options.sources, impl->num_io_threads, options,
+                                                     impl->disk_cache));
   if (impl->disk_cache) {
     impl->tensor_cache = std::make_shared<TensorCache>(impl->disk_cache, catalog);
   }
@@ -71,15 +118,11 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
     return MakeError(ErrorKind::kEmptyDataset, "the dataset has no rows");
   }
   STOKER_ASSIGN_OR_RAISE(auto spec, ResolveColumns(*catalog, options));
-  if (options.shuffle_window_bytes > 0) {
-    int64_t bytes = 0;
-    for (const auto& rg : catalog->row_groups()) {
-      for (const auto& field : spec.file_fields) bytes += catalog->FieldBytes(rg, field);
-    }
-    const int64_t row_bytes = std::max<int64_t>(1, bytes / catalog->total_rows());
-    impl->options.shuffle_window_rows =
-        std::max<int64_t>(1, options.shuffle_window_bytes / row_bytes);
-  }
+  const int64_t window_rows =
+      options.shuffle_window_bytes > 0
+          ? std::max<int64_t>(1, options.shuffle_window_bytes / RowBytes(*catalog, spec))
+          : options.shuffle_window_rows;
+  impl->plan_options = MakePlanOptions(options, window_rows);
   for (const auto& file : catalog->files()) {
     if (std::find(impl->filesystems.begin(), impl->filesystems.end(), file.fs) ==
         impl->filesystems.end()) {
@@ -91,7 +134,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   impl->decoder = std::make_shared<Decoder>(impl->catalog, impl->spec);
   impl->pool = SlabPool::Make(8);
   impl->assembler = std::make_shared<BatchAssembler>(impl->spec, impl->options, impl->pool);
-  impl->shape = ComputeRankShape(catalog->total_rows(), options);
+  impl->shape = ComputeRankShape(catalog->total_rows(), impl->plan_options);
   if (impl->shape.num_batches == 0) {
     return MakeError(
         ErrorKind::kInvalidOption,
@@ -105,9 +148,28 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Loader::~Loader() { Stop(); }
+Loader::~Loader() {
+  if (impl_ && impl_->Inherited()) {
+    // In a fork()ed child: the parent's threads, locks and storage clients are not ours to
+    // tear down (the AWS SDK is not fork-safe). Leak them; the child's exit reclaims the memory.
+    (void)impl_.release();
+    return;
+  }
+  Stop();
+}
+
+void Loader::SetSeed(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->plan_options.seed = seed;
+}
+
+uint64_t Loader::Seed() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->plan_options.seed;
+}
 
 Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
+  if (impl_->Inherited()) return InheritedError();
   Stop();
   if (epoch < 0) return MakeError(ErrorKind::kInvalidOption, "epoch must be >= 0");
   if (start_batch < 0 || start_batch > impl_->shape.num_batches) {
@@ -116,11 +178,13 @@ Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
                          " is outside the epoch's " + std::to_string(impl_->shape.num_batches) +
                          " batches");
   }
-  auto plan =
-      std::make_shared<const Plan>(MakePlan(impl_->catalog->row_groups(), impl_->options, epoch));
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto plan = std::make_shared<const Plan>(
+      MakePlan(impl_->catalog->row_groups(), impl_->plan_options, epoch));
   impl_->pipeline =
-      std::make_unique<Pipeline>(plan, impl_->decoder, impl_->assembler, impl_->tensor_cache,
-                                 impl_->options, start_batch, impl_->counters);
+      std::make_shared<Pipeline>(plan, impl_->decoder, impl_->assembler, impl_->tensor_cache,
+                                 impl_->pipeline_options, start_batch, impl_->counters);
+  impl_->stopped = false;
   impl_->pipeline->Start();
   return Status::OK();
 }
@@ -133,24 +197,47 @@ Result<std::shared_ptr<Batch>> Loader::Next() {
 }
 
 Status Loader::NextFor(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* done) {
-  if (!impl_->pipeline) {
+  out->reset();
+  *done = false;
+  if (impl_->Inherited()) return InheritedError();
+  std::shared_ptr<Pipeline> pipeline;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->stopped) {
+      return MakeError(ErrorKind::kClosed,
+                       "the loader was closed (or stopped) while this iteration was running");
+    }
+    pipeline = impl_->pipeline;
+  }
+  if (!pipeline) {
     *done = true;
-    out->reset();
     return Status::OK();
   }
-  return impl_->pipeline->Next(timeout_ms, out, done);
+  return pipeline->Next(timeout_ms, out, done);
 }
 
 void Loader::Stop() {
-  if (impl_ && impl_->pipeline) {
-    // Workers sleeping between storage retries give up at once instead of finishing the sleep.
-    for (const auto& fs : impl_->filesystems) InterruptRetryWaits(*fs);
-    impl_->pipeline->Stop();
-    impl_->pipeline.reset();
+  if (!impl_) return;
+  if (impl_->Inherited()) {
+    // The threads belong to the parent: never join or destroy them here. The pipeline is
+    // leaked on purpose (its std::thread objects would terminate the child if destroyed).
+    std::shared_ptr<Pipeline>* leaked = new std::shared_ptr<Pipeline>(std::move(impl_->pipeline));
+    (void)leaked;
+    return;
   }
+  std::shared_ptr<Pipeline> pipeline;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    pipeline = std::move(impl_->pipeline);
+    if (pipeline) impl_->stopped = true;
+  }
+  if (!pipeline) return;
+  // Workers sleeping between storage retries give up at once instead of finishing the sleep.
+  for (const auto& fs : impl_->filesystems) InterruptRetryWaits(*fs);
+  pipeline->Stop();
 }
 
-int64_t Loader::ShuffleWindowRows() const { return impl_->options.shuffle_window_rows; }
+int64_t Loader::ShuffleWindowRows() const { return impl_->plan_options.shuffle_window_rows; }
 int64_t Loader::NumBatches() const { return impl_->shape.num_batches; }
 int64_t Loader::NumRows() const { return impl_->shape.rank_rows; }
 int64_t Loader::DatasetRows() const { return impl_->catalog->total_rows(); }
@@ -183,33 +270,11 @@ std::vector<ColumnInfo> Loader::Columns() const {
 
 LoaderStats Loader::Stats() const {
   const PipelineCounters& c = *impl_->counters;
-  auto s = [](int64_t ns) { return static_cast<double>(ns) * 1e-9; };
   LoaderStats stats;
-  StageStats decode;
-  decode.name = "decode";
-  decode.busy_s = s(c.decode_busy_ns);
-  decode.wait_input_s = s(c.decode_wait_ns);
-  decode.items = c.decode_tasks;
-  decode.bytes = c.decode_bytes;
-  StageStats sequence;
-  sequence.name = "sequence";
-  sequence.busy_s = s(c.sequence_busy_ns);
-  sequence.wait_input_s = s(c.sequence_wait_input_ns);
-  sequence.wait_output_s = s(c.sequence_wait_output_ns);
-  StageStats batch;
-  batch.name = "batch";
-  batch.busy_s = s(c.batch_busy_ns);
-  batch.items = c.batches;
-  batch.bytes = c.batch_bytes;
-  stats.stages = {decode, sequence, batch};
-  if (impl_->disk_cache) {
-    const DiskCacheStats cache = impl_->disk_cache->stats();
-    stats.cache = {cache.hits,       cache.misses,        cache.writes,
-                   cache.not_stored, cache.corrupt,       cache.evictions,
-                   cache.bytes_read, cache.bytes_written, cache.waits};
-  }
+  stats.stages = c.Stages();
+  if (impl_->disk_cache) stats.cache = impl_->disk_cache->stats();
   for (const auto& fs : impl_->filesystems) {
-    if (auto storage = GetStorageCounters(*fs)) {
+    if (auto storage = GetStorageStats(*fs)) {
       stats.storage.requests += storage->requests;
       stats.storage.retries += storage->retries;
       stats.storage.failures += storage->failures;
@@ -218,7 +283,7 @@ LoaderStats Loader::Stats() const {
   }
   stats.batches = c.batches;
   stats.rows = c.rows;
-  stats.consumer_wait_s = s(c.consumer_wait_ns);
+  stats.consumer_wait_s = static_cast<double>(c.consumer_wait_ns.load()) * 1e-9;
   stats.peak_inflight_bytes = c.peak_inflight_bytes;
   return stats;
 }

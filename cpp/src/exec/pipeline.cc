@@ -9,22 +9,6 @@ namespace {
 // Batches that may be assembled or waiting for Next() beyond one per worker.
 constexpr int kExtraBatches = 2;
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-class ScopedTimer {
- public:
-  explicit ScopedTimer(std::atomic<int64_t>* sink) : sink_(sink), start_(NowNs()) {}
-  ~ScopedTimer() { *sink_ += NowNs() - start_; }
-
- private:
-  std::atomic<int64_t>* sink_;
-  int64_t start_;
-};
-
 void UpdatePeak(std::atomic<int64_t>* peak, int64_t value) {
   int64_t seen = peak->load();
   while (value > seen && !peak->compare_exchange_weak(seen, value)) {
@@ -35,7 +19,7 @@ void UpdatePeak(std::atomic<int64_t>* peak, int64_t value) {
 
 Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decoder> decoder,
                    std::shared_ptr<const BatchAssembler> assembler,
-                   std::shared_ptr<TensorCache> tensor_cache, const LoaderOptions& options,
+                   std::shared_ptr<TensorCache> tensor_cache, const PipelineOptions& options,
                    int64_t start_batch, std::shared_ptr<PipelineCounters> counters)
     : plan_(std::move(plan)),
       decoder_(std::move(decoder)),
@@ -44,11 +28,8 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
       options_(options),
       start_batch_(start_batch),
       counters_(std::move(counters)) {
-  num_workers_ = options_.num_threads > 0
-                     ? options_.num_threads
-                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   next_output_ = start_batch_;
-  const int64_t start_row = std::min(start_batch_ * options_.batch_size, plan_->rank_rows);
+  const int64_t start_row = std::min(start_batch_ * plan_->options.batch_size, plan_->rank_rows);
   const int num_windows = static_cast<int>(plan_->windows.size());
   first_window_ = start_row >= plan_->rank_rows ? num_windows : FindWindow(*plan_, start_row);
   const int first_segment = first_window_ < num_windows
@@ -69,7 +50,8 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
 Pipeline::~Pipeline() { Stop(); }
 
 void Pipeline::Start() {
-  for (int i = 0; i < num_workers_; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+  std::lock_guard<std::mutex> join_lock(join_mutex_);
+  for (int i = 0; i < options_.num_workers; ++i) threads_.emplace_back([this] { WorkerLoop(); });
   threads_.emplace_back([this] { SequencerLoop(); });
 }
 
@@ -81,20 +63,11 @@ void Pipeline::Stop() {
   work_cv_.notify_all();
   item_cv_.notify_all();
   output_cv_.notify_all();
+  std::lock_guard<std::mutex> join_lock(join_mutex_);
   for (auto& thread : threads_) {
     if (thread.joinable()) thread.join();
   }
   threads_.clear();
-}
-
-void Pipeline::Fail(const Status& status) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (error_.ok()) error_ = status;
-  }
-  work_cv_.notify_all();
-  item_cv_.notify_all();
-  output_cv_.notify_all();
 }
 
 void Pipeline::FailSegment(int s, size_t task, const Status& status) {
@@ -120,7 +93,7 @@ void Pipeline::WorkerLoop() {
     const int64_t wait_start = NowNs();
     // Workers outlive errors: batches before the failing one must still be finished.
     work_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty() || DecodeAdmissible(); });
-    counters_->decode_wait_ns += NowNs() - wait_start;
+    counters_->decode.wait_in_ns += NowNs() - wait_start;
     if (stopping_) return;
     if (!jobs_.empty()) {
       RunAssemblyJob(&lock);
@@ -137,7 +110,7 @@ void Pipeline::RunAssemblyJob(std::unique_lock<std::mutex>* lock) {
   lock->unlock();
   Result<std::shared_ptr<Batch>> batch;
   {
-    ScopedTimer timer(&counters_->batch_busy_ns);
+    ScopedTimer timer(&counters_->batch.busy_ns);
     batch = assembler_->Assemble(job.index, job.rows);
   }
   job.items.clear();  // drop the references to decoded data before taking the lock
@@ -150,8 +123,9 @@ void Pipeline::RunAssemblyJob(std::unique_lock<std::mutex>* lock) {
   } else {
     counters_->rows += (*batch)->num_rows;
     counters_->batches += 1;
+    counters_->batch.items += 1;
     for (const auto& column : (*batch)->columns) {
-      counters_->batch_bytes += column.values.num_bytes();
+      counters_->batch.bytes += column.values.num_bytes();
     }
     ready_[job.index] = std::move(*batch);
   }
@@ -169,7 +143,7 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
 
   Result<DecodedColumns> decoded;
   {
-    ScopedTimer timer(&counters_->decode_busy_ns);
+    ScopedTimer timer(&counters_->decode.busy_ns);
     bool hit = false;
     decoded = tensor_cache_ ? tensor_cache_->Decode(*decoder_, *plan_, task, &hit)
                             : decoder_->Decode(*plan_, task);
@@ -179,8 +153,8 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
     lock->lock();
     return;
   }
-  counters_->decode_tasks += 1;
-  counters_->decode_bytes += decoded->bytes;
+  counters_->decode.items += 1;
+  counters_->decode.bytes += decoded->bytes;
 
   lock->lock();
   SegmentState& state = segments_[segment];
@@ -198,7 +172,7 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
   lock->unlock();
   Result<std::shared_ptr<DecodedItem>> item;
   {
-    ScopedTimer timer(&counters_->decode_busy_ns);
+    ScopedTimer timer(&counters_->decode.busy_ns);
     item = decoder_->Assemble(*plan_, segment, std::move(parts));
     if (item.ok()) {
       const Status prepared = assembler_->Prepare(item->get());
@@ -222,7 +196,7 @@ Result<std::shared_ptr<DecodedItem>> Pipeline::TakeSegment(int s) {
   item_cv_.wait(lock, [&] {
     return stopping_ || !error_.ok() || state.item != nullptr || !state.error.ok();
   });
-  counters_->sequence_wait_input_ns += NowNs() - wait_start;
+  counters_->sequence.wait_in_ns += NowNs() - wait_start;
   if (!state.error.ok()) return state.error;
   if (stopping_ || !error_.ok()) return Status::Cancelled("stopped");
   std::shared_ptr<DecodedItem> item = std::move(state.item);
@@ -237,11 +211,12 @@ Status Pipeline::Submit(AssemblyJob job) {
   std::unique_lock<std::mutex> lock(mutex_);
   const int64_t wait_start = NowNs();
   output_cv_.wait(lock, [&] {
-    return stopping_ || !error_.ok() || outstanding_batches_ < num_workers_ + kExtraBatches;
+    return stopping_ || !error_.ok() || outstanding_batches_ < options_.num_workers + kExtraBatches;
   });
-  counters_->sequence_wait_output_ns += NowNs() - wait_start;
+  counters_->sequence.wait_out_ns += NowNs() - wait_start;
   if (stopping_ || !error_.ok()) return Status::Cancelled("stopped");
   ++outstanding_batches_;
+  counters_->sequence.items += 1;
   jobs_.push_back(std::move(job));
   lock.unlock();
   work_cv_.notify_one();
@@ -264,7 +239,7 @@ void Pipeline::SequencerLoop() {
 
 Status Pipeline::RunSequencer() {
   const Plan& plan = *plan_;
-  const int64_t batch_size = options_.batch_size;
+  const int64_t batch_size = plan.options.batch_size;
   int64_t batch_index = start_batch_;
   const int64_t skip = start_batch_ * batch_size;  // rows of the rank stream already delivered
   AssemblyJob job;
@@ -285,18 +260,18 @@ Status Pipeline::RunSequencer() {
       start += plan.segments[s].num_rows;
     }
     int64_t busy_start = NowNs();
-    WindowOrder(plan, options_, w, &order);
+    WindowOrder(plan, w, &order);
     job.items.insert(job.items.end(), window_items.begin(), window_items.end());
     for (int64_t position = std::max<int64_t>(0, skip - window.row_begin);
          position < window.num_rows; ++position) {
       const int64_t row = order[position];
-      const int k = static_cast<int>(
-          std::upper_bound(segment_starts.begin(), segment_starts.end(), row) -
-          segment_starts.begin() - 1);
+      const int k =
+          static_cast<int>(std::upper_bound(segment_starts.begin(), segment_starts.end(), row) -
+                           segment_starts.begin() - 1);
       job.rows.push_back({window_items[k].get(), row - segment_starts[k]});
       if (static_cast<int64_t>(job.rows.size()) == batch_size) {
         job.index = batch_index++;
-        counters_->sequence_busy_ns += NowNs() - busy_start;
+        counters_->sequence.busy_ns += NowNs() - busy_start;
         STOKER_RETURN_NOT_OK(Submit(std::move(job)));
         busy_start = NowNs();
         job = AssemblyJob{};
@@ -304,7 +279,7 @@ Status Pipeline::RunSequencer() {
         job.items = window_items;
       }
     }
-    counters_->sequence_busy_ns += NowNs() - busy_start;
+    counters_->sequence.busy_ns += NowNs() - busy_start;
   }
   if (!job.rows.empty()) {
     job.index = batch_index++;
@@ -336,7 +311,12 @@ Status Pipeline::Next(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* don
   if (next_output_ >= error_batch_ || (next_output_ == end_batch_ && !error_.ok())) {
     return error_;
   }
-  if (next_output_ == end_batch_ || stopping_) *done = true;
+  if (next_output_ == end_batch_) {
+    *done = true;
+  } else if (stopping_) {
+    return MakeError(ErrorKind::kClosed,
+                     "the loader was closed (or stopped) while this iteration was running");
+  }
   return Status::OK();
 }
 

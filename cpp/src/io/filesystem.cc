@@ -19,6 +19,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "util/uri.h"
+
 namespace stoker {
 namespace {
 
@@ -26,24 +28,6 @@ using arrow::fs::FileInfo;
 using arrow::fs::FileInfoVector;
 using arrow::fs::FileSelector;
 using arrow::fs::FileSystem;
-
-std::string Lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// The scheme of "scheme://...", lowercased; empty for plain paths (and Windows drive letters).
-std::string SchemeOf(const std::string& uri) {
-  const size_t colon = uri.find("://");
-  if (colon == std::string::npos || colon < 2) return "";
-  for (size_t i = 0; i < colon; ++i) {
-    const char c = uri[i];
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' && c != '.') {
-      return "";
-    }
-  }
-  return Lower(uri.substr(0, colon));
-}
 
 bool IsObjectStoreScheme(const std::string& scheme) {
   return scheme == "s3" || scheme == "gs" || scheme == "gcs" || scheme == "abfs" ||
@@ -66,7 +50,7 @@ std::string PercentEncode(const std::string& value) {
 }
 
 Result<bool> ParseBool(const std::string& key, const std::string& value) {
-  const std::string v = Lower(value);
+  const std::string v = LowerAscii(value);
   if (v == "true" || v == "1" || v == "yes") return true;
   if (v == "false" || v == "0" || v == "no") return false;
   return MakeError(ErrorKind::kInvalidOption,
@@ -197,8 +181,8 @@ Result<std::shared_ptr<FileSystem>> OpenS3(const std::string& uri, const LoaderO
     auto parsed = arrow::util::Uri::FromString(uri);
     if (!parsed.ok()) {
       return MakeError(ErrorKind::kInvalidOption,
-                       "source '" + RedactSource(uri) + "' is not a valid URI: " +
-                           ScrubSecrets(parsed.status().message(), secrets));
+                       "source '" + RedactUri(uri) + "' is not a valid URI: " +
+                           RedactSecrets(parsed.status().message(), secrets));
     }
     auto items = parsed->query_items();
     std::vector<std::pair<std::string, std::string>> query =
@@ -222,8 +206,8 @@ Result<std::shared_ptr<FileSystem>> OpenS3(const std::string& uri, const LoaderO
   auto from_uri = arrow::fs::S3Options::FromUri(full, path);
   if (!from_uri.ok()) {
     return MakeError(ErrorKind::kInvalidOption,
-                     "cannot open source '" + RedactSource(uri) +
-                         "': " + ScrubSecrets(from_uri.status().message(), secrets));
+                     "cannot open source '" + RedactUri(uri) +
+                         "': " + RedactSecrets(from_uri.status().message(), secrets));
   }
   arrow::fs::S3Options s3 = *from_uri;
   if (auto* v = get("region")) s3.region = *v;
@@ -250,8 +234,8 @@ Result<std::shared_ptr<FileSystem>> OpenS3(const std::string& uri, const LoaderO
 
   auto fs = arrow::fs::S3FileSystem::Make(s3);
   if (!fs.ok()) {
-    return MakeError(ErrorKind::kStorage, "cannot set up S3 for '" + RedactSource(uri) +
-                                              "': " + ScrubSecrets(fs.status().message(), secrets));
+    return MakeError(ErrorKind::kStorage, "cannot set up S3 for '" + RedactUri(uri) + "': " +
+                                              RedactSecrets(fs.status().message(), secrets));
   }
   return std::static_pointer_cast<FileSystem>(*fs);
 }
@@ -349,7 +333,7 @@ auto WithRetries(Shared& shared, const std::string& what, const std::string& pat
     if (result.ok()) return result;
     const Status& st = result.status();
     const std::string object = "'" + shared.prefix + path + "'";
-    const std::string message = ScrubSecrets(st.message(), shared.secrets);
+    const std::string message = RedactSecrets(st.message(), shared.secrets);
     const StorageFailure failure = ClassifyStorageError(st);
     if (failure != StorageFailure::kTransient || attempt >= shared.policy.max_retries) {
       shared.failures.fetch_add(1, std::memory_order_relaxed);
@@ -526,43 +510,9 @@ bool Contains(const std::string& haystack, const char* needle) {
 
 }  // namespace
 
-std::string ScrubSecrets(std::string text, const std::vector<std::string>& secrets) {
-  for (const auto& secret : secrets) {
-    if (secret.empty()) continue;
-    std::string out;
-    size_t from = 0;
-    for (size_t at = text.find(secret); at != std::string::npos; at = text.find(secret, from)) {
-      out.append(text, from, at - from);
-      out.append("***");
-      from = at + secret.size();
-    }
-    out.append(text, from, std::string::npos);
-    text = std::move(out);
-  }
-  return text;
-}
-
-std::string RedactSource(const std::string& uri_or_path) {
-  const std::string scheme = SchemeOf(uri_or_path);
-  if (scheme.empty()) return uri_or_path;
-  std::string rest = uri_or_path.substr(scheme.size() + 3);
-  rest = rest.substr(0, rest.find_first_of("?#"));
-  const size_t slash = rest.find('/');
-  const size_t at = rest.rfind('@', slash == std::string::npos ? std::string::npos : slash);
-  if (at != std::string::npos && (slash == std::string::npos || at < slash)) {
-    // abfs://container@account... names a container, not a user: keep what is not a secret.
-    const std::string userinfo = rest.substr(0, at);
-    const size_t colon = userinfo.find(':');
-    rest = (colon == std::string::npos && (scheme == "abfs" || scheme == "abfss") ? userinfo + "@"
-                                                                                  : std::string()) +
-           rest.substr(at + 1);
-  }
-  return scheme + "://" + rest;
-}
-
 std::string DisplayPrefix(const std::string& uri_or_path, const FileSystem& fs) {
   if (!IsRemote(fs)) return "";
-  const std::string scheme = SchemeOf(uri_or_path);
+  const std::string scheme = UriScheme(uri_or_path);
   if (IsObjectStoreScheme(scheme)) return scheme + "://";
   auto uri = arrow::util::Uri::FromString(uri_or_path);
   if (!uri.ok()) return scheme + "://";
@@ -634,11 +584,11 @@ double BackoffDelay(const RetryPolicy& policy, int attempt, double unit) {
   return capped * (0.5 + 0.5 * std::clamp(unit, 0.0, 1.0));
 }
 
-std::optional<StorageCounters> GetStorageCounters(const FileSystem& fs) {
+std::optional<StorageStats> GetStorageStats(const FileSystem& fs) {
   const auto* retrying = dynamic_cast<const RetryingFileSystem*>(&fs);
   if (retrying == nullptr) return std::nullopt;
   const Shared& shared = retrying->shared();
-  StorageCounters out;
+  StorageStats out;
   out.requests = shared.requests.load(std::memory_order_relaxed);
   out.retries = shared.retries.load(std::memory_order_relaxed);
   out.failures = shared.failures.load(std::memory_order_relaxed);
@@ -666,7 +616,7 @@ std::shared_ptr<FileSystem> MakeRetryingFileSystem(std::shared_ptr<FileSystem> b
 Result<std::shared_ptr<FileSystem>> OpenFileSystem(const std::string& uri_or_path,
                                                    const LoaderOptions& options,
                                                    std::string* path) {
-  const std::string scheme = SchemeOf(uri_or_path);
+  const std::string scheme = UriScheme(uri_or_path);
   std::vector<std::string> secrets;
   for (const char* key : {"secret_key", "session_token"}) {
     auto it = options.storage_options.find(key);
@@ -701,9 +651,9 @@ Result<std::shared_ptr<FileSystem>> OpenFileSystem(const std::string& uri_or_pat
     auto result = arrow::fs::FileSystemFromUriOrPath(uri_or_path, path);
     if (!result.ok()) {
       return MakeError(ErrorKind::kInvalidOption,
-                       "source '" + RedactSource(uri_or_path) +
+                       "source '" + RedactUri(uri_or_path) +
                            "' is not a path or URI stoker can open: " +
-                           ScrubSecrets(result.status().message(), secrets));
+                           RedactSecrets(result.status().message(), secrets));
     }
     fs = *result;
   }

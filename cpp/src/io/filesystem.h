@@ -17,6 +17,8 @@
 
 #include "stoker/error.h"
 #include "stoker/options.h"
+#include "stoker/redact.h"
+#include "stoker/stats.h"
 
 namespace stoker {
 
@@ -31,9 +33,6 @@ Result<std::shared_ptr<arrow::fs::FileSystem>> OpenFileSystem(const std::string&
 /// "s3://" for S3 (whose paths start with the bucket), "hdfs://host:port" for HDFS.
 std::string DisplayPrefix(const std::string& uri_or_path, const arrow::fs::FileSystem& fs);
 
-/// `uri_or_path` without user info (credentials) or query string, safe for messages.
-std::string RedactSource(const std::string& uri_or_path);
-
 /// False for the local filesystem, true for object stores and HDFS.
 bool IsRemote(const arrow::fs::FileSystem& fs);
 
@@ -43,16 +42,9 @@ bool IsRemote(const arrow::fs::FileSystem& fs);
 void SetReaderProperties(const arrow::fs::FileSystem& fs, parquet::ArrowReaderProperties* props);
 
 /// What the retry layer of one remote filesystem has done so far (all threads together).
-struct StorageCounters {
-  int64_t requests = 0;  // calls to the store, first tries and retries
-  int64_t retries = 0;   // transient failures that were retried
-  int64_t failures = 0;  // errors handed to the caller (permanent or out of retries)
-  double backoff_s = 0;  // time slept between retries
-};
-
 /// The counters of a filesystem returned by OpenFileSystem; nullopt for local filesystems.
 /// Contains no names or settings, so it is safe to show in stats.
-std::optional<StorageCounters> GetStorageCounters(const arrow::fs::FileSystem& fs);
+std::optional<StorageStats> GetStorageStats(const arrow::fs::FileSystem& fs);
 
 /// Wakes every thread of `fs` that sleeps between retries; each gives up at once with a
 /// kStorage error. For a pipeline that stops: its workers then exit without waiting out a
@@ -82,8 +74,5 @@ double BackoffDelay(const RetryPolicy& policy, int attempt, double unit);
 std::shared_ptr<arrow::fs::FileSystem> MakeRetryingFileSystem(
     std::shared_ptr<arrow::fs::FileSystem> base, RetryPolicy policy, std::string display_prefix,
     std::vector<std::string> secrets, int max_concurrency);
-
-/// Replaces every occurrence of each non-empty secret in `text` with "***".
-std::string ScrubSecrets(std::string text, const std::vector<std::string>& secrets);
 
 }  // namespace stoker

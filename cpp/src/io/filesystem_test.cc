@@ -59,12 +59,12 @@ TEST(BackoffDelay, DoublesWithJitterAndCap) {
 }
 
 TEST(Redaction, DropsUserInfoAndQuery) {
-  EXPECT_EQ(RedactSource("s3://AKIA:secret@bucket/key?endpoint_override=h:1"), "s3://bucket/key");
-  EXPECT_EQ(RedactSource("s3://bucket/a@b/c"), "s3://bucket/a@b/c");
-  EXPECT_EQ(RedactSource("abfs://container@account.dfs.core.windows.net/p"),
+  EXPECT_EQ(RedactUri("s3://AKIA:secret@bucket/key?endpoint_override=h:1"), "s3://bucket/key");
+  EXPECT_EQ(RedactUri("s3://bucket/a@b/c"), "s3://bucket/a@b/c");
+  EXPECT_EQ(RedactUri("abfs://container@account.dfs.core.windows.net/p"),
             "abfs://container@account.dfs.core.windows.net/p");
-  EXPECT_EQ(RedactSource("/local/path?x"), "/local/path?x");
-  EXPECT_EQ(ScrubSecrets("a sekret and sekret", {"sekret", ""}), "a *** and ***");
+  EXPECT_EQ(RedactUri("/local/path?x"), "/local/path?x");
+  EXPECT_EQ(RedactSecrets("a sekret and sekret", {"sekret", ""}), "a *** and ***");
 }
 
 // A filesystem whose files fail `failures` times before working, to count attempts.
@@ -118,13 +118,13 @@ TEST(RetryingFileSystem, RetriesTransientErrorsThenSucceeds) {
   ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
   EXPECT_EQ((*buffer)->ToString(), "xxxx");
   EXPECT_EQ(base->remaining(), -1);  // three failures and one success
-  auto counters = GetStorageCounters(*fs);
+  auto counters = GetStorageStats(*fs);
   ASSERT_TRUE(counters.has_value());
   EXPECT_EQ(counters->requests, 5);  // the open and four reads
   EXPECT_EQ(counters->retries, 3);
   EXPECT_EQ(counters->failures, 0);
   EXPECT_GT(counters->backoff_s, 0.0);
-  EXPECT_FALSE(GetStorageCounters(arrow::fs::LocalFileSystem()).has_value());
+  EXPECT_FALSE(GetStorageStats(arrow::fs::LocalFileSystem()).has_value());
 }
 
 TEST(RetryingFileSystem, GivesUpAfterMaxRetriesNamingTheObject) {
@@ -139,8 +139,8 @@ TEST(RetryingFileSystem, GivesUpAfterMaxRetriesNamingTheObject) {
   EXPECT_NE(buffer.status().message().find("bytes [10, 14)"), std::string::npos);
   EXPECT_NE(buffer.status().message().find("after 3 retries"), std::string::npos);
   EXPECT_EQ(base->remaining(), 100 - 4);
-  EXPECT_EQ(GetStorageCounters(*fs)->failures, 1);
-  EXPECT_EQ(GetStorageCounters(*fs)->retries, 3);
+  EXPECT_EQ(GetStorageStats(*fs)->failures, 1);
+  EXPECT_EQ(GetStorageStats(*fs)->retries, 3);
 }
 
 TEST(RetryingFileSystem, PermanentErrorsFailAtOnceWithoutSecrets) {

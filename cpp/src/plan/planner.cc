@@ -7,7 +7,7 @@
 
 namespace stoker {
 
-RankShape ComputeRankShape(int64_t total_rows, const LoaderOptions& options) {
+RankShape ComputeRankShape(int64_t total_rows, const PlanOptions& options) {
   const int64_t world = options.world_size;
   const int64_t batch = options.batch_size;
   RankShape shape;
@@ -21,9 +21,10 @@ RankShape ComputeRankShape(int64_t total_rows, const LoaderOptions& options) {
   return shape;
 }
 
-Plan MakePlan(const std::vector<RowGroupRef>& row_groups, const LoaderOptions& options,
+Plan MakePlan(const std::vector<RowGroupRef>& row_groups, const PlanOptions& options,
               int64_t epoch) {
   Plan plan;
+  plan.options = options;
   plan.epoch = epoch;
   const int num_groups = static_cast<int>(row_groups.size());
   std::vector<uint32_t> order;
@@ -85,16 +86,16 @@ int FindWindow(const Plan& plan, int64_t row) {
   return static_cast<int>(it - plan.windows.begin()) - 1;
 }
 
-void WindowOrder(const Plan& plan, const LoaderOptions& options, int window_index,
-                 std::vector<uint32_t>* out) {
+void WindowOrder(const Plan& plan, int window_index, std::vector<uint32_t>* out) {
+  const PlanOptions& options = plan.options;
   const Window& window = plan.windows[window_index];
   if (!window.shuffled) {
     out->resize(window.num_rows);
     std::iota(out->begin(), out->end(), 0u);
     return;
   }
-  const uint64_t counter = (static_cast<uint64_t>(plan.epoch) << 32) |
-                           static_cast<uint32_t>(window_index);
+  const uint64_t counter =
+      (static_cast<uint64_t>(plan.epoch) << 32) | static_cast<uint32_t>(window_index);
   PhiloxStream stream(options.seed, RandomPurpose::kWindowOrder, counter,
                       static_cast<uint32_t>(options.rank));
   Permutation(static_cast<uint32_t>(window.num_rows), &stream, out);

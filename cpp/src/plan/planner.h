@@ -12,15 +12,25 @@
 #include <vector>
 
 #include "catalog/catalog.h"
-#include "stoker/options.h"
 
 namespace stoker {
+
+/// The options that decide a plan, resolved by the loader (the window already in rows).
+struct PlanOptions {
+  int64_t batch_size = 1024;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  int64_t shuffle_window_rows = 65536;
+  bool drop_last = true;
+  int rank = 0;
+  int world_size = 1;
+};
 
 struct Segment {
   int row_group = 0;      // index into Catalog::row_groups()
   int64_t row_begin = 0;  // first row inside the row group
   int64_t num_rows = 0;
-  bool padding = false;   // rows repeated to even out ranks
+  bool padding = false;  // rows repeated to even out ranks
 };
 
 struct Window {
@@ -32,6 +42,7 @@ struct Window {
 };
 
 struct Plan {
+  PlanOptions options;
   int64_t epoch = 0;
   std::vector<Segment> segments;
   std::vector<Window> windows;
@@ -44,16 +55,15 @@ struct RankShape {
   int64_t rank_rows = 0;
   int64_t num_batches = 0;
 };
-RankShape ComputeRankShape(int64_t total_rows, const LoaderOptions& options);
+RankShape ComputeRankShape(int64_t total_rows, const PlanOptions& options);
 
-Plan MakePlan(const std::vector<RowGroupRef>& row_groups, const LoaderOptions& options,
+Plan MakePlan(const std::vector<RowGroupRef>& row_groups, const PlanOptions& options,
               int64_t epoch);
 
 /// Index of the window holding row `row` of the rank stream (windows are sorted by row_begin).
 int FindWindow(const Plan& plan, int64_t row);
 
 /// The permutation of a shuffled window's rows (identity for an unshuffled one).
-void WindowOrder(const Plan& plan, const LoaderOptions& options, int window_index,
-                 std::vector<uint32_t>* out);
+void WindowOrder(const Plan& plan, int window_index, std::vector<uint32_t>* out);
 
 }  // namespace stoker

@@ -31,7 +31,7 @@ TEST(Planner, RanksPartitionTheEpochWithEqualRows) {
     std::multiset<int64_t> seen;
     int64_t rank_rows = -1;
     for (int rank = 0; rank < world; ++rank) {
-      LoaderOptions options;
+      PlanOptions options;
       options.batch_size = 8;
       options.seed = 3;
       options.drop_last = false;
@@ -53,7 +53,7 @@ TEST(Planner, RanksPartitionTheEpochWithEqualRows) {
 
 TEST(Planner, DropLastGivesFullBatchesOnly) {
   const auto groups = Groups({10, 33, 7, 50, 21, 5});
-  LoaderOptions options;
+  PlanOptions options;
   options.batch_size = 8;
   options.world_size = 3;
   options.rank = 2;
@@ -65,7 +65,7 @@ TEST(Planner, DropLastGivesFullBatchesOnly) {
 
 TEST(Planner, WindowsCoverTheStreamInOrder) {
   const auto groups = Groups({10, 33, 7, 50, 21, 5});
-  LoaderOptions options;
+  PlanOptions options;
   options.batch_size = 4;
   options.shuffle_window_rows = 40;
   const Plan plan = MakePlan(groups, options, 0);
@@ -85,7 +85,7 @@ TEST(Planner, WindowsCoverTheStreamInOrder) {
 
 TEST(Planner, OrderDependsOnSeedAndEpochOnly) {
   const auto groups = Groups({10, 10, 10, 10, 10, 10, 10, 10});
-  LoaderOptions options;
+  PlanOptions options;
   options.batch_size = 5;
   auto ids = [&](uint64_t seed, int64_t epoch) {
     options.seed = seed;
@@ -101,12 +101,12 @@ TEST(Planner, OrderDependsOnSeedAndEpochOnly) {
 
 TEST(Planner, WindowOrderIsAPermutation) {
   const auto groups = Groups({100, 100});
-  LoaderOptions options;
+  PlanOptions options;
   options.batch_size = 10;
   options.shuffle_window_rows = 200;
   const Plan plan = MakePlan(groups, options, 0);
   std::vector<uint32_t> order;
-  WindowOrder(plan, options, 0, &order);
+  WindowOrder(plan, 0, &order);
   ASSERT_EQ(order.size(), 200u);
   std::set<uint32_t> unique(order.begin(), order.end());
   EXPECT_EQ(unique.size(), 200u);

@@ -77,6 +77,8 @@ const char* ErrorKindName(ErrorKind kind) {
       return "state_mismatch";
     case ErrorKind::kStorage:
       return "storage";
+    case ErrorKind::kClosed:
+      return "closed";
   }
   return "unknown";
 }

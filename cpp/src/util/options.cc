@@ -2,15 +2,13 @@
 
 #include <algorithm>
 
-#include "io/filesystem.h"
+#include "stoker/redact.h"
 #include "util/hash.h"
 
 namespace stoker {
 namespace {
 
-Status Invalid(const std::string& message) {
-  return MakeError(ErrorKind::kInvalidOption, message);
-}
+Status Invalid(const std::string& message) { return MakeError(ErrorKind::kInvalidOption, message); }
 
 void HashColumnOptions(const ColumnOptions& options, Fnv1a* hash) {
   hash->AddInt(static_cast<uint64_t>(options.list_mode));
@@ -81,7 +79,7 @@ uint64_t LoaderOptions::Fingerprint() const {
   // what the batches depend on (the catalog fingerprint names the files themselves).
   // Sorted: the files are read in sorted order whatever order the sources were given in.
   std::vector<std::string> redacted;
-  for (const auto& source : sources) redacted.push_back(RedactSource(source));
+  for (const auto& source : sources) redacted.push_back(RedactUri(source));
   std::sort(redacted.begin(), redacted.end());
   for (const auto& source : redacted) hash.Add(source);
   hash.AddInt(columns.size());

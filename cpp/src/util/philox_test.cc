@@ -1,9 +1,9 @@
 #include "util/philox.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <set>
-
-#include <gtest/gtest.h>
 
 namespace stoker {
 namespace {

@@ -1,4 +1,4 @@
-#include "cache/block_cache.h"
+#include "io/block_cache.h"
 
 #include <arrow/buffer.h>
 

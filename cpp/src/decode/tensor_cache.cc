@@ -1,4 +1,4 @@
-#include "cache/tensor_cache.h"
+#include "decode/tensor_cache.h"
 
 #include <arrow/buffer.h>
 #include <arrow/io/memory.h>
@@ -94,18 +94,16 @@ Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& p
   const Segment& segment = plan.segments[task.segment];
   const RowGroupRef& rg = catalog_->row_groups()[segment.row_group];
 
-  // The whole row group, decoded through a one-segment plan of the same decoder.
-  Plan whole;
-  whole.epoch = plan.epoch;
-  whole.segments = {Segment{segment.row_group, 0, rg.num_rows, false}};
-  DecodeTask whole_task = task;
-  whole_task.segment = 0;
+  // The whole row group is cached, then sliced to the segment.
+  auto decode_whole = [&] {
+    return decoder.DecodeRows(segment.row_group, task.fields, 0, rg.num_rows);
+  };
 
   NamedArrays arrays;
   bool filled = false;
   auto fill = [&](DiskCache::Parts* parts, std::shared_ptr<void>* keep_alive) -> Status {
     filled = true;
-    STOKER_ASSIGN_OR_RAISE(auto decoded, decoder.Decode(whole, whole_task));
+    STOKER_ASSIGN_OR_RAISE(auto decoded, decode_whole());
     arrays = std::move(decoded.arrays);
     STOKER_ASSIGN_OR_RAISE(auto serialized, Serialize(arrays, rg.num_rows));
     parts->emplace_back(serialized->data(), static_cast<size_t>(serialized->size()));
@@ -120,7 +118,7 @@ Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& p
       arrays = std::move(*cached);
     } else {
       // Verified bytes that do not parse (another build's layout): decode instead.
-      STOKER_ASSIGN_OR_RAISE(auto decoded, decoder.Decode(whole, whole_task));
+      STOKER_ASSIGN_OR_RAISE(auto decoded, decode_whole());
       arrays = std::move(decoded.arrays);
     }
   }

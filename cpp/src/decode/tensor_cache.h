@@ -1,6 +1,7 @@
-// TensorCache: the ready-tensor cache. Stores the decoded columns of one row group (what a decode
-// task produces before it is cut to a segment) in the node-local DiskCache, so later epochs,
-// other ranks and other jobs on the node skip fetch and decode.
+// TensorCache: the ready-tensor cache, a wrapper around Decoder::DecodeRows. Stores the decoded
+// columns of one row group (what a decode task produces before it is cut to a segment) in the
+// node-local DiskCache, so later epochs, other ranks and other jobs on the node skip fetch and
+// decode.
 //
 // Layout: an Arrow IPC stream (one record batch) with 64-byte buffer alignment. Reads are
 // zero-copy: the arrays point into the entry's read-only mapping, which they keep alive.

@@ -1,0 +1,22 @@
+// ColumnInfo: what stoker produces for one output column (Loader::Columns, Describe).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stoker/tensor.h"
+
+namespace stoker {
+
+/// What the loader will produce for one column, for Python's `loader.columns` and `inspect`.
+struct ColumnInfo {
+  std::string name;
+  std::string arrow_type;
+  ColumnKind kind;
+  DType dtype;
+  std::vector<int64_t> inner_shape;  // per-row shape after the batch dimension
+  std::string annotation;
+};
+
+}  // namespace stoker

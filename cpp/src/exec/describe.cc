@@ -1,0 +1,207 @@
+// Describe (stoker/describe.h): the catalog's footers plus ResolveColumns, one column at a time.
+
+#include "stoker/describe.h"
+
+#include <parquet/metadata.h>
+#include <parquet/statistics.h>
+#include <parquet/types.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "catalog/catalog.h"
+#include "decode/column_spec.h"
+
+namespace stoker {
+namespace {
+
+// The names pyarrow uses (ColumnChunkMetaData.compression), so the CLI reads the same as before.
+std::string CompressionName(arrow::Compression::type codec) {
+  switch (codec) {
+    case arrow::Compression::UNCOMPRESSED:
+      return "UNCOMPRESSED";
+    case arrow::Compression::SNAPPY:
+      return "SNAPPY";
+    case arrow::Compression::GZIP:
+      return "GZIP";
+    case arrow::Compression::BROTLI:
+      return "BROTLI";
+    case arrow::Compression::ZSTD:
+      return "ZSTD";
+    case arrow::Compression::LZ4:
+    case arrow::Compression::LZ4_FRAME:
+    case arrow::Compression::LZ4_HADOOP:
+      return "LZ4";
+    case arrow::Compression::LZO:
+      return "LZO";
+    case arrow::Compression::BZ2:
+      return "BZ2";
+  }
+  return "UNKNOWN";
+}
+
+// Footer facts of one file column over every file and row group.
+struct FooterFacts {
+  std::set<std::string> physical_types;
+  std::set<std::string> encodings;
+  std::set<std::string> compression;
+  int64_t compressed_bytes = 0;
+  int64_t uncompressed_bytes = 0;
+  int64_t null_count = 0;
+  bool null_count_known = true;
+};
+
+FooterFacts CollectFooterFacts(const Catalog& catalog, const std::string& field) {
+  FooterFacts facts;
+  for (const CatalogFile& file : catalog.files()) {
+    auto it = file.fields.find(field);
+    if (it == file.fields.end()) continue;
+    const std::vector<int>& leaves = it->second.leaves;
+    for (int rg = 0; rg < file.metadata->num_row_groups(); ++rg) {
+      auto row_group = file.metadata->RowGroup(rg);
+      for (int leaf : leaves) {
+        auto chunk = row_group->ColumnChunk(leaf);
+        facts.physical_types.insert(parquet::TypeToString(chunk->type()));
+        for (auto encoding : chunk->encodings()) {
+          facts.encodings.insert(parquet::EncodingToString(encoding));
+        }
+        facts.compression.insert(CompressionName(chunk->compression()));
+        facts.compressed_bytes += chunk->total_compressed_size();
+        facts.uncompressed_bytes += chunk->total_uncompressed_size();
+        // A nested leaf ("tags.list.element") counts empty lists as nulls: not the rows' nulls.
+        const bool nested = leaves.size() > 1 ||
+                            chunk->path_in_schema()->ToDotString().find('.') != std::string::npos;
+        std::shared_ptr<parquet::Statistics> stats =
+            chunk->is_stats_set() ? chunk->statistics() : nullptr;
+        if (nested || stats == nullptr || !stats->HasNullCount()) {
+          facts.null_count_known = false;
+        } else {
+          facts.null_count += stats->null_count();
+        }
+      }
+    }
+  }
+  return facts;
+}
+
+void SetProduced(const ColumnSpec& spec, ColumnDescription* column) {
+  const ColumnInfo info = ToColumnInfo(spec);
+  column->kind = info.kind;
+  column->dtype = info.dtype;
+  column->inner_shape = info.inner_shape;
+  column->annotation = info.annotation;
+}
+
+// Resolves `name` alone, as a column or as a feature, with the options' choices for it.
+Result<ColumnSpec> ResolveOne(const Catalog& catalog, const LoaderOptions& options,
+                              const std::string& name, bool feature) {
+  LoaderOptions one = options;
+  one.columns.clear();
+  one.features.clear();
+  (feature ? one.features : one.columns).push_back(name);
+  STOKER_ASSIGN_OR_RAISE(OutputSpec spec, ResolveColumns(catalog, one));
+  return feature ? spec.features.front() : spec.columns.front();
+}
+
+ColumnDescription DescribeColumn(const Catalog& catalog, const LoaderOptions& options,
+                                 const std::string& name, bool feature) {
+  ColumnDescription column;
+  column.name = name;
+  const arrow::Schema& schema = *catalog.schema();
+  const int index = schema.GetFieldIndex(name);
+  if (index >= 0) {
+    column.arrow_type = schema.field(index)->type()->ToString();
+    column.partition = index >= catalog.num_file_fields();
+    if (!column.partition) {
+      FooterFacts facts = CollectFooterFacts(catalog, name);
+      column.physical_types.assign(facts.physical_types.begin(), facts.physical_types.end());
+      column.encodings.assign(facts.encodings.begin(), facts.encodings.end());
+      column.compression.assign(facts.compression.begin(), facts.compression.end());
+      column.compressed_bytes = facts.compressed_bytes;
+      column.uncompressed_bytes = facts.uncompressed_bytes;
+      column.null_count = facts.null_count;
+      column.null_count_known = facts.null_count_known;
+    }
+  }
+  auto resolved = ResolveOne(catalog, options, name, feature);
+  if (resolved.ok()) {
+    column.ok = true;
+    SetProduced(*resolved, &column);
+    return column;
+  }
+  const auto kind = GetErrorKind(resolved.status());
+  column.error_kind = kind ? ErrorKindName(*kind) : "internal";
+  column.error = resolved.status().message();
+  // A list column read without a list mode: say what it is, as lists='ragged' would give it.
+  auto it = options.column_options.find(name);
+  const ColumnOptions& chosen =
+      it == options.column_options.end() ? options.default_column_options : it->second;
+  if (!feature && kind == ErrorKind::kUnsupportedType && chosen.list_mode == ListMode::kUnset) {
+    LoaderOptions ragged = options;
+    ColumnOptions with_mode = chosen;
+    with_mode.list_mode = ListMode::kRagged;
+    ragged.column_options[name] = with_mode;
+    auto as_ragged = ResolveOne(catalog, ragged, name, feature);
+    if (as_ragged.ok() && as_ragged->layout == SourceLayout::kList) {
+      column.needs_list_mode = true;
+      SetProduced(*as_ragged, &column);
+    }
+  }
+  return column;
+}
+
+}  // namespace
+
+Result<DatasetDescription> Describe(const LoaderOptions& options) {
+  STOKER_RETURN_NOT_OK(options.Validate());
+  int io_threads = options.num_io_threads;
+  if (io_threads <= 0) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    io_threads = std::max(4, options.num_threads > 0 ? options.num_threads : cores);
+  }
+  // No block cache: a description reads each footer once and leaves no trace on disk.
+  STOKER_ASSIGN_OR_RAISE(auto catalog, Catalog::Open(options.sources, io_threads, options));
+
+  DatasetDescription out;
+  out.rows = catalog->total_rows();
+  out.fingerprint = catalog->fingerprint();
+  for (size_t f = 0; f < catalog->files().size(); ++f) {
+    const CatalogFile& file = catalog->files()[f];
+    FileDescription described;
+    described.path = file.display_path;
+    described.size = file.size;
+    described.rows = file.metadata->num_rows();
+    described.num_row_groups = file.metadata->num_row_groups();
+    out.files.push_back(std::move(described));
+    for (int rg = 0; rg < file.metadata->num_row_groups(); ++rg) {
+      auto row_group = file.metadata->RowGroup(rg);
+      RowGroupDescription group;
+      group.file = static_cast<int>(f);
+      group.index = rg;
+      group.rows = row_group->num_rows();
+      group.bytes = row_group->total_byte_size();
+      for (int c = 0; c < row_group->num_columns(); ++c) {
+        group.compressed_bytes += row_group->ColumnChunk(c)->total_compressed_size();
+      }
+      out.row_groups.push_back(group);
+    }
+  }
+
+  if (options.columns.empty() && options.features.empty()) {
+    for (const auto& field : catalog->schema()->fields()) {
+      out.columns.push_back(DescribeColumn(*catalog, options, field->name(), false));
+    }
+  } else {
+    for (const auto& name : options.columns) {
+      out.columns.push_back(DescribeColumn(*catalog, options, name, false));
+    }
+    for (const auto& name : options.features) {
+      out.columns.push_back(DescribeColumn(*catalog, options, name, true));
+    }
+  }
+  return out;
+}
+
+}  // namespace stoker

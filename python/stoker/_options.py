@@ -1,0 +1,116 @@
+"""Loader options: Python arguments -> the engine's ``LoaderOptions``, checked with errors that
+name the option."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from . import _stoker
+from .errors import InvalidOptionError
+
+__all__ = ["Source", "parse_size", "normalise_sources", "storage_value", "column_options",
+           "check_int"]
+
+Source = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+
+
+def parse_size(value: Union[int, str], option: str) -> int:
+    """``1048576``, ``"64MiB"``, ``"1.5GB"`` -> bytes. Errors name ``option``."""
+    if isinstance(value, bool):
+        raise InvalidOptionError(f"{option} must be a byte count or a size like '64MiB', got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
+        if match and match.group(2).lower() in _SIZE_UNITS:
+            return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+    raise InvalidOptionError(f"{option} must be a byte count or a size like '64MiB', got {value!r}")
+
+
+def check_int(name: str, value: Any) -> None:
+    """Raises unless ``value`` is None or an int (bools are refused)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InvalidOptionError(f"{name} must be an integer, got {value!r}")
+
+
+def normalise_sources(source: Source) -> list:
+    """A source or list of sources -> absolute local paths and URIs, as the engine takes them."""
+    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    if not items:
+        raise InvalidOptionError("source is empty: give a file, folder, glob or URI")
+    out = []
+    for item in items:
+        text = os.fspath(item)
+        if not isinstance(text, str) or not text:
+            raise InvalidOptionError(f"source {item!r} is not a path or URI")
+        out.append(text if "://" in text else os.path.abspath(os.path.expanduser(text)))
+    return out
+
+
+def storage_value(value: Any) -> str:
+    """A storage option's value as the engine's string (bools as true/false)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _per_column(value: Any) -> tuple:
+    """An option given for every column (a scalar) or per column (a dict) -> (default, dict)."""
+    if isinstance(value, Mapping):
+        return None, dict(value)
+    return value, {}
+
+
+def column_options(lists: Union[None, str, Mapping[str, str]],
+                   pad_value: Union[float, Mapping[str, float]],
+                   fill_null: Union[None, float, Mapping[str, float]],
+                   null_mask: Union[bool, Sequence[str]],
+                   requested: Sequence[str]) -> tuple:
+    """The per-column options -> (default ColumnOptions, {column: ColumnOptions})."""
+    modes = {"padded": _stoker.ListMode.padded, "ragged": _stoker.ListMode.ragged}
+    list_default, list_by = _per_column(lists)
+    pad_default, pad_by = _per_column(pad_value)
+    pad_default = 0 if pad_default is None else pad_default
+    fill_default, fill_by = _per_column(fill_null)
+    if isinstance(null_mask, bool):
+        mask_default, mask_by = null_mask, {}
+    elif isinstance(null_mask, str):
+        raise InvalidOptionError("null_mask takes True or a list of column names, not a string")
+    else:
+        mask_default, mask_by = False, {name: True for name in null_mask}
+    for option, by in (("lists", list_by), ("pad_value", pad_by), ("fill_null", fill_by),
+                       ("null_mask", mask_by)):
+        for name in by:
+            if requested and name not in requested:
+                raise InvalidOptionError(
+                    f"{option} names column {name!r}, which is not in columns or features")
+
+    def make(mode, pad, fill, mask, where):
+        col = _stoker.ColumnOptions()
+        if mode is not None:
+            if mode not in modes:
+                raise InvalidOptionError(f"lists{where} must be 'padded' or 'ragged', got {mode!r}")
+            col.list_mode = modes[mode]
+        col.pad_value = float(pad)
+        if fill is not None:
+            col.has_fill_null = True
+            col.fill_null = float(fill)
+        col.null_mask = bool(mask)
+        return col
+
+    default = make(list_default, pad_default, fill_default, mask_default, "")
+    per_column = {}
+    for name in set(list_by) | set(pad_by) | set(fill_by) | set(mask_by):
+        per_column[name] = make(
+            list_by.get(name, list_default), pad_by.get(name, pad_default),
+            fill_by.get(name, fill_default), mask_by.get(name, mask_default),
+            f"[{name!r}]")
+    return default, per_column
