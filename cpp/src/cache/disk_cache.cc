@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -19,8 +20,6 @@
 #include <new>
 #include <system_error>
 #include <tuple>
-
-#include "cache/xxhash64.h"
 
 namespace stoker {
 namespace {
@@ -58,6 +57,24 @@ static_assert(sizeof(EntryHeader) == 64, "the payload offset math assumes a 64-b
 
 int64_t RoundUp(int64_t value, int64_t align) { return (value + align - 1) / align * align; }
 
+// Streaming XXH64 (libxxhash). The state is the library's own allocation: its layout is not part
+// of the shared library's ABI (XXH_STATIC_LINKING_ONLY would tie the build to one version).
+class Xxh64Stream {
+ public:
+  explicit Xxh64Stream(uint64_t seed = 0) : state_(XXH64_createState()) {
+    if (state_ == nullptr) throw std::bad_alloc();
+    XXH64_reset(state_.get(), seed);
+  }
+  void Update(const void* data, size_t size) { XXH64_update(state_.get(), data, size); }
+  uint64_t Digest() const { return XXH64_digest(state_.get()); }
+
+ private:
+  struct Free {
+    void operator()(XXH64_state_t* state) const { XXH64_freeState(state); }
+  };
+  std::unique_ptr<XXH64_state_t, Free> state_;
+};
+
 int64_t HeaderBytes(size_t ns_size, size_t key_size) {
   return RoundUp(static_cast<int64_t>(sizeof(EntryHeader) + ns_size + key_size), kAlign);
 }
@@ -66,7 +83,7 @@ int64_t HeaderBytes(size_t ns_size, size_t key_size) {
 uint64_t HeaderChecksum(const EntryHeader& header, const uint8_t* rest) {
   EntryHeader copy = header;
   copy.header_checksum = 0;
-  Xxh64 hash;
+  Xxh64Stream hash;
   hash.Update(&copy, sizeof(copy));
   hash.Update(rest, header.header_bytes - sizeof(EntryHeader));
   return hash.Digest();
@@ -170,7 +187,7 @@ KeyName NameOf(const std::string& ns, const std::string& key) {
   uint64_t digests[2];
   const uint64_t seeds[2] = {0, kNameSeed2};
   for (int i = 0; i < 2; ++i) {
-    Xxh64 hash(seeds[i]);
+    Xxh64Stream hash(seeds[i]);
     hash.Update(ns.data(), ns.size());
     hash.Update("", 1);
     hash.Update(key.data(), key.size());
@@ -653,7 +670,7 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, con
     return miss();
   }
   const uint8_t* payload = base + header.header_bytes;
-  if (XxHash64(payload, header.payload_size) != header.payload_checksum) return corrupt();
+  if (XXH64(payload, header.payload_size, 0) != header.payload_checksum) return corrupt();
   Touch(fd.get());
   counters_.hits.fetch_add(1, std::memory_order_relaxed);
   counters_.bytes_read.fetch_add(static_cast<int64_t>(header.payload_size),
@@ -715,7 +732,7 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
   header.ns_size = static_cast<uint32_t>(ns.size());
   header.key_size = static_cast<uint32_t>(key.size());
   header.payload_size = static_cast<uint64_t>(payload_size);
-  Xxh64 checksum;
+  Xxh64Stream checksum;
   for (const auto& part : parts) checksum.Update(part.first, part.second);
   header.payload_checksum = checksum.Digest();
   std::memcpy(head.data() + sizeof(header), ns.data(), ns.size());

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <atomic>
 #include <chrono>
@@ -22,7 +23,6 @@
 #include <random>
 #include <thread>
 
-#include "cache/xxhash64.h"
 #include "util/hash.h"
 
 namespace stoker {
@@ -117,10 +117,24 @@ class DiskCacheTest : public ::testing::Test {
 // ---------------------------------------------------------------------------------------------
 // Checksum
 
+// XXH64 of `size` bytes fed to libxxhash's streaming API `piece` bytes at a time.
+uint64_t StreamedXxh64(const char* data, size_t size, size_t piece) {
+  XXH64_state_t* state = XXH64_createState();
+  XXH64_reset(state, 0);
+  for (size_t offset = 0; offset < size; offset += piece) {
+    XXH64_update(state, data + offset, std::min(piece, size - offset));
+  }
+  const uint64_t digest = XXH64_digest(state);
+  XXH64_freeState(state);
+  return digest;
+}
+
+// The checksum and entry names are XXH64 (libxxhash, before that an in-tree implementation that
+// was checked against the same values): these pin the algorithm of cache format version 1.
 TEST(DiskCacheChecksum, MatchesReferenceXxh64) {
-  EXPECT_EQ(XxHash64("", 0), 0xEF46DB3751D8E999ULL);
+  EXPECT_EQ(XXH64("", 0, 0), 0xEF46DB3751D8E999ULL);
   const std::string text = "Nobody inspects the spammish repetition";
-  EXPECT_EQ(XxHash64(text.data(), text.size()), 0xFBCEA83C8A378BF1ULL);
+  EXPECT_EQ(XXH64(text.data(), text.size(), 0), 0xFBCEA83C8A378BF1ULL);
   // Reference values from the xxhash Python package, for every tail-handling branch.
   std::string data(1000, '\0');
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 7 + 3) & 0xFF);
@@ -141,16 +155,12 @@ TEST(DiskCacheChecksum, MatchesReferenceXxh64) {
       {1000, 0x5f235fa033f1a3fbULL, 0xd776e8028586ff61ULL},
   };
   for (const auto& c : kCases) {
-    EXPECT_EQ(XxHash64(data.data(), c.size), c.seed0) << c.size;
-    EXPECT_EQ(XxHash64(data.data(), c.size, 42), c.seed42) << c.size;
+    EXPECT_EQ(XXH64(data.data(), c.size, 0), c.seed0) << c.size;
+    EXPECT_EQ(XXH64(data.data(), c.size, 42), c.seed42) << c.size;
   }
   // Streaming in uneven pieces gives the one-shot digest.
   for (size_t piece : {1, 5, 31, 32, 33, 100}) {
-    Xxh64 hash;
-    for (size_t offset = 0; offset < data.size(); offset += piece) {
-      hash.Update(data.data() + offset, std::min(piece, data.size() - offset));
-    }
-    EXPECT_EQ(hash.Digest(), 0x5f235fa033f1a3fbULL) << piece;
+    EXPECT_EQ(StreamedXxh64(data.data(), data.size(), piece), 0x5f235fa033f1a3fbULL) << piece;
   }
 }
 
@@ -167,17 +177,14 @@ TEST(DiskCacheChecksum, DISABLED_Throughput) {
     std::printf("%s: %.2f GB/s (digest %016llx)\n", name, kRounds * data.size() / seconds / 1e9,
                 static_cast<unsigned long long>(digest));
   };
-  measure("xxh64", [&] { return XxHash64(data.data(), data.size()); });
+  measure("xxh64", [&] { return XXH64(data.data(), data.size(), 0); });
+  measure("xxh3_64", [&] { return XXH3_64bits(data.data(), data.size()); });
   measure("fnv1a", [&] {
     Fnv1a fnv;
     fnv.Add(data.data(), data.size());
     return fnv.digest();
   });
-  Xxh64 streamed;
-  for (size_t offset = 0; offset < data.size(); offset += 1 << 20) {
-    streamed.Update(data.data() + offset, 1 << 20);
-  }
-  EXPECT_EQ(streamed.Digest(), XxHash64(data.data(), data.size()));
+  EXPECT_EQ(StreamedXxh64(data.data(), data.size(), 1 << 20), XXH64(data.data(), data.size(), 0));
 }
 
 // A measurement, not a test: Put and warm Get (page cache) throughput of 64 MiB entries.
@@ -283,6 +290,34 @@ TEST_F(DiskCacheTest, NamespacesAreSeparateFolders) {
   EXPECT_TRUE(fs::exists(cache->EntryPath("blocks", "k")));
   EXPECT_TRUE(fs::exists(cache->EntryPath("tensors", "k")));
   EXPECT_EQ(GetString(*cache, "other", "k"), std::nullopt);
+}
+
+// The entry file of a fixed (namespace, key, payload), pinned byte for byte with the values that
+// format version 1 wrote when XXH64 was implemented in-tree (before libxxhash): its name (two
+// XXH64 seeds of the key), the payload and header checksums, and an FNV-1a digest of every byte.
+// A change here means caches already on disk would be dropped as corrupt or missed.
+TEST_F(DiskCacheTest, EntryFileBytesMatchFormatVersion1) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  const std::string payload = Pattern(100003, 7);
+  ASSERT_OK(cache->Put("blocks", "compat-key",
+                       {{payload.data(), 17}, {payload.data() + 17, payload.size() - 17}}));
+  const std::string path = cache->EntryPath("blocks", "compat-key");
+  EXPECT_EQ(fs::path(path).filename().string(), "ff7f37ab0e0b543e238af4546af54a18");
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(bytes.size(), 128 + payload.size());
+  uint64_t payload_checksum, header_checksum;
+  std::memcpy(&payload_checksum, bytes.data() + 32, 8);
+  std::memcpy(&header_checksum, bytes.data() + 40, 8);
+  EXPECT_EQ(payload_checksum, 0x6e61c483e3a85a0eULL);
+  EXPECT_EQ(header_checksum, 0x4efa96731fb54e4fULL);
+  Fnv1a fnv;
+  fnv.Add(bytes.data(), bytes.size());
+  EXPECT_EQ(fnv.digest(), 0x0f4c4be3b6079affULL);
+  ASSERT_OK_AND_ASSIGN(auto entry, cache->Get("blocks", "compat-key"));
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(entry->data()), entry->size()), payload);
 }
 
 TEST_F(DiskCacheTest, RejectsBadNamespacesAndHugeKeys) {

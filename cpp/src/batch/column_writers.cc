@@ -1,0 +1,420 @@
+#include "batch/column_writers.h"
+
+#include <arrow/buffer.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "util/convert.h"
+
+namespace stoker {
+namespace {
+
+int64_t Align(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+void SetShape(Tensor* tensor, DType dtype, std::vector<int64_t> shape) {
+  tensor->dtype = dtype;
+  tensor->shape = std::move(shape);
+}
+
+// Copies the column's name and meaning into its output column (the values writer does this).
+void Describe(const ColumnSpec& spec, OutputColumn* column) {
+  column->name = spec.name;
+  column->kind = spec.kind;
+  column->annotation = spec.annotation;
+}
+
+// Fixed-width gather of batch rows [begin, end) with an optional element cast; `inner` elements
+// per row, `out_stride` elements between output rows.
+template <typename S, typename D>
+void GatherFixed(const BatchRows& rows, int slot, int64_t inner, D* out, int64_t out_stride,
+                 const ColumnSpec& spec, int64_t begin, int64_t end) {
+  const size_t num_items = rows.items.size();
+  const S* bases[64];
+  std::vector<const S*> many;
+  const S** base = bases;
+  if (num_items > 64) {
+    many.resize(num_items);
+    base = many.data();
+  }
+  bool any_nulls = false;
+  for (size_t k = 0; k < num_items; ++k) {
+    const ColumnSource& src = rows.items[k]->sources[slot];
+    base[k] = reinterpret_cast<const S*>(src.values);
+    any_nulls |= src.validity != nullptr;
+  }
+  if (rows.use_runs && out_stride == inner) {
+    for (const auto& [first, length] : rows.runs) {
+      const int64_t from = std::max(first, begin);
+      const int64_t to = std::min(first + length, end);
+      if (from >= to) continue;
+      const S* src = base[rows.item[from]] + rows.row[from] * inner;
+      D* dst = out + from * out_stride;
+      if constexpr (std::is_same_v<S, D>) {
+        std::memcpy(dst, src, (to - from) * inner * sizeof(D));
+      } else {
+        for (int64_t k = 0; k < (to - from) * inner; ++k) dst[k] = Convert<D>(src[k]);
+      }
+    }
+  } else if (inner == 1) {
+    for (int64_t i = begin; i < end; ++i) {
+      out[i * out_stride] = Convert<D>(base[rows.item[i]][rows.row[i]]);
+    }
+  } else {
+    for (int64_t i = begin; i < end; ++i) {
+      const S* src = base[rows.item[i]] + rows.row[i] * inner;
+      D* dst = out + i * out_stride;
+      if constexpr (std::is_same_v<S, D>) {
+        std::memcpy(dst, src, inner * sizeof(D));
+      } else {
+        for (int64_t k = 0; k < inner; ++k) dst[k] = Convert<D>(src[k]);
+      }
+    }
+  }
+  if (!any_nulls) return;
+  const D fill_value = FromDouble<D>(spec.options.has_fill_null ? spec.options.fill_null : 0);
+  for (int64_t i = begin; i < end; ++i) {
+    if (rows.Source(i, slot).IsValid(rows.row[i])) continue;
+    D* dst = out + i * out_stride;
+    for (int64_t k = 0; k < inner; ++k) dst[k] = fill_value;
+  }
+}
+
+template <typename D>
+void GatherBool(const BatchRows& rows, int slot, int64_t inner, D* out, int64_t out_stride,
+                const ColumnSpec& spec, int64_t begin, int64_t end) {
+  const D fill_value = FromDouble<D>(spec.options.has_fill_null ? spec.options.fill_null : 0);
+  for (int64_t i = begin; i < end; ++i) {
+    const ColumnSource& src = rows.Source(i, slot);
+    const int64_t row = rows.row[i];
+    const bool valid = src.IsValid(row);
+    const int64_t first = src.bit_offset + row * inner;
+    for (int64_t k = 0; k < inner; ++k) {
+      out[i * out_stride + k] = valid ? Convert<D>(BitAt(src.values, first + k)) : fill_value;
+    }
+  }
+}
+
+// Gathers rows [begin, end) of a fixed-width or bool column as `out_dtype`.
+void GatherFixedColumn(const BatchRows& rows, int slot, const ColumnSpec& spec, DType out_dtype,
+                       uint8_t* out, int64_t out_stride, int64_t begin, int64_t end) {
+  VisitDType(out_dtype, [&](auto out_tag) {
+    using D = decltype(out_tag);
+    D* typed = reinterpret_cast<D*>(out);
+    if (spec.layout == SourceLayout::kBool) {
+      GatherBool<D>(rows, slot, spec.inner, typed, out_stride, spec, begin, end);
+      return;
+    }
+    VisitDType(spec.source_dtype, [&](auto source_tag) {
+      using S = decltype(source_tag);
+      GatherFixed<S, D>(rows, slot, spec.inner, typed, out_stride, spec, begin, end);
+    });
+  });
+}
+
+// `length` list values from child index `begin`: one copy, or one byte per bit for bool lists.
+void CopyListValues(const ColumnSource& src, DType source_dtype, int64_t begin, int64_t length,
+                    uint8_t* to) {
+  if (source_dtype == DType::kBool) {
+    for (int64_t k = 0; k < length; ++k) to[k] = BitAt(src.values, src.bit_offset + begin + k);
+    return;
+  }
+  const int width = DTypeSize(source_dtype);
+  std::memcpy(to, src.values + begin * width, length * width);
+}
+
+// Elements of a list or string row (0 when null).
+int64_t ListLength(const ColumnSource& src, int64_t row) {
+  return src.IsValid(row) ? src.End(row) - src.Begin(row) : 0;
+}
+
+// Rows per block of the feature transpose: a block of the [rows, F] matrix stays in L1/L2 while
+// every feature column writes into it (one pass per column over all rows would evict and
+// refetch each matrix line F times).
+constexpr int64_t kFeatureBlockRows = 64;
+
+}  // namespace
+
+BatchRows::BatchRows(const std::vector<RowRef>& refs) {
+  const int64_t count = static_cast<int64_t>(refs.size());
+  item.resize(count);
+  row.resize(count);
+  uint32_t last = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const DecodedItem* it = refs[i].item;
+    if (items.empty() || items[last] != it) {
+      auto found = std::find(items.begin(), items.end(), it);
+      if (found == items.end()) {
+        items.push_back(it);
+        found = items.end() - 1;
+      }
+      last = static_cast<uint32_t>(found - items.begin());
+    }
+    item[i] = last;
+    row[i] = refs[i].row;
+    if (i > 0 && item[i] == item[i - 1] && row[i] == row[i - 1] + 1) {
+      ++runs.back().second;
+    } else {
+      runs.emplace_back(i, 1);
+    }
+  }
+  use_runs = static_cast<int64_t>(runs.size()) * 8 <= count;
+}
+
+void SlabLayout::Place(Tensor* tensor) {
+  placed_.emplace_back(tensor, total_);
+  total_ += Align(tensor->num_bytes());
+}
+
+void SlabLayout::Bind(const std::shared_ptr<Slab>& slab) const {
+  uint8_t* base = slab->data();
+  for (const auto& [tensor, offset] : placed_) {
+    tensor->data = base + offset;
+    tensor->owner = slab;
+  }
+}
+
+// --- DenseWriter ---------------------------------------------------------------------------
+
+DenseWriter::DenseWriter(const ColumnSpec& spec, int slot, int output)
+    : ColumnWriter(output), spec_(spec), slot_(slot) {}
+
+void DenseWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
+  Describe(spec_, column);
+  std::vector<int64_t> shape = {rows.size()};
+  shape.insert(shape.end(), spec_.inner_shape.begin(), spec_.inner_shape.end());
+  SetShape(&column->values, spec_.dtype, std::move(shape));
+  layout->Place(&column->values);
+}
+
+void DenseWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+  GatherFixedColumn(rows, slot_, spec_, spec_.dtype, column->values.data, spec_.inner, 0,
+                    rows.size());
+}
+
+// --- PaddedWriter --------------------------------------------------------------------------
+
+PaddedWriter::PaddedWriter(const ColumnSpec& spec, int slot, int output)
+    : ColumnWriter(output), spec_(spec), slot_(slot) {}
+
+void PaddedWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
+  Describe(spec_, column);
+  int64_t longest = 0;
+  for (int64_t i = 0; i < rows.size(); ++i) {
+    longest = std::max(longest, ListLength(rows.Source(i, slot_), rows.row[i]));
+  }
+  SetShape(&column->lengths, DType::kInt64, {rows.size()});
+  SetShape(&column->values, spec_.dtype, {rows.size(), longest});
+  layout->Place(&column->lengths);
+  layout->Place(&column->values);
+}
+
+void PaddedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+  auto* lengths = reinterpret_cast<int64_t*>(column->lengths.data);
+  const int64_t longest = column->values.shape[1];
+  VisitDType(spec_.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T pad = FromDouble<T>(spec_.options.pad_value);
+    T* out = reinterpret_cast<T*>(column->values.data);
+    for (int64_t i = 0; i < rows.size(); ++i) {
+      const ColumnSource& src = rows.Source(i, slot_);
+      int64_t length = 0;
+      if (src.IsValid(rows.row[i])) {
+        const int64_t begin = src.Begin(rows.row[i]);
+        length = src.End(rows.row[i]) - begin;
+        CopyListValues(src, spec_.source_dtype, begin, length,
+                       reinterpret_cast<uint8_t*>(out + i * longest));
+      }
+      for (int64_t k = length; k < longest; ++k) out[i * longest + k] = pad;
+      lengths[i] = length;
+    }
+  });
+}
+
+// --- OffsetsWriter -------------------------------------------------------------------------
+
+OffsetsWriter::OffsetsWriter(const ColumnSpec& spec, int slot, int output)
+    : ColumnWriter(output), spec_(spec), slot_(slot) {}
+
+void OffsetsWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
+  Describe(spec_, column);
+  int64_t total = 0;
+  for (int64_t i = 0; i < rows.size(); ++i) total += ListLength(rows.Source(i, slot_), rows.row[i]);
+  SetShape(&column->offsets, DType::kInt64, {rows.size() + 1});
+  SetShape(&column->values, spec_.dtype, {total});
+  layout->Place(&column->offsets);
+  layout->Place(&column->values);
+}
+
+void OffsetsWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+  auto* offsets = reinterpret_cast<int64_t*>(column->offsets.data);
+  const int width = DTypeSize(spec_.dtype);
+  offsets[0] = 0;
+  for (int64_t i = 0; i < rows.size(); ++i) {
+    const ColumnSource& src = rows.Source(i, slot_);
+    int64_t length = 0;
+    if (src.IsValid(rows.row[i])) {
+      const int64_t begin = src.Begin(rows.row[i]);
+      length = src.End(rows.row[i]) - begin;
+      CopyListValues(src, spec_.source_dtype, begin, length,
+                     column->values.data + offsets[i] * width);
+    }
+    offsets[i + 1] = offsets[i] + length;
+  }
+}
+
+// --- PartitionWriter -----------------------------------------------------------------------
+
+PartitionWriter::PartitionWriter(const ColumnSpec& spec, int slot, int output)
+    : ColumnWriter(output), spec_(spec), slot_(slot) {}
+
+void PartitionWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
+  Describe(spec_, column);
+  if (spec_.kind == ColumnKind::kDense) {
+    SetShape(&column->values, spec_.dtype, {rows.size()});
+    layout->Place(&column->values);
+    return;
+  }
+  int64_t total = 0;
+  for (int64_t i = 0; i < rows.size(); ++i) {
+    total += static_cast<int64_t>(rows.Source(i, slot_).partition_text.size());
+  }
+  SetShape(&column->offsets, DType::kInt64, {rows.size() + 1});
+  SetShape(&column->values, spec_.dtype, {total});
+  layout->Place(&column->offsets);
+  layout->Place(&column->values);
+}
+
+void PartitionWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+  if (spec_.kind == ColumnKind::kDense) {
+    auto* out = reinterpret_cast<int64_t*>(column->values.data);
+    for (int64_t i = 0; i < rows.size(); ++i) out[i] = rows.Source(i, slot_).partition_int;
+    return;
+  }
+  auto* offsets = reinterpret_cast<int64_t*>(column->offsets.data);
+  offsets[0] = 0;
+  for (int64_t i = 0; i < rows.size(); ++i) {
+    const std::string& text = rows.Source(i, slot_).partition_text;
+    std::memcpy(column->values.data + offsets[i], text.data(), text.size());
+    offsets[i + 1] = offsets[i] + static_cast<int64_t>(text.size());
+  }
+}
+
+// --- MaskWriter ----------------------------------------------------------------------------
+
+void MaskWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
+  column->has_mask = true;
+  SetShape(&column->mask, DType::kBool, {rows.size()});
+  layout->Place(&column->mask);
+}
+
+void MaskWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+  uint8_t* out = column->mask.data;
+  for (int64_t i = 0; i < rows.size(); ++i) out[i] = rows.Source(i, slot_).IsValid(rows.row[i]);
+}
+
+// --- FeaturesWriter ------------------------------------------------------------------------
+
+FeaturesWriter::FeaturesWriter(std::vector<ColumnSpec> features, int first_slot, DType dtype,
+                               std::string name, int output)
+    : ColumnWriter(output),
+      features_(std::move(features)),
+      first_slot_(first_slot),
+      dtype_(dtype),
+      name_(std::move(name)) {}
+
+Status FeaturesWriter::Prepare(DecodedItem* item) const {
+  const int64_t num_features = static_cast<int64_t>(features_.size());
+  if (num_features == 0 || item->num_rows == 0) return Status::OK();
+  const int width = DTypeSize(dtype_);
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> matrix,
+                        arrow::AllocateBuffer(item->num_rows * num_features * width));
+  std::vector<RowRef> refs(item->num_rows);
+  for (int64_t r = 0; r < item->num_rows; ++r) refs[r] = {item, r};
+  const BatchRows rows(refs);
+  uint8_t* out = matrix->mutable_data();
+  // Blocked transpose: a block of rows of the matrix stays in cache while each column fills it.
+  for (int64_t begin = 0; begin < item->num_rows; begin += kFeatureBlockRows) {
+    const int64_t end = std::min(item->num_rows, begin + kFeatureBlockRows);
+    for (int64_t f = 0; f < num_features; ++f) {
+      GatherFixedColumn(rows, first_slot_ + static_cast<int>(f), features_[f], dtype_,
+                        out + f * width, num_features, begin, end);
+    }
+  }
+  item->feature_rows = std::move(matrix);
+  // The feature columns are no longer read; free them (an output column keeps its own).
+  for (int64_t f = 0; f < num_features; ++f) item->sources[first_slot_ + f] = ColumnSource{};
+  return Status::OK();
+}
+
+void FeaturesWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
+  column->name = name_;
+  SetShape(&column->values, dtype_, {rows.size(), static_cast<int64_t>(features_.size())});
+  layout->Place(&column->values);
+}
+
+void FeaturesWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+  // Whole rows of the items' feature matrices (built by Prepare).
+  const int64_t row_bytes = static_cast<int64_t>(features_.size()) * DTypeSize(dtype_);
+  for (const auto& [first, length] : rows.runs) {
+    const DecodedItem& item = rows.Item(first);
+    std::memcpy(column->values.data + first * row_bytes,
+                item.feature_rows->data() + rows.row[first] * row_bytes, length * row_bytes);
+  }
+}
+
+// --- PaddingFlagWriter ---------------------------------------------------------------------
+
+void PaddingFlagWriter::Size(const BatchRows& rows, OutputColumn* column,
+                             SlabLayout* layout) const {
+  column->name = name_;
+  SetShape(&column->values, DType::kBool, {rows.size()});
+  layout->Place(&column->values);
+}
+
+void PaddingFlagWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+  uint8_t* out = column->values.data;
+  for (int64_t i = 0; i < rows.size(); ++i) out[i] = rows.Item(i).padding;
+}
+
+// --- MakeColumnWriters ---------------------------------------------------------------------
+
+ColumnWriters MakeColumnWriters(const OutputSpec& spec, const LoaderOptions& options) {
+  ColumnWriters out;
+  auto add = [&](std::unique_ptr<const ColumnWriter> writer) {
+    out.writers.push_back(std::move(writer));
+  };
+  const int num_columns = static_cast<int>(spec.columns.size());
+  for (int c = 0; c < num_columns; ++c) {
+    const ColumnSpec& column = spec.columns[c];
+    const int output = out.num_outputs++;
+    if (column.layout == SourceLayout::kPartition) {
+      add(std::make_unique<PartitionWriter>(column, c, output));
+    } else {
+      switch (column.kind) {
+        case ColumnKind::kDense:
+          add(std::make_unique<DenseWriter>(column, c, output));
+          break;
+        case ColumnKind::kPadded:
+          add(std::make_unique<PaddedWriter>(column, c, output));
+          break;
+        case ColumnKind::kRagged:
+        case ColumnKind::kStrings:
+          add(std::make_unique<OffsetsWriter>(column, c, output));
+          break;
+      }
+    }
+    if (column.options.null_mask) add(std::make_unique<MaskWriter>(c, output));
+  }
+  if (!spec.features.empty()) {
+    add(std::make_unique<FeaturesWriter>(spec.features, num_columns, options.features_dtype,
+                                         options.features_name, out.num_outputs++));
+  }
+  if (options.padding_mask) {
+    add(std::make_unique<PaddingFlagWriter>(options.padding_name, out.num_outputs++));
+  }
+  return out;
+}
+
+}  // namespace stoker

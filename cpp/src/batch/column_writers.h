@@ -1,0 +1,187 @@
+// Column writers: each one writes one kind of output tensor group of a batch into its slab.
+//
+// A batch is assembled in two steps over a list of writers built once per loader from the
+// OutputSpec (MakeColumnWriters):
+//   1. Size: every writer sets the shapes of the tensors it writes (some need the batch's rows:
+//      the longest list, the total of string bytes) and places them in the SlabLayout.
+//   2. The assembler takes one slab of SlabLayout::total_bytes() and binds every placed tensor.
+//   3. Fill: every writer writes its tensors.
+// Writers may also prepare a decoded item once, on the worker that decoded it (the features
+// writer transposes the feature columns there). A new output (a transform's codec) is a new
+// writer, not a new arm of a switch.
+//
+// Thread safety: writers are immutable after construction; Size, Fill and Prepare are const and
+// run on many workers at once (each on its own batch or item).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "decode/column_spec.h"
+#include "decode/decoder.h"
+#include "stoker/options.h"
+#include "stoker/tensor.h"
+
+namespace stoker {
+
+/// One row of a batch: a row of a decoded item.
+struct RowRef {
+  const DecodedItem* item;
+  int64_t row;
+};
+
+/// The rows of one batch resolved once: which distinct item and which row each comes from, and
+/// the runs of consecutive rows of one item (long in natural order, length 1 when shuffled).
+struct BatchRows {
+  explicit BatchRows(const std::vector<RowRef>& refs);
+
+  int64_t size() const { return static_cast<int64_t>(row.size()); }
+  const DecodedItem& Item(int64_t i) const { return *items[item[i]]; }
+  const ColumnSource& Source(int64_t i, int slot) const { return items[item[i]]->sources[slot]; }
+
+  std::vector<const DecodedItem*> items;          // distinct, in order of first use
+  std::vector<uint32_t> item;                     // per batch row: index into `items`
+  std::vector<int64_t> row;                       // per batch row: row within its item
+  std::vector<std::pair<int64_t, int64_t>> runs;  // (first row in the batch, length)
+  /// Whether runs are long enough (8 rows on average) that copying run by run pays.
+  bool use_runs = false;
+};
+
+/// Where each tensor of a batch goes in its slab: 64-byte aligned offsets, in placement order.
+class SlabLayout {
+ public:
+  /// Reserves room for `tensor` (its dtype and shape set) at the next aligned offset. The
+  /// tensor must stay at this address until Bind().
+  void Place(Tensor* tensor);
+  int64_t total_bytes() const { return total_; }
+  /// Points every placed tensor into `slab` and makes the slab its owner.
+  void Bind(const std::shared_ptr<Slab>& slab) const;
+
+ private:
+  int64_t total_ = 0;
+  std::vector<std::pair<Tensor*, int64_t>> placed_;
+};
+
+class ColumnWriter {
+ public:
+  explicit ColumnWriter(int output) : output_(output) {}
+  virtual ~ColumnWriter() = default;
+
+  /// Index of the batch's output column written (a mask writer shares its column's index).
+  int output() const { return output_; }
+
+  /// Per-item work on the worker that decoded `item`, before any batch reads it.
+  virtual Status Prepare(DecodedItem* item) const { return Status::OK(); }
+  /// Sets the shapes (and names) of the tensors this writer writes in `column`, and places them.
+  virtual void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const = 0;
+  /// Writes those tensors, bound to the slab by now.
+  virtual void Fill(const BatchRows& rows, OutputColumn* column) const = 0;
+
+ private:
+  const int output_;
+};
+
+/// kDense from fixed-width or bit-packed values: [B] or [B, ...], typed gathers (runs of
+/// consecutive rows copied at once), nulls filled with fill_null or zero.
+class DenseWriter final : public ColumnWriter {
+ public:
+  DenseWriter(const ColumnSpec& spec, int slot, int output);
+  void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
+  void Fill(const BatchRows& rows, OutputColumn* column) const override;
+
+ private:
+  const ColumnSpec spec_;
+  const int slot_;
+};
+
+/// kPadded lists: values [B, longest row of the batch] padded with pad_value, lengths int64 [B].
+class PaddedWriter final : public ColumnWriter {
+ public:
+  PaddedWriter(const ColumnSpec& spec, int slot, int output);
+  void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
+  void Fill(const BatchRows& rows, OutputColumn* column) const override;
+
+ private:
+  const ColumnSpec spec_;
+  const int slot_;
+};
+
+/// kRagged lists and kStrings: values [total] concatenated, offsets int64 [B + 1]. Null rows are
+/// empty.
+class OffsetsWriter final : public ColumnWriter {
+ public:
+  OffsetsWriter(const ColumnSpec& spec, int slot, int output);
+  void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
+  void Fill(const BatchRows& rows, OutputColumn* column) const override;
+
+ private:
+  const ColumnSpec spec_;
+  const int slot_;
+};
+
+/// Hive partition columns (one value per item): int64 [B], or strings (values + offsets).
+class PartitionWriter final : public ColumnWriter {
+ public:
+  PartitionWriter(const ColumnSpec& spec, int slot, int output);
+  void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
+  void Fill(const BatchRows& rows, OutputColumn* column) const override;
+
+ private:
+  const ColumnSpec spec_;
+  const int slot_;
+};
+
+/// `<column>.mask` when null_mask is on: bool [B], true where the row is valid.
+class MaskWriter final : public ColumnWriter {
+ public:
+  MaskWriter(int slot, int output) : ColumnWriter(output), slot_(slot) {}
+  void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
+  void Fill(const BatchRows& rows, OutputColumn* column) const override;
+
+ private:
+  const int slot_;
+};
+
+/// The stacked features [B, F] in `dtype`. Prepare casts and transposes an item's feature
+/// columns (slots first_slot .. first_slot + F - 1) into its row-major matrix
+/// (DecodedItem::feature_rows) and frees them; Fill copies whole matrix rows, a run at a time.
+class FeaturesWriter final : public ColumnWriter {
+ public:
+  FeaturesWriter(std::vector<ColumnSpec> features, int first_slot, DType dtype, std::string name,
+                 int output);
+  Status Prepare(DecodedItem* item) const override;
+  void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
+  void Fill(const BatchRows& rows, OutputColumn* column) const override;
+
+ private:
+  const std::vector<ColumnSpec> features_;
+  const int first_slot_;
+  const DType dtype_;
+  const std::string name_;
+};
+
+/// The padding flag: bool [B], true for rows that pad the rank's share (DecodedItem::padding).
+class PaddingFlagWriter final : public ColumnWriter {
+ public:
+  PaddingFlagWriter(std::string name, int output) : ColumnWriter(output), name_(std::move(name)) {}
+  void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
+  void Fill(const BatchRows& rows, OutputColumn* column) const override;
+
+ private:
+  const std::string name_;
+};
+
+/// The writers of a loader's batches, in slab order, and how many output columns they write.
+struct ColumnWriters {
+  std::vector<std::unique_ptr<const ColumnWriter>> writers;
+  int num_outputs = 0;
+};
+
+/// One writer per output of `spec` (plus a mask writer per null_mask column), then the features
+/// and padding-flag writers that `options` asks for.
+ColumnWriters MakeColumnWriters(const OutputSpec& spec, const LoaderOptions& options);
+
+}  // namespace stoker

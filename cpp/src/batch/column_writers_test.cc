@@ -1,0 +1,413 @@
+#include "batch/column_writers.h"
+
+#include <arrow/buffer.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "batch/assembler.h"
+#include "batch/slab_pool.h"
+
+namespace stoker {
+namespace {
+
+// Runs one writer over `refs` the way BatchAssembler does: size, one slab, fill.
+struct Written {
+  std::shared_ptr<Slab> slab;
+  OutputColumn column;
+  int64_t slab_bytes = 0;
+};
+
+Written Write(const ColumnWriter& writer, const std::vector<RowRef>& refs) {
+  static std::shared_ptr<SlabPool> pool = SlabPool::Make(0);
+  const BatchRows rows(refs);
+  Written out;
+  SlabLayout layout;
+  writer.Size(rows, &out.column, &layout);
+  out.slab_bytes = layout.total_bytes();
+  out.slab = pool->Acquire(layout.total_bytes());
+  std::memset(out.slab->data(), 0xAB, layout.total_bytes());  // poison: every byte is written
+  layout.Bind(out.slab);
+  writer.Fill(rows, &out.column);
+  return out;
+}
+
+template <typename T>
+std::vector<T> Values(const Tensor& tensor) {
+  const T* data = reinterpret_cast<const T*>(tensor.data);
+  return std::vector<T>(data, data + tensor.num_elements());
+}
+
+// A validity bitmap (LSB first) from bools.
+std::vector<uint8_t> Bitmap(const std::vector<int>& valid) {
+  std::vector<uint8_t> bits((valid.size() + 7) / 8, 0);
+  for (size_t i = 0; i < valid.size(); ++i) {
+    if (valid[i]) bits[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+  }
+  return bits;
+}
+
+ColumnSpec Spec(const std::string& name, SourceLayout layout, ColumnKind kind, DType source,
+                DType dtype) {
+  ColumnSpec spec;
+  spec.name = name;
+  spec.layout = layout;
+  spec.kind = kind;
+  spec.source_dtype = source;
+  spec.dtype = dtype;
+  return spec;
+}
+
+// Two hand-built items with one column each (slot 0).
+struct TwoItems {
+  DecodedItem a, b;
+  TwoItems() {
+    a.num_rows = 4;
+    b.num_rows = 3;
+    a.sources.resize(1);
+    b.sources.resize(1);
+  }
+};
+
+TEST(SlabLayout, PlacesTensorsAt64ByteAlignedOffsetsInOrder) {
+  Tensor x, y, z;
+  x.dtype = DType::kInt32;
+  x.shape = {3};  // 12 bytes -> 64
+  y.dtype = DType::kFloat64;
+  y.shape = {2, 9};  // 144 bytes -> 192
+  z.dtype = DType::kBool;
+  z.shape = {0};
+  SlabLayout layout;
+  layout.Place(&x);
+  layout.Place(&y);
+  layout.Place(&z);
+  EXPECT_EQ(layout.total_bytes(), 64 + 192);
+  auto slab = SlabPool::Make(0)->Acquire(layout.total_bytes());
+  layout.Bind(slab);
+  EXPECT_EQ(x.data, slab->data());
+  EXPECT_EQ(y.data, slab->data() + 64);
+  EXPECT_EQ(z.data, slab->data() + 256);
+  EXPECT_EQ(y.owner, slab);
+}
+
+TEST(BatchRows, FindsDistinctItemsAndRuns) {
+  DecodedItem a, b;
+  const BatchRows rows({{&a, 2}, {&a, 3}, {&a, 4}, {&b, 0}, {&a, 5}, {&b, 1}, {&b, 2}});
+  ASSERT_EQ(rows.items.size(), 2u);
+  EXPECT_EQ(rows.item, (std::vector<uint32_t>{0, 0, 0, 1, 0, 1, 1}));
+  EXPECT_EQ(rows.row, (std::vector<int64_t>{2, 3, 4, 0, 5, 1, 2}));
+  EXPECT_EQ(rows.runs, (std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 1}, {4, 1}, {5, 2}}));
+  EXPECT_FALSE(rows.use_runs);  // 4 runs for 7 rows
+}
+
+TEST(DenseWriter, GathersCastsAndFillsNulls) {
+  TwoItems items;
+  const int32_t a_values[] = {10, 11, 12, 13};
+  const int32_t b_values[] = {20, 21, 22};
+  const std::vector<uint8_t> b_valid = Bitmap({true, false, true});
+  items.a.sources[0].values = reinterpret_cast<const uint8_t*>(a_values);
+  items.b.sources[0].values = reinterpret_cast<const uint8_t*>(b_values);
+  items.b.sources[0].validity = b_valid.data();
+  ColumnSpec spec =
+      Spec("x", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kInt64);
+  spec.options.has_fill_null = true;
+  spec.options.fill_null = -1;
+  const DenseWriter writer(spec, 0, 0);
+  const Written out =
+      Write(writer, {{&items.b, 2}, {&items.a, 0}, {&items.b, 1}, {&items.a, 3}, {&items.a, 1}});
+  EXPECT_EQ(out.column.name, "x");
+  EXPECT_EQ(out.column.kind, ColumnKind::kDense);
+  EXPECT_FALSE(out.column.has_mask);
+  EXPECT_EQ(out.column.values.dtype, DType::kInt64);
+  EXPECT_EQ(out.column.values.shape, (std::vector<int64_t>{5}));
+  EXPECT_EQ(Values<int64_t>(out.column.values), (std::vector<int64_t>{22, 10, -1, 13, 11}));
+}
+
+TEST(DenseWriter, CopiesRunsOfFixedSizeRows) {
+  DecodedItem item;
+  item.num_rows = 40;
+  item.sources.resize(1);
+  std::vector<float> values(item.num_rows * 3);
+  for (size_t k = 0; k < values.size(); ++k) values[k] = static_cast<float>(k);
+  item.sources[0].values = reinterpret_cast<const uint8_t*>(values.data());
+  ColumnSpec spec =
+      Spec("v", SourceLayout::kFixed, ColumnKind::kDense, DType::kFloat32, DType::kFloat32);
+  spec.inner = 3;
+  spec.inner_shape = {3};
+  const DenseWriter writer(spec, 0, 0);
+  std::vector<RowRef> refs;
+  for (int64_t r = 5; r < 37; ++r) refs.push_back({&item, r});  // one run: runs are used
+  ASSERT_TRUE(BatchRows(refs).use_runs);
+  const Written out = Write(writer, refs);
+  EXPECT_EQ(out.column.values.shape, (std::vector<int64_t>{32, 3}));
+  const std::vector<float> got = Values<float>(out.column.values);
+  EXPECT_EQ(got, std::vector<float>(values.begin() + 15, values.begin() + 111));
+}
+
+TEST(DenseWriter, UnpacksBools) {
+  DecodedItem item;
+  item.num_rows = 10;
+  item.sources.resize(1);
+  const std::vector<uint8_t> bits = Bitmap({0, 0, 0, 1, 0, 1, 1, 0, 0, 1});
+  const std::vector<uint8_t> valid = Bitmap({1, 1, 1, 1, 0});
+  item.sources[0].values = bits.data();
+  item.sources[0].bit_offset = 3;  // row 0 is bit 3
+  item.sources[0].validity = valid.data();
+  ColumnSpec spec = Spec("b", SourceLayout::kBool, ColumnKind::kDense, DType::kBool, DType::kBool);
+  spec.options.has_fill_null = true;
+  spec.options.fill_null = 1;
+  const DenseWriter writer(spec, 0, 0);
+  // Rows 0..4 are bits 3..7: 1 0 1 1 0; row 4 is null -> the fill value 1.
+  const Written out = Write(writer, {{&item, 0}, {&item, 1}, {&item, 2}, {&item, 3}, {&item, 4}});
+  EXPECT_EQ(Values<uint8_t>(out.column.values), (std::vector<uint8_t>{1, 0, 1, 1, 1}));
+}
+
+// List rows: a = [1, 2], null, [3], []; b = [4, 5, 6], [7].
+struct ListItems : TwoItems {
+  const int16_t a_values[3] = {1, 2, 3};
+  const int32_t a_offsets[5] = {0, 2, 2, 3, 3};
+  std::vector<uint8_t> a_valid = Bitmap({true, false, true, true});
+  const int16_t b_values[4] = {4, 5, 6, 7};
+  const int64_t b_offsets[3] = {0, 3, 4};
+  ListItems() {
+    a.num_rows = 4;
+    b.num_rows = 2;
+    a.sources[0].values = reinterpret_cast<const uint8_t*>(a_values);
+    a.sources[0].offsets32 = a_offsets;
+    a.sources[0].validity = a_valid.data();
+    b.sources[0].values = reinterpret_cast<const uint8_t*>(b_values);
+    b.sources[0].offsets64 = b_offsets;
+  }
+};
+
+TEST(PaddedWriter, PadsToTheLongestRowOfTheBatch) {
+  ListItems items;
+  ColumnSpec spec =
+      Spec("l", SourceLayout::kList, ColumnKind::kPadded, DType::kInt16, DType::kInt16);
+  spec.options.pad_value = -9;
+  const PaddedWriter writer(spec, 0, 0);
+  const Written out =
+      Write(writer, {{&items.a, 0}, {&items.b, 0}, {&items.a, 1}, {&items.a, 3}, {&items.b, 1}});
+  EXPECT_EQ(out.column.kind, ColumnKind::kPadded);
+  EXPECT_EQ(out.column.values.shape, (std::vector<int64_t>{5, 3}));
+  EXPECT_EQ(Values<int16_t>(out.column.values),
+            (std::vector<int16_t>{1, 2, -9, 4, 5, 6, -9, -9, -9, -9, -9, -9, 7, -9, -9}));
+  EXPECT_EQ(Values<int64_t>(out.column.lengths), (std::vector<int64_t>{2, 3, 0, 0, 1}));
+}
+
+TEST(PaddedWriter, AllEmptyRowsGiveZeroWidth) {
+  ListItems items;
+  const PaddedWriter writer(
+      Spec("l", SourceLayout::kList, ColumnKind::kPadded, DType::kInt16, DType::kInt16), 0, 0);
+  const Written out = Write(writer, {{&items.a, 1}, {&items.a, 3}});
+  EXPECT_EQ(out.column.values.shape, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(Values<int64_t>(out.column.lengths), (std::vector<int64_t>{0, 0}));
+}
+
+TEST(OffsetsWriter, ConcatenatesRaggedRows) {
+  ListItems items;
+  const OffsetsWriter writer(
+      Spec("r", SourceLayout::kList, ColumnKind::kRagged, DType::kInt16, DType::kInt16), 0, 3);
+  EXPECT_EQ(writer.output(), 3);
+  const Written out =
+      Write(writer, {{&items.b, 0}, {&items.a, 1}, {&items.a, 0}, {&items.b, 1}, {&items.a, 2}});
+  EXPECT_EQ(out.column.kind, ColumnKind::kRagged);
+  EXPECT_EQ(Values<int16_t>(out.column.values), (std::vector<int16_t>{4, 5, 6, 1, 2, 7, 3}));
+  EXPECT_EQ(Values<int64_t>(out.column.offsets), (std::vector<int64_t>{0, 3, 3, 5, 6, 7}));
+}
+
+TEST(OffsetsWriter, CopiesStringBytesAndBoolLists) {
+  DecodedItem item;
+  item.num_rows = 3;
+  item.sources.resize(2);
+  const char text[] = "héllo!";  // "hé", "llo", "!" by byte offsets
+  const int32_t text_offsets[] = {0, 3, 6, 7};
+  item.sources[0].values = reinterpret_cast<const uint8_t*>(text);
+  item.sources[0].offsets32 = text_offsets;
+  const std::vector<uint8_t> bits = Bitmap({1, 0, 1, 1, 0});
+  const int32_t bool_offsets[] = {0, 2, 2, 4};
+  item.sources[1].values = bits.data();
+  item.sources[1].bit_offset = 1;  // child 0 is bit 1
+  item.sources[1].offsets32 = bool_offsets;
+  ColumnSpec strings =
+      Spec("s", SourceLayout::kString, ColumnKind::kStrings, DType::kUInt8, DType::kUInt8);
+  strings.annotation = "utf8";
+  const Written s = Write(OffsetsWriter(strings, 0, 0), {{&item, 2}, {&item, 0}, {&item, 1}});
+  EXPECT_EQ(s.column.annotation, "utf8");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(s.column.values.data),
+                        s.column.values.num_elements()),
+            "!héllo");
+  EXPECT_EQ(Values<int64_t>(s.column.offsets), (std::vector<int64_t>{0, 1, 4, 7}));
+  const Written b = Write(
+      OffsetsWriter(
+          Spec("bl", SourceLayout::kList, ColumnKind::kRagged, DType::kBool, DType::kBool), 1, 0),
+      {{&item, 0}, {&item, 1}, {&item, 2}});
+  // Bits 1..4: 0 1 1 0 -> rows [0, 1], [], [1, 0].
+  EXPECT_EQ(Values<uint8_t>(b.column.values), (std::vector<uint8_t>{0, 1, 1, 0}));
+  EXPECT_EQ(Values<int64_t>(b.column.offsets), (std::vector<int64_t>{0, 2, 2, 4}));
+}
+
+TEST(PartitionWriter, RepeatsEachItemsValue) {
+  TwoItems items;
+  items.a.sources[0].partition_int = 2024;
+  items.a.sources[0].partition_text = "2024";
+  items.b.sources[0].partition_int = 7;
+  items.b.sources[0].partition_text = "7";
+  const std::vector<RowRef> refs = {{&items.a, 0}, {&items.b, 2}, {&items.a, 3}};
+  const Written ints = Write(PartitionWriter(Spec("year", SourceLayout::kPartition,
+                                                  ColumnKind::kDense, DType::kInt64, DType::kInt64),
+                                             0, 0),
+                             refs);
+  EXPECT_EQ(Values<int64_t>(ints.column.values), (std::vector<int64_t>{2024, 7, 2024}));
+  const Written text =
+      Write(PartitionWriter(Spec("year", SourceLayout::kPartition, ColumnKind::kStrings,
+                                 DType::kUInt8, DType::kUInt8),
+                            0, 0),
+            refs);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(text.column.values.data),
+                        text.column.values.num_elements()),
+            "202472024");
+  EXPECT_EQ(Values<int64_t>(text.column.offsets), (std::vector<int64_t>{0, 4, 5, 9}));
+}
+
+TEST(MaskWriter, MarksValidRows) {
+  ListItems items;
+  const Written out =
+      Write(MaskWriter(0, 0), {{&items.a, 0}, {&items.a, 1}, {&items.b, 0}, {&items.a, 2}});
+  EXPECT_TRUE(out.column.has_mask);
+  EXPECT_EQ(out.column.mask.dtype, DType::kBool);
+  EXPECT_EQ(Values<uint8_t>(out.column.mask), (std::vector<uint8_t>{1, 0, 1, 1}));
+}
+
+TEST(FeaturesWriter, PrepareTransposesThenFillCopiesRows) {
+  DecodedItem item;
+  item.num_rows = 70;      // more than one transpose block
+  item.sources.resize(3);  // slot 0: another column, slots 1-2: features
+  std::vector<int32_t> f0(item.num_rows);
+  std::vector<double> f1(item.num_rows);
+  for (int r = 0; r < item.num_rows; ++r) {
+    f0[r] = r;
+    f1[r] = 0.5 + r;
+  }
+  const std::vector<uint8_t> f0_valid = Bitmap(std::vector<int>(70, 1));
+  std::vector<uint8_t> valid = f0_valid;
+  valid[1] &= ~(1u << 1);                                                // row 9 of f0 is null
+  item.sources[0].values = reinterpret_cast<const uint8_t*>(f0.data());  // untouched by Prepare
+  item.sources[1].values = reinterpret_cast<const uint8_t*>(f0.data());
+  item.sources[1].validity = valid.data();
+  item.sources[2].values = reinterpret_cast<const uint8_t*>(f1.data());
+  ColumnSpec a = Spec("f0", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kInt32);
+  a.options.has_fill_null = true;
+  a.options.fill_null = -2;
+  const ColumnSpec b =
+      Spec("f1", SourceLayout::kFixed, ColumnKind::kDense, DType::kFloat64, DType::kFloat64);
+  const FeaturesWriter writer({a, b}, 1, DType::kFloat32, "feats", 5);
+  ASSERT_TRUE(writer.Prepare(&item).ok());
+  ASSERT_NE(item.feature_rows, nullptr);
+  EXPECT_EQ(item.feature_rows->size(), 70 * 2 * 4);
+  EXPECT_NE(item.sources[0].values, nullptr);
+  EXPECT_EQ(item.sources[1].values, nullptr);  // freed
+  EXPECT_EQ(item.sources[2].values, nullptr);
+  const Written out =
+      Write(writer, {{&item, 9}, {&item, 10}, {&item, 11}, {&item, 69}, {&item, 0}});
+  EXPECT_EQ(out.column.name, "feats");
+  EXPECT_EQ(out.column.values.dtype, DType::kFloat32);
+  EXPECT_EQ(out.column.values.shape, (std::vector<int64_t>{5, 2}));
+  EXPECT_EQ(Values<float>(out.column.values),
+            (std::vector<float>{-2, 9.5, 10, 10.5, 11, 11.5, 69, 69.5, 0, 0.5}));
+}
+
+TEST(PaddingFlagWriter, CopiesEachItemsFlag) {
+  TwoItems items;
+  items.b.padding = true;
+  const Written out =
+      Write(PaddingFlagWriter("pad", 0), {{&items.a, 0}, {&items.b, 0}, {&items.b, 1}});
+  EXPECT_EQ(out.column.name, "pad");
+  EXPECT_EQ(Values<uint8_t>(out.column.values), (std::vector<uint8_t>{0, 1, 1}));
+}
+
+TEST(MakeColumnWriters, OneWriterPerOutputPlusMasksFeaturesAndPadding) {
+  OutputSpec spec;
+  spec.columns.push_back(
+      Spec("d", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kInt32));
+  spec.columns.push_back(
+      Spec("s", SourceLayout::kString, ColumnKind::kStrings, DType::kUInt8, DType::kUInt8));
+  spec.columns.back().options.null_mask = true;
+  spec.columns.push_back(
+      Spec("p", SourceLayout::kPartition, ColumnKind::kDense, DType::kInt64, DType::kInt64));
+  spec.features.push_back(
+      Spec("f", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kInt32));
+  LoaderOptions options;
+  options.padding_mask = true;
+  const ColumnWriters made = MakeColumnWriters(spec, options);
+  EXPECT_EQ(made.num_outputs, 5);
+  std::vector<int> outputs;
+  for (const auto& writer : made.writers) outputs.push_back(writer->output());
+  EXPECT_EQ(outputs, (std::vector<int>{0, 1, 1, 2, 3, 4}));
+  EXPECT_NE(dynamic_cast<const DenseWriter*>(made.writers[0].get()), nullptr);
+  EXPECT_NE(dynamic_cast<const OffsetsWriter*>(made.writers[1].get()), nullptr);
+  EXPECT_NE(dynamic_cast<const MaskWriter*>(made.writers[2].get()), nullptr);
+  EXPECT_NE(dynamic_cast<const PartitionWriter*>(made.writers[3].get()), nullptr);
+  EXPECT_NE(dynamic_cast<const FeaturesWriter*>(made.writers[4].get()), nullptr);
+  EXPECT_NE(dynamic_cast<const PaddingFlagWriter*>(made.writers[5].get()), nullptr);
+}
+
+// The whole assembler: every output column, one slab, in spec order.
+TEST(BatchAssembler, AssemblesAllColumnsIntoOneSlab) {
+  auto spec = std::make_shared<OutputSpec>();
+  spec->columns.push_back(
+      Spec("d", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kInt32));
+  spec->columns.push_back(
+      Spec("l", SourceLayout::kList, ColumnKind::kPadded, DType::kInt16, DType::kInt16));
+  spec->columns.back().options.null_mask = true;
+  spec->features.push_back(
+      Spec("f", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kInt32));
+  LoaderOptions options;
+  options.padding_mask = true;
+  options.padding_name = "__padding__";
+  const BatchAssembler assembler(spec, options, SlabPool::Make(2));
+
+  DecodedItem item;
+  item.num_rows = 3;
+  item.padding = true;
+  item.sources.resize(3);
+  const int32_t dense[] = {7, 8, 9};
+  const int16_t list_values[] = {1, 2, 3};
+  const int32_t list_offsets[] = {0, 1, 1, 3};
+  const std::vector<uint8_t> list_valid = Bitmap({true, false, true});
+  const int32_t feature[] = {100, 101, 102};
+  item.sources[0].values = reinterpret_cast<const uint8_t*>(dense);
+  item.sources[1].values = reinterpret_cast<const uint8_t*>(list_values);
+  item.sources[1].offsets32 = list_offsets;
+  item.sources[1].validity = list_valid.data();
+  item.sources[2].values = reinterpret_cast<const uint8_t*>(feature);
+  ASSERT_TRUE(assembler.Prepare(&item).ok());
+
+  auto made = assembler.Assemble(4, {{&item, 2}, {&item, 1}, {&item, 0}});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  const Batch& batch = **made;
+  EXPECT_EQ(batch.index, 4);
+  EXPECT_EQ(batch.num_rows, 3);
+  ASSERT_EQ(batch.columns.size(), 4u);
+  EXPECT_EQ(batch.columns[0].name, "d");
+  EXPECT_EQ(Values<int32_t>(batch.columns[0].values), (std::vector<int32_t>{9, 8, 7}));
+  EXPECT_EQ(batch.columns[1].name, "l");
+  EXPECT_EQ(Values<int16_t>(batch.columns[1].values), (std::vector<int16_t>{2, 3, 0, 0, 1, 0}));
+  EXPECT_EQ(Values<int64_t>(batch.columns[1].lengths), (std::vector<int64_t>{2, 0, 1}));
+  EXPECT_EQ(Values<uint8_t>(batch.columns[1].mask), (std::vector<uint8_t>{1, 0, 1}));
+  EXPECT_EQ(batch.columns[2].name, "features");
+  EXPECT_EQ(Values<float>(batch.columns[2].values), (std::vector<float>{102, 101, 100}));
+  EXPECT_EQ(batch.columns[3].name, "__padding__");
+  EXPECT_EQ(Values<uint8_t>(batch.columns[3].values), (std::vector<uint8_t>{1, 1, 1}));
+  // One slab holds every tensor.
+  const std::shared_ptr<Slab>& slab = batch.columns[0].values.owner;
+  for (const OutputColumn& column : batch.columns) EXPECT_EQ(column.values.owner, slab);
+  EXPECT_EQ(batch.columns[1].lengths.owner, slab);
+  EXPECT_EQ(batch.columns[1].mask.owner, slab);
+}
+
+}  // namespace
+}  // namespace stoker
