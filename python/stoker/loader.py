@@ -384,8 +384,10 @@ class Loader:
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         """Makes the next iteration yield exactly the batches the saved loader would have.
 
-        A state saved at another world size (every rank saved at the same step, as data-parallel
-        training does) resumes elastically: the next iteration delivers this rank's share of the
+        A state saved by another rank of the same world size is this rank's position too (the
+        ranks of a data-parallel job are at the same step), so a checkpoint saved on rank 0 serves
+        every rank. A state saved at another world size (every rank at the same step) resumes
+        elastically: the next iteration delivers this rank's share of the
         rows the old ranks had not delivered yet, then epochs go on at this world size.
 
         Ends a live iterator of this loader, as ``set_epoch`` does.
@@ -409,12 +411,13 @@ class Loader:
                     f"{saved_rank[1]}; it resumes only at world_size={saved_rank[1]} (or start "
                     f"the next epoch with set_epoch({state['epoch'] + 1}))")
             elastic = (int(saved_rank[1]), int(state["batch"]))
+        elif (saved_rank[1] == mine[1] and saved_rank[0] != mine[0]
+              and state.get("data_fingerprint") == engine.data_fingerprint):
+            # Another rank of the same job: the ranks of a data-parallel job are at the same step
+            # (equal batches per rank, lockstep), so its position is this rank's position too.
+            # This is what "save the checkpoint on rank 0" (Lightning, most DDP scripts) needs.
+            pass
         elif state["fingerprint"] != engine.fingerprint:
-            if None not in saved_rank and saved_rank[1] == mine[1] and saved_rank != mine:
-                raise StateMismatchError(
-                    f"this state belongs to rank {saved_rank[0]} of {saved_rank[1]}, and this "
-                    f"loader is rank {mine[0]} of {mine[1]}; each rank must save and load its own "
-                    "state (e.g. torch.save(loader.state_dict(), f'loader-rank{rank}.pt'))")
             raise StateMismatchError(
                 "state_dict was saved by a loader with other options or another dataset "
                 f"(fingerprint {state['fingerprint']:#x}, this loader {engine.fingerprint:#x}); "
