@@ -144,7 +144,10 @@ class Loader:
         self._epoch = 0
         self._position = 0  # batches of self._epoch handed to the caller
         self._resume_batch: Optional[int] = None
-        self._epoch_done = False  # the last iteration delivered its whole epoch
+        # Every batch of self._epoch has been handed out (whether or not the iterator was then
+        # exhausted: Lightning stops after len(loader) batches without asking for more).
+        self._epoch_done = False
+        self._epoch_batches = 0  # batches of the running (or last) iteration's epoch
         self._epoch_chosen = False  # set_epoch()/load_state_dict() picked the next epoch
         # (old world size, batches each old rank delivered) while self._epoch is the rest of an
         # epoch resumed on another world size; None otherwise.
@@ -231,8 +234,9 @@ class Loader:
 
     @property
     def epoch(self) -> int:
-        """The epoch of the running iteration, or of the next one."""
-        return self._next_epoch() if self._running is None else self._epoch
+        """The epoch the next iteration delivers: the running one's, or the next once every
+        batch of it has been handed out."""
+        return self._next_epoch()
 
     @property
     def columns(self) -> Dict[str, Any]:
@@ -316,9 +320,11 @@ class Loader:
         self._epoch_chosen = False
         self._epoch_done = False
         if self._elastic is not None:
-            engine.start_elastic_epoch(self._epoch, self._elastic[0], self._elastic[1], start)
+            self._epoch_batches = engine.start_elastic_epoch(
+                self._epoch, self._elastic[0], self._elastic[1], start)
         else:
             engine.start_epoch(self._epoch, start)
+            self._epoch_batches = engine.num_batches
         self._position = start
         self._running = generation
         self._loop_start, self._loop_end, self._loop_wait_s = time.perf_counter(), None, 0.0
@@ -344,6 +350,8 @@ class Loader:
                 if generation != self._generation:
                     continue  # ended while this batch was in flight: raise above
                 self._position += 1
+                if self._position >= self._epoch_batches:
+                    self._epoch_done = True
                 yield to_python(batch, self._output)
         finally:
             if generation == self._generation:  # never stop a newer iteration's engine
@@ -358,14 +366,15 @@ class Loader:
         completed epoch reads as the start of the next), plus the seed and options fingerprint.
         Plain ints: ``torch.save`` / ``torch.load(weights_only=True)`` keep it as is."""
         elastic = self._elastic
-        if self._running is None:
-            epoch = self._next_epoch()
-            batch = (self._resume_batch if self._resume_batch is not None
-                     else 0 if epoch != self._epoch or self._epoch_chosen else self._position)
-            if epoch != self._epoch:
-                elastic = None
+        epoch = self._next_epoch()
+        if epoch != self._epoch:  # every batch of self._epoch was delivered: the next one's start
+            batch, elastic = 0, None
+        elif self._resume_batch is not None:
+            batch = self._resume_batch
+        elif self._running is None and self._epoch_chosen:
+            batch = 0
         else:
-            epoch, batch = self._epoch, self._position
+            batch = self._position
         engine = self._live()
         return {
             "version": _STATE_VERSION,
