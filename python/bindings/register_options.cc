@@ -54,6 +54,7 @@ void RegisterOptions(nb::module_& m) {
       .def_rw("num_threads", &LoaderOptions::num_threads)
       .def_rw("num_io_threads", &LoaderOptions::num_io_threads)
       .def_rw("prefetch_bytes", &LoaderOptions::prefetch_bytes)
+      .def_rw("pin_memory", &LoaderOptions::pin_memory)
       .def_rw("storage_options", &LoaderOptions::storage_options)
       .def_rw("max_retries", &LoaderOptions::max_retries)
       .def_rw("retry_base_delay_s", &LoaderOptions::retry_base_delay_s)

@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
 
 from . import _stoker
 from ._convert import to_python
+from ._device import DeviceFeeder, parse_device
 from ._distributed import agree_on_seed, default_num_threads, resolve_rank
 from ._options import (Source, check_int, column_options, normalise_sources, parse_size,
                        storage_value)
@@ -69,6 +70,11 @@ class Loader:
             process-wide I/O pool that runs the concurrent range reads.
         prefetch_bytes: Bound on decoded data in flight, an int or a size such as ``"512MiB"``.
         output: ``"numpy"`` or ``"torch"`` (zero-copy via DLPack).
+        device: ``None`` (CPU) or ``"cuda"`` / ``"cuda:N"`` (needs ``output="torch"``): batches
+            arrive on that GPU, copied from pinned slabs on a side stream, the next batch's copy
+            in flight while the caller's step runs.
+        pin_memory: Allocate batch slabs page-locked (needs a CUDA build of torch). Default:
+            on with a CUDA ``device``, else off.
         lists: For variable-length list columns: ``"padded"`` or ``"ragged"``, for all or as a
             dict per column.
         pad_value: Value that pads ``"padded"`` lists (all, or a dict per column).
@@ -107,6 +113,8 @@ class Loader:
         num_io_threads: Optional[int] = None,
         prefetch_bytes: Union[int, str] = "256MiB",
         output: str = "numpy",
+        device: Any = None,
+        pin_memory: Optional[bool] = None,
         lists: Union[None, str, Mapping[str, str]] = None,
         pad_value: Union[float, Mapping[str, float]] = 0,
         fill_null: Union[None, float, Mapping[str, float]] = None,
@@ -141,6 +149,14 @@ class Loader:
 
         self._engine = None
         self._output = output
+        self._feeder = None
+        device = parse_device(device) if device is not None else None
+        if device is not None:
+            if output != "torch":
+                raise InvalidOptionError(f"device={str(device)!r} needs output='torch'")
+            self._feeder = DeviceFeeder.cuda(device)
+        if pin_memory is not None and not isinstance(pin_memory, bool):
+            raise InvalidOptionError(f"pin_memory must be True, False or None, got {pin_memory!r}")
         self._epoch = 0
         self._position = 0  # batches of self._epoch handed to the caller
         self._resume_batch: Optional[int] = None
@@ -183,6 +199,7 @@ class Loader:
         opts.num_threads = num_threads or default_num_threads()
         opts.num_io_threads = num_io_threads or 0
         opts.prefetch_bytes = parse_size(prefetch_bytes, "prefetch_bytes")
+        opts.pin_memory = device is not None if pin_memory is None else pin_memory
         opts.task_bytes = parse_size(task_bytes, "task_bytes")
         if storage_options is not None:
             if not isinstance(storage_options, Mapping):
@@ -330,30 +347,45 @@ class Loader:
         self._loop_start, self._loop_end, self._loop_wait_s = time.perf_counter(), None, 0.0
         return self._iterate(engine, generation)
 
+    def _check_generation(self, generation: int) -> None:
+        if generation != self._generation:
+            raise LoaderStateError(
+                f"this iterator was ended by {self._ended_by}: a Loader runs one iteration at a "
+                "time")
+
+    def _host_batches(self, engine: Any, generation: int) -> Iterator[Dict[str, Any]]:
+        """The engine's batches as numpy/torch dicts, until the epoch ends."""
+        while True:
+            self._check_generation(generation)
+            waited = time.perf_counter()
+            batch, done = engine.next(_POLL_MS)
+            if generation == self._generation:
+                self._loop_wait_s += time.perf_counter() - waited
+            if batch is None:
+                if done:
+                    return
+                continue  # timeout: lets Python deliver signals (Ctrl-C)
+            self._check_generation(generation)  # ended while this batch was in flight
+            yield to_python(batch, self._output)
+
     def _iterate(self, engine: Any, generation: int) -> Iterator[Dict[str, Any]]:
+        # The position counts batches handed to the caller, here at the outermost yield (the
+        # device feeder runs one batch ahead of the caller).
+        host = self._host_batches(engine, generation)
+        batches = self._feeder(host) if self._feeder is not None else host
         try:
-            while True:
-                if generation != self._generation:
-                    raise LoaderStateError(
-                        f"this iterator was ended by {self._ended_by}: a Loader runs one "
-                        "iteration at a time")
-                waited = time.perf_counter()
-                batch, done = engine.next(_POLL_MS)
-                if generation == self._generation:
-                    self._loop_wait_s += time.perf_counter() - waited
-                if batch is None:
-                    if done:
-                        if generation == self._generation:
-                            self._epoch_done = True
-                        return
-                    continue  # timeout: lets Python deliver signals (Ctrl-C)
-                if generation != self._generation:
-                    continue  # ended while this batch was in flight: raise above
+            for batch in batches:
+                self._check_generation(generation)
                 self._position += 1
                 if self._position >= self._epoch_batches:
                     self._epoch_done = True
-                yield to_python(batch, self._output)
+                yield batch
+            if generation == self._generation:
+                self._epoch_done = True
         finally:
+            if batches is not host:
+                batches.close()
+            host.close()
             if generation == self._generation:  # never stop a newer iteration's engine
                 self._running = None
                 self._loop_end = time.perf_counter()

@@ -67,6 +67,9 @@ struct LoaderOptions {
   int num_threads = 0;     // CPU workers; 0: the number of cores
   int num_io_threads = 0;  // footers read at once, and the remote range-read pool; 0: default
   int64_t prefetch_bytes = 256 << 20;
+  /// Allocate batch slabs page-locked through the CUDA runtime in the process (for asynchronous
+  /// copies to a GPU). Needs a CUDA build of torch loaded; does not change the batches.
+  bool pin_memory = false;
 
   /// Filesystem settings for remote sources, with Arrow's names (endpoint_override, region,
   /// scheme, access_key, secret_key, session_token, anonymous, connect_timeout, request_timeout).

@@ -4,25 +4,33 @@
 #include <cstdlib>
 #include <new>
 
+#include "util/cuda_host.h"
+
 namespace stoker {
 
 class SlabPool::AlignedSlab : public Slab {
  public:
-  explicit AlignedSlab(int64_t capacity) : capacity_(capacity) {
+  AlignedSlab(int64_t capacity, bool pin) : capacity_(capacity) {
     data_ = static_cast<uint8_t*>(std::aligned_alloc(64, capacity));
     if (data_ == nullptr) throw std::bad_alloc();
+    // A slab is pinned once and reused many times: registration stays off the per-batch path.
+    pinned_ = pin && PinHostMemory(data_, static_cast<size_t>(capacity)).ok();
   }
-  ~AlignedSlab() override { std::free(data_); }
+  ~AlignedSlab() override {
+    if (pinned_) UnpinHostMemory(data_);
+    std::free(data_);
+  }
   uint8_t* data() override { return data_; }
   int64_t capacity() const override { return capacity_; }
 
  private:
   uint8_t* data_;
   int64_t capacity_;
+  bool pinned_ = false;
 };
 
-std::shared_ptr<SlabPool> SlabPool::Make(int max_free) {
-  return std::shared_ptr<SlabPool>(new SlabPool(max_free));
+std::shared_ptr<SlabPool> SlabPool::Make(int max_free, bool pin) {
+  return std::shared_ptr<SlabPool>(new SlabPool(max_free, pin));
 }
 
 SlabPool::~SlabPool() {
@@ -50,7 +58,7 @@ std::shared_ptr<Slab> SlabPool::Acquire(int64_t bytes) {
   if (slab == nullptr) {
     // Headroom so batches of varying size (ragged columns) can reuse slabs; aligned_alloc
     // needs a size that is a multiple of the alignment.
-    slab = new AlignedSlab((bytes + bytes / 8 + 63) / 64 * 64);
+    slab = new AlignedSlab((bytes + bytes / 8 + 63) / 64 * 64, pin_);
     std::lock_guard<std::mutex> lock(mutex_);
     allocated_bytes_ += slab->capacity();
   }

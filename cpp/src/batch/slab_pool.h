@@ -17,7 +17,10 @@ namespace stoker {
 
 class SlabPool : public std::enable_shared_from_this<SlabPool> {
  public:
-  static std::shared_ptr<SlabPool> Make(int max_free);
+  /// `pin`: page-lock every slab through the CUDA runtime (util/cuda_host.h) when it is
+  /// allocated, so torch copies batches to a GPU asynchronously; a slab that cannot be pinned
+  /// stays pageable (the copy is then synchronous, never wrong).
+  static std::shared_ptr<SlabPool> Make(int max_free, bool pin = false);
   ~SlabPool();
 
   /// A slab with capacity() >= bytes. Never fails except by std::bad_alloc.
@@ -27,10 +30,11 @@ class SlabPool : public std::enable_shared_from_this<SlabPool> {
 
  private:
   class AlignedSlab;
-  explicit SlabPool(int max_free) : max_free_(max_free) {}
+  SlabPool(int max_free, bool pin) : max_free_(max_free), pin_(pin) {}
   void Release(AlignedSlab* slab);
 
   const int max_free_;
+  const bool pin_;
   mutable std::mutex mutex_;
   std::vector<AlignedSlab*> free_;  // GUARDED_BY(mutex_)
   int64_t allocated_bytes_ = 0;     // GUARDED_BY(mutex_)

@@ -16,6 +16,7 @@
 #include "io/filesystem.h"
 #include "plan/planner.h"
 #include "stoker/system.h"
+#include "util/cuda_host.h"
 #include "util/hash.h"
 
 namespace stoker {
@@ -86,6 +87,7 @@ PlanOptions MakePlanOptions(const LoaderOptions& options, int64_t shuffle_window
 
 Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   STOKER_RETURN_NOT_OK(options.Validate());
+  if (options.pin_memory) STOKER_RETURN_NOT_OK(CudaHostAvailable());
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->pipeline_options.num_workers = options.num_threads > 0 ? options.num_threads : UsableCpus();
@@ -132,7 +134,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   impl->catalog = catalog;
   impl->spec = std::make_shared<OutputSpec>(std::move(spec));
   impl->decoder = std::make_shared<Decoder>(impl->catalog, impl->spec);
-  impl->pool = SlabPool::Make(8);
+  impl->pool = SlabPool::Make(8, options.pin_memory);
   impl->assembler = std::make_shared<BatchAssembler>(impl->spec, impl->options, impl->pool);
   impl->shape = ComputeRankShape(catalog->total_rows(), impl->plan_options);
   if (impl->shape.num_batches == 0) {
