@@ -19,7 +19,10 @@ def available():
 def _options(job, shuffle=True):
     return dict(columns=other_columns(), features=feature_names(), batch_size=job["batch_size"],
                 shuffle=shuffle, seed=job["seed"], allow_lossy_cast=True, lists="padded", drop_last=False,
-                num_threads=job["threads"], prefetch_bytes="256MiB", output="torch")
+                num_threads=job["threads"], prefetch_bytes="256MiB", output="torch",
+                # The job names the data this process reads (the training bench gives each rank
+                # its own files), so no sharding from torchrun's environment.
+                rank=0, world_size=1)
 
 
 def config(job):
