@@ -1,5 +1,6 @@
 #include "decode/column_spec.h"
 
+#include <arrow/extension/fixed_shape_tensor.h>
 #include <arrow/extension_type.h>
 #include <arrow/type.h>
 
@@ -75,39 +76,6 @@ bool FixedWidthDType(const arrow::DataType& type, DType* out, std::string* annot
 
 bool IsTemporal(const std::string& annotation) { return !annotation.empty(); }
 
-// Reads the integer array stored under `key` ("shape": [2, 3]) in the JSON metadata of
-// arrow.fixed_shape_tensor. Returns false when the key is absent or malformed.
-bool ParseIntArray(const std::string& json, const std::string& key, std::vector<int64_t>* out) {
-  const size_t at = json.find("\"" + key + "\"");
-  if (at == std::string::npos) return false;
-  const size_t open = json.find('[', at);
-  const size_t close = json.find(']', open);
-  if (open == std::string::npos || close == std::string::npos) return false;
-  out->clear();
-  const std::string body = json.substr(open + 1, close - open - 1);
-  size_t pos = 0;
-  while (pos < body.size()) {
-    size_t end = body.find(',', pos);
-    if (end == std::string::npos) end = body.size();
-    const std::string item = body.substr(pos, end - pos);
-    char* parsed_end = nullptr;
-    const long long value = std::strtoll(item.c_str(), &parsed_end, 10);
-    if (parsed_end == item.c_str()) return false;
-    out->push_back(value);
-    pos = end + 1;
-  }
-  return true;
-}
-
-// pyarrow always writes a permutation, usually the identity [0, 1, ...]: that one is row-major
-// and needs nothing; any other would need a transpose.
-bool IsIdentityPermutation(const std::vector<int64_t>& permutation) {
-  for (size_t i = 0; i < permutation.size(); ++i) {
-    if (permutation[i] != static_cast<int64_t>(i)) return false;
-  }
-  return true;
-}
-
 Status Unsupported(const std::string& column, const arrow::DataType& type, const char* why) {
   return MakeError(ErrorKind::kUnsupportedType,
                    "column '" + column + "' has type " + type.ToString() +
@@ -130,15 +98,19 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
     const auto& ext = static_cast<const arrow::ExtensionType&>(*type);
     ext_name = ext.extension_name();
     if (ext_name == "arrow.fixed_shape_tensor") {
-      const std::string metadata = ext.Serialize();
-      std::vector<int64_t> permutation;
-      if (!ParseIntArray(metadata, "shape", &ext_shape) || ext_shape.empty()) {
+      const auto* tensor = dynamic_cast<const arrow::extension::FixedShapeTensorType*>(&ext);
+      if (tensor == nullptr || tensor->shape().empty()) {
         return Unsupported(name, *type, " (its shape metadata cannot be read)");
       }
-      if (ParseIntArray(metadata, "permutation", &permutation) &&
-          !IsIdentityPermutation(permutation)) {
-        return Unsupported(name, *type,
-                           " (tensors with a non-identity permutation are not supported)");
+      ext_shape = tensor->shape();
+      // pyarrow writes a permutation, usually the identity (row-major, nothing to do); any
+      // other would need a transpose.
+      const std::vector<int64_t>& permutation = tensor->permutation();
+      for (size_t i = 0; i < permutation.size(); ++i) {
+        if (permutation[i] != static_cast<int64_t>(i)) {
+          return Unsupported(name, *type,
+                             " (tensors with a non-identity permutation are not supported)");
+        }
       }
     } else if (ext_name != "arrow.uuid") {  // 16 bytes per row, delivered as they are
       return Unsupported(name, *type,
