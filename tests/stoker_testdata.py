@@ -48,6 +48,19 @@ def write_wide_dataset(root: str, files: int, rows_per_file: int, columns: int,
     return files * rows_per_file
 
 
+def write_training_dataset(root: str, rows: int, features: int = 8, seed: int = 0) -> str:
+    """One file: int64 `id`, float32 `label` and `f0..f{features-1}` (the training examples'
+    schema), row groups of 200 rows."""
+    os.makedirs(root, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    columns = {"id": np.arange(rows, dtype=np.int64),
+               "label": rng.standard_normal(rows).astype(np.float32)}
+    for i in range(features):
+        columns[f"f{i}"] = rng.standard_normal(rows).astype(np.float32)
+    pq.write_table(pa.table(columns), os.path.join(root, "part-0.parquet"), row_group_size=200)
+    return root
+
+
 def digest(batches: Iterable[Dict[str, object]]) -> List[str]:
     """One sha256 per batch over every key's name, dtype, shape and bytes."""
     out = []

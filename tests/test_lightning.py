@@ -8,10 +8,9 @@ import os
 import subprocess
 import sys
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+
+from stoker_testdata import write_training_dataset
 
 pytest.importorskip("lightning")
 
@@ -22,14 +21,7 @@ ROWS, BATCH = 1280, 64  # 2 ranks x 10 steps per epoch
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> str:
-    root = tmp_path_factory.mktemp("lightning")
-    rng = np.random.default_rng(0)
-    columns = {"id": np.arange(ROWS, dtype=np.int64),
-               "label": rng.standard_normal(ROWS).astype(np.float32)}
-    for i in range(8):
-        columns[f"f{i}"] = rng.standard_normal(ROWS).astype(np.float32)
-    pq.write_table(pa.table(columns), str(root / "part-0.parquet"), row_group_size=200)
-    return str(root)
+    return write_training_dataset(str(tmp_path_factory.mktemp("lightning")), ROWS)
 
 
 def _run(args, cwd):

@@ -12,13 +12,11 @@ import subprocess
 import sys
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import stoker
 from stoker.errors import InvalidOptionError, StateMismatchError
-from stoker_testdata import digest
+from stoker_testdata import digest, write_training_dataset
 
 torch = pytest.importorskip("torch")
 
@@ -30,14 +28,7 @@ FEATURES = 8
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> str:
-    root = tmp_path_factory.mktemp("train")
-    rng = np.random.default_rng(0)
-    columns = {"id": np.arange(ROWS, dtype=np.int64),
-               "label": rng.standard_normal(ROWS).astype(np.float32)}
-    for i in range(FEATURES):
-        columns[f"f{i}"] = rng.standard_normal(ROWS).astype(np.float32)
-    pq.write_table(pa.table(columns), str(root / "part-0.parquet"), row_group_size=200)
-    return str(root)
+    return write_training_dataset(str(tmp_path_factory.mktemp("train")), ROWS, FEATURES)
 
 
 def _env() -> dict:
