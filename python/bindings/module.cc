@@ -10,4 +10,5 @@ NB_MODULE(_stoker, m) {
   stoker::python::RegisterLoader(m);
   stoker::python::RegisterCache(m);
   stoker::python::RegisterDescribe(m);
+  stoker::python::RegisterTransform(m);
 }

@@ -38,5 +38,6 @@ void RegisterTensor(nanobind::module_& m);
 void RegisterLoader(nanobind::module_& m);
 void RegisterCache(nanobind::module_& m);
 void RegisterDescribe(nanobind::module_& m);
+void RegisterTransform(nanobind::module_& m);
 
 }  // namespace stoker::python
