@@ -10,5 +10,6 @@ NB_MODULE(_stoker, m) {
   stoker::python::RegisterLoader(m);
   stoker::python::RegisterCache(m);
   stoker::python::RegisterDescribe(m);
+  stoker::python::RegisterTransform(m);
   stoker::python::RegisterExitHook(m);
 }

@@ -59,5 +59,6 @@ void RegisterLoader(nanobind::module_& m);
 void RegisterCache(nanobind::module_& m);
 void RegisterDescribe(nanobind::module_& m);
 void RegisterExitHook(nanobind::module_& m);
+void RegisterTransform(nanobind::module_& m);
 
 }  // namespace stoker::python

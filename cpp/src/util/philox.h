@@ -22,6 +22,8 @@ enum class RandomPurpose : uint32_t {
   kItemOrder = 1,
   kWindowOrder = 2,
   kSeedDraw = 3,
+  kTransformKey = 4,  // transform/: the per-(seed, epoch) key of the op streams
+  kTransform = 5,     // transform/: one stream per (row, op index)
 };
 
 /// A stream of 32-bit values: key = seed, counter = (purpose, a, b, block). Deterministic.

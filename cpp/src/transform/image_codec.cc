@@ -1,0 +1,362 @@
+// Image decoding: JPEG through TurboJPEG, PNG through libspng, WebP through libwebp. Each library's
+// error codes are turned into a Status where it is called.
+#include <spng.h>
+#include <turbojpeg.h>
+#include <webp/decode.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transform/image.h"
+#include "transform/ops_internal.h"
+
+namespace stoker::transform {
+namespace {
+
+using internal::Corrupt;
+
+uint16_t Read16(const uint8_t* p, bool little) {
+  return little ? static_cast<uint16_t>(p[0] | (p[1] << 8))
+                : static_cast<uint16_t>((p[0] << 8) | p[1]);
+}
+
+uint32_t Read32(const uint8_t* p, bool little) {
+  return little ? (uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) |
+                   (uint32_t{p[3]} << 24))
+                : ((uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) |
+                   uint32_t{p[3]});
+}
+
+// The orientation tag (0x0112) of IFD0 in a TIFF-structured EXIF block; 1 if absent or malformed.
+int TiffOrientation(const uint8_t* tiff, size_t size) {
+  if (size < 8) return 1;
+  bool little;
+  if (tiff[0] == 'I' && tiff[1] == 'I') {
+    little = true;
+  } else if (tiff[0] == 'M' && tiff[1] == 'M') {
+    little = false;
+  } else {
+    return 1;
+  }
+  const uint32_t ifd = Read32(tiff + 4, little);
+  if (ifd > size - 2) return 1;
+  const uint16_t entries = Read16(tiff + ifd, little);
+  for (uint32_t i = 0; i < entries; ++i) {
+    const size_t entry = ifd + 2 + size_t{12} * i;
+    if (entry + 12 > size) return 1;
+    if (Read16(tiff + entry, little) == 0x0112) {
+      const int value = Read16(tiff + entry + 8, little);  // SHORT, stored left-justified
+      return value >= 1 && value <= 8 ? value : 1;
+    }
+  }
+  return 1;
+}
+
+int JpegOrientation(const uint8_t* data, size_t size) {
+  size_t pos = 2;  // after SOI
+  while (pos + 4 <= size && data[pos] == 0xFF) {
+    const uint8_t marker = data[pos + 1];
+    if (marker == 0xDA || marker == 0xD9) break;  // start of scan, end of image
+    const size_t length = Read16(data + pos + 2, false);
+    if (length < 2 || pos + 2 + length > size) break;
+    if (marker == 0xE1 && length >= 8 && std::memcmp(data + pos + 4, "Exif\0\0", 6) == 0) {
+      return TiffOrientation(data + pos + 10, length - 8);
+    }
+    pos += 2 + length;
+  }
+  return 1;
+}
+
+int WebpOrientation(const uint8_t* data, size_t size) {
+  size_t pos = 12;  // after "RIFF" size "WEBP"
+  while (pos + 8 <= size) {
+    const uint32_t length = Read32(data + pos + 4, true);
+    if (length > size - pos - 8) break;
+    if (std::memcmp(data + pos, "EXIF", 4) == 0) {
+      const uint8_t* tiff = data + pos + 8;
+      size_t tiff_size = length;
+      if (tiff_size >= 6 && std::memcmp(tiff, "Exif\0\0", 6) == 0) {  // some writers keep it
+        tiff += 6;
+        tiff_size -= 6;
+      }
+      return TiffOrientation(tiff, tiff_size);
+    }
+    pos += 8 + length + (length & 1);
+  }
+  return 1;
+}
+
+struct SpngDeleter {
+  void operator()(spng_ctx* ctx) const { spng_ctx_free(ctx); }
+};
+using SpngPtr = std::unique_ptr<spng_ctx, SpngDeleter>;
+
+int PngOrientation(const uint8_t* data, size_t size) {
+  SpngPtr ctx(spng_ctx_new(0));
+  if (!ctx || spng_set_png_buffer(ctx.get(), data, size) != 0) return 1;
+  spng_exif exif{};
+  if (spng_get_exif(ctx.get(), &exif) != 0) return 1;
+  return TiffOrientation(reinterpret_cast<const uint8_t*>(exif.data), exif.length);
+}
+
+// Pillow's RGB -> L: L = R * 299/1000 + G * 587/1000 + B * 114/1000, in 16-bit fixed point.
+inline uint8_t Luma(const uint8_t* rgb) {
+  return static_cast<uint8_t>((rgb[0] * 19595 + rgb[1] * 38470 + rgb[2] * 7471 + 0x8000) >> 16);
+}
+
+// Converts `pixels` interleaved pixels of `from` channels into `to` channels.
+void ConvertChannels(const uint8_t* src, int from, uint8_t* dst, int to, int64_t pixels) {
+  for (int64_t i = 0; i < pixels; ++i, src += from, dst += to) {
+    if (to == 1) {
+      dst[0] = from == 1 ? src[0] : Luma(src);
+    } else {
+      if (from == 1) {
+        dst[0] = dst[1] = dst[2] = src[0];
+      } else {
+        dst[0] = src[0];
+        dst[1] = src[1];
+        dst[2] = src[2];
+      }
+      if (to == 4) dst[3] = from == 4 ? src[3] : 255;
+    }
+  }
+}
+
+Status CheckSize(int64_t width, int64_t height, const ImageDecodeOptions& options) {
+  if (width <= 0 || height <= 0) return Corrupt("image has no pixels");
+  if (width * height > options.max_pixels) {
+    return Corrupt("image is " + std::to_string(width) + "x" + std::to_string(height) +
+                   ", more than the limit of " + std::to_string(options.max_pixels) + " pixels");
+  }
+  return Status::OK();
+}
+
+struct TjDeleter {
+  void operator()(void* handle) const { tjDestroy(handle); }
+};
+
+Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Value* out) {
+  // One handle per thread, reused: tjInitDecompress allocates a full libjpeg state.
+  thread_local std::unique_ptr<void, TjDeleter> handle(tjInitDecompress());
+  if (!handle) return Status::OutOfMemory("tjInitDecompress failed");
+  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
+  const auto size = static_cast<unsigned long>(bytes.size());
+  int width = 0, height = 0, subsampling = 0, colorspace = 0;
+  if (tjDecompressHeader3(handle.get(), data, size, &width, &height, &subsampling, &colorspace) !=
+      0) {
+    return Corrupt(std::string("JPEG header: ") + tjGetErrorStr2(handle.get()));
+  }
+  STOKER_RETURN_NOT_OK(CheckSize(width, height, options));
+  if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) {
+    return Corrupt("CMYK JPEG images are not supported");
+  }
+  // Pillow's draft rule: the largest of 1/8, 1/4, 1/2 that keeps both sides at least the target.
+  int denominator = 1;
+  if (options.min_width > 0 && options.min_height > 0) {
+    const int64_t scale = std::min(width / options.min_width, height / options.min_height);
+    for (int candidate : {8, 4, 2}) {
+      if (scale >= candidate) {
+        denominator = candidate;
+        break;
+      }
+    }
+  }
+  const int out_width = (width + denominator - 1) / denominator;
+  const int out_height = (height + denominator - 1) / denominator;
+  const bool gray_source = colorspace == TJCS_GRAY;
+  int pixel_format, decoded_channels;
+  if (gray_source || options.channels == 3) {
+    pixel_format = gray_source ? TJPF_GRAY : TJPF_RGB;
+    decoded_channels = gray_source ? 1 : 3;
+  } else if (options.channels == 4) {
+    pixel_format = TJPF_RGBA;  // libjpeg-turbo fills alpha with 255
+    decoded_channels = 4;
+  } else {
+    pixel_format = TJPF_RGB;  // L from colour goes through RGB to match Pillow's convert("L")
+    decoded_channels = 3;
+  }
+  std::vector<uint8_t> staging;
+  uint8_t* target;
+  if (decoded_channels == options.channels) {
+    target = out->Allocate(ElementType::kUInt8, {out_height, out_width, options.channels});
+  } else {
+    staging.resize(static_cast<size_t>(out_width) * out_height * decoded_channels);
+    target = staging.data();
+  }
+  if (tjDecompress2(handle.get(), data, size, target, out_width, 0, out_height, pixel_format, 0) !=
+      0) {
+    // Warnings (a truncated file, extraneous bytes) fail too, as they do in Pillow.
+    return Corrupt(std::string("JPEG data: ") + tjGetErrorStr2(handle.get()));
+  }
+  if (!staging.empty()) {
+    uint8_t* dst = out->Allocate(ElementType::kUInt8, {out_height, out_width, options.channels});
+    ConvertChannels(staging.data(), decoded_channels, dst, options.channels,
+                    int64_t{out_width} * out_height);
+  }
+  return Status::OK();
+}
+
+Status SpngError(const char* what, int code) {
+  return Corrupt(std::string("PNG ") + what + ": " + spng_strerror(code));
+}
+
+Status DecodePng(std::string_view bytes, const ImageDecodeOptions& options, Value* out) {
+  SpngPtr ctx(spng_ctx_new(0));
+  if (!ctx) return Status::OutOfMemory("spng_ctx_new failed");
+  int code = spng_set_png_buffer(ctx.get(), bytes.data(), bytes.size());
+  if (code != 0) return SpngError("buffer", code);
+  spng_ihdr ihdr{};
+  if ((code = spng_get_ihdr(ctx.get(), &ihdr)) != 0) return SpngError("header", code);
+  STOKER_RETURN_NOT_OK(CheckSize(ihdr.width, ihdr.height, options));
+  spng_trns trns{};
+  const bool has_trns = spng_get_trns(ctx.get(), &trns) == 0;
+  const bool gray8 = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE && ihdr.bit_depth <= 8 &&
+                     !(has_trns && options.channels == 4);
+  const int format = gray8 ? SPNG_FMT_G8 : SPNG_FMT_RGBA8;
+  const int decoded_channels = gray8 ? 1 : 4;
+  size_t decoded_size = 0;
+  if ((code = spng_decoded_image_size(ctx.get(), format, &decoded_size)) != 0) {
+    return SpngError("size", code);
+  }
+  const int64_t height = ihdr.height, width = ihdr.width;
+  std::vector<uint8_t> staging;
+  uint8_t* target;
+  if (decoded_channels == options.channels) {
+    target = out->Allocate(ElementType::kUInt8, {height, width, options.channels});
+  } else {
+    staging.resize(decoded_size);
+    target = staging.data();
+  }
+  if ((code = spng_decode_image(ctx.get(), target, decoded_size, format, SPNG_DECODE_TRNS)) != 0) {
+    return SpngError("data", code);
+  }
+  if (!staging.empty()) {
+    uint8_t* dst = out->Allocate(ElementType::kUInt8, {height, width, options.channels});
+    ConvertChannels(staging.data(), decoded_channels, dst, options.channels, width * height);
+  }
+  return Status::OK();
+}
+
+Status DecodeWebp(std::string_view bytes, const ImageDecodeOptions& options, Value* out) {
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  WebPBitstreamFeatures features;
+  const VP8StatusCode header = WebPGetFeatures(data, bytes.size(), &features);
+  if (header != VP8_STATUS_OK) return Corrupt("WebP header: status " + std::to_string(header));
+  if (features.has_animation) return Corrupt("animated WebP images are not supported");
+  STOKER_RETURN_NOT_OK(CheckSize(features.width, features.height, options));
+  const int64_t height = features.height, width = features.width;
+  const int decoded_channels = options.channels == 4 ? 4 : 3;
+  std::vector<uint8_t> staging;
+  uint8_t* target;
+  const size_t decoded_size = static_cast<size_t>(width * height * decoded_channels);
+  if (decoded_channels == options.channels) {
+    target = out->Allocate(ElementType::kUInt8, {height, width, options.channels});
+  } else {
+    staging.resize(decoded_size);
+    target = staging.data();
+  }
+  const int stride = static_cast<int>(width * decoded_channels);
+  const uint8_t* decoded =
+      decoded_channels == 4 ? WebPDecodeRGBAInto(data, bytes.size(), target, decoded_size, stride)
+                            : WebPDecodeRGBInto(data, bytes.size(), target, decoded_size, stride);
+  if (decoded == nullptr) return Corrupt("WebP data could not be decoded (corrupt or truncated)");
+  if (!staging.empty()) {
+    uint8_t* dst = out->Allocate(ElementType::kUInt8, {height, width, options.channels});
+    ConvertChannels(staging.data(), decoded_channels, dst, options.channels, width * height);
+  }
+  return Status::OK();
+}
+
+// Rotates/flips `image` in place (through a copy) by an EXIF orientation, like Pillow's
+// ImageOps.exif_transpose.
+void ApplyOrientation(int orientation, Value* image) {
+  if (orientation <= 1) return;
+  const int64_t h = image->shape()[0], w = image->shape()[1], c = image->shape()[2];
+  std::vector<uint8_t> src(image->data(), image->data() + image->size_bytes());
+  const bool swap = orientation >= 5;
+  const int64_t oh = swap ? w : h, ow = swap ? h : w;
+  uint8_t* dst = image->Allocate(ElementType::kUInt8, {oh, ow, c});
+  for (int64_t y = 0; y < oh; ++y) {
+    for (int64_t x = 0; x < ow; ++x) {
+      int64_t sy, sx;
+      switch (orientation) {
+        case 2:
+          sy = y, sx = w - 1 - x;
+          break;
+        case 3:
+          sy = h - 1 - y, sx = w - 1 - x;
+          break;
+        case 4:
+          sy = h - 1 - y, sx = x;
+          break;
+        case 5:
+          sy = x, sx = y;
+          break;
+        case 6:
+          sy = h - 1 - x, sx = y;
+          break;
+        case 7:
+          sy = h - 1 - x, sx = w - 1 - y;
+          break;
+        default:
+          sy = x, sx = w - 1 - y;
+          break;  // 8
+      }
+      std::memcpy(dst + (y * ow + x) * c, src.data() + (sy * w + sx) * c, c);
+    }
+  }
+}
+
+}  // namespace
+
+ImageFormat SniffImageFormat(std::string_view bytes) {
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  if (bytes.size() >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF) return ImageFormat::kJpeg;
+  if (bytes.size() >= 8 && std::memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0) return ImageFormat::kPng;
+  if (bytes.size() >= 12 && std::memcmp(p, "RIFF", 4) == 0 && std::memcmp(p + 8, "WEBP", 4) == 0) {
+    return ImageFormat::kWebp;
+  }
+  return ImageFormat::kUnknown;
+}
+
+int ImageExifOrientation(std::string_view bytes) {
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  switch (SniffImageFormat(bytes)) {
+    case ImageFormat::kJpeg:
+      return JpegOrientation(data, bytes.size());
+    case ImageFormat::kPng:
+      return PngOrientation(data, bytes.size());
+    case ImageFormat::kWebp:
+      return WebpOrientation(data, bytes.size());
+    case ImageFormat::kUnknown:
+      break;
+  }
+  return 1;
+}
+
+Status DecodeImage(std::string_view bytes, const ImageDecodeOptions& requested, Value* out) {
+  ImageDecodeOptions options = requested;
+  const int orientation = options.apply_exif ? ImageExifOrientation(bytes) : 1;
+  if (orientation >= 5) std::swap(options.min_height, options.min_width);  // targets are upright
+  Status status;
+  switch (SniffImageFormat(bytes)) {
+    case ImageFormat::kJpeg:
+      status = DecodeJpeg(bytes, options, out);
+      break;
+    case ImageFormat::kPng:
+      status = DecodePng(bytes, options, out);
+      break;
+    case ImageFormat::kWebp:
+      status = DecodeWebp(bytes, options, out);
+      break;
+    case ImageFormat::kUnknown:
+      return Corrupt("not a JPEG, PNG or WebP file (" + std::to_string(bytes.size()) + " bytes)");
+  }
+  STOKER_RETURN_NOT_OK(status);
+  ApplyOrientation(orientation, out);
+  return Status::OK();
+}
+
+}  // namespace stoker::transform

@@ -1,0 +1,508 @@
+// Image ops against references: files written by libjpeg-turbo, libspng and libwebp themselves,
+// hand-computed resampling of small gradients, exact crops/flips/pads, Philox determinism.
+#include "transform/image.h"
+
+#include <spng.h>
+#include <turbojpeg.h>
+#include <webp/encode.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "transform/test_util_internal.h"
+
+namespace stoker::transform {
+namespace {
+
+using test_util::Bytes;
+using test_util::MakeChain;
+using test_util::RunChain;
+
+// A smooth RGB test pattern.
+std::vector<uint8_t> Pattern(int h, int w, int c) {
+  std::vector<uint8_t> pixels(h * w * c);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int ch = 0; ch < c; ++ch) {
+        pixels[(y * w + x) * c + ch] = static_cast<uint8_t>(
+            ch == 3 ? 255 - (x + y) % 64 : (x * 255 / w + y * 7 + ch * 40) % 256);
+      }
+    }
+  }
+  return pixels;
+}
+
+std::string EncodeJpeg(const std::vector<uint8_t>& pixels, int h, int w, int c, int quality = 100) {
+  tjhandle handle = tjInitCompress();
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  const int format = c == 1 ? TJPF_GRAY : TJPF_RGB;
+  const int subsampling = c == 1 ? TJSAMP_GRAY : TJSAMP_444;
+  EXPECT_EQ(
+      tjCompress2(handle, pixels.data(), w, 0, h, format, &buffer, &size, subsampling, quality, 0),
+      0);
+  std::string out(reinterpret_cast<char*>(buffer), size);
+  tjFree(buffer);
+  tjDestroy(handle);
+  return out;
+}
+
+std::string EncodePng(const std::vector<uint8_t>& pixels, int h, int w, int c) {
+  spng_ctx* ctx = spng_ctx_new(SPNG_CTX_ENCODER);
+  spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
+  spng_ihdr ihdr{};
+  ihdr.width = w;
+  ihdr.height = h;
+  ihdr.bit_depth = 8;
+  ihdr.color_type = c == 1   ? SPNG_COLOR_TYPE_GRAYSCALE
+                    : c == 3 ? SPNG_COLOR_TYPE_TRUECOLOR
+                             : SPNG_COLOR_TYPE_TRUECOLOR_ALPHA;
+  spng_set_ihdr(ctx, &ihdr);
+  EXPECT_EQ(
+      spng_encode_image(ctx, pixels.data(), pixels.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE), 0);
+  size_t size = 0;
+  int error = 0;
+  void* buffer = spng_get_png_buffer(ctx, &size, &error);
+  std::string out(static_cast<char*>(buffer), size);
+  std::free(buffer);
+  spng_ctx_free(ctx);
+  return out;
+}
+
+std::string EncodeWebpLossless(const std::vector<uint8_t>& pixels, int h, int w, int c) {
+  uint8_t* buffer = nullptr;
+  const size_t size = c == 4 ? WebPEncodeLosslessRGBA(pixels.data(), w, h, w * 4, &buffer)
+                             : WebPEncodeLosslessRGB(pixels.data(), w, h, w * 3, &buffer);
+  std::string out(reinterpret_cast<char*>(buffer), size);
+  WebPFree(buffer);
+  return out;
+}
+
+Value Decode(const std::string& file, const std::string& mode, Params extra = {}) {
+  extra["mode"] = mode;
+  auto chain = MakeChain(ValueType::Bytes(), {{"decode_image", extra}});
+  EXPECT_TRUE(chain.ok()) << chain.status().ToString();
+  Value out;
+  const Status status =
+      RunChain(*chain, Value::View(ValueKind::kBytes, file.data(), file.size()), &out);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return out;
+}
+
+Status DecodeStatus(const std::string& file) {
+  auto chain = MakeChain(ValueType::Bytes(), {{"decode_image", {}}});
+  Value out;
+  return RunChain(*chain, Value::View(ValueKind::kBytes, file.data(), file.size()), &out);
+}
+
+int MaxDiff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  int diff = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    diff = std::max(diff, std::abs(int{a[i]} - int{b[i]}));
+  }
+  return diff;
+}
+
+Value Image(int h, int w, int c, const std::vector<uint8_t>& pixels) {
+  return Value::TensorView(ElementType::kUInt8, {h, w, c}, pixels.data());
+}
+
+TEST(DecodeImage, PngRoundTripsExactlyInEveryMode) {
+  for (int c : {1, 3, 4}) {
+    const auto pixels = Pattern(13, 21, c);
+    const Value out = Decode(EncodePng(pixels, 13, 21, c), c == 1 ? "L" : c == 3 ? "RGB" : "RGBA");
+    EXPECT_EQ(out.shape(), (std::vector<int64_t>{13, 21, c}));
+    EXPECT_EQ(Bytes(out), pixels) << c;
+  }
+}
+
+TEST(DecodeImage, ModeConversionsFollowPillow) {
+  const auto rgb = Pattern(5, 7, 3);
+  const std::string png = EncodePng(rgb, 5, 7, 3);
+  const Value gray = Decode(png, "L");
+  ASSERT_EQ(gray.shape(), (std::vector<int64_t>{5, 7, 1}));
+  for (int i = 0; i < 35; ++i) {  // L = R*299/1000 + G*587/1000 + B*114/1000, rounded
+    const double luma = rgb[i * 3] * 0.299 + rgb[i * 3 + 1] * 0.587 + rgb[i * 3 + 2] * 0.114;
+    EXPECT_NEAR(gray.data()[i], luma, 0.5 + 1e-3) << i;
+  }
+  const Value rgba = Decode(png, "RGBA");
+  for (int i = 0; i < 35; ++i) {
+    EXPECT_EQ(rgba.data()[i * 4 + 3], 255);
+    EXPECT_EQ(rgba.data()[i * 4], rgb[i * 3]);
+  }
+  const auto g = Pattern(4, 6, 1);
+  const Value expanded = Decode(EncodePng(g, 4, 6, 1), "RGB");
+  for (int i = 0; i < 24; ++i) EXPECT_EQ(expanded.data()[i * 3 + 2], g[i]);
+}
+
+TEST(DecodeImage, WebpLosslessRoundTripsExactly) {
+  for (int c : {3, 4}) {
+    const auto pixels = Pattern(11, 17, c);
+    const Value out = Decode(EncodeWebpLossless(pixels, 11, 17, c), c == 3 ? "RGB" : "RGBA");
+    EXPECT_EQ(Bytes(out), pixels);
+  }
+}
+
+TEST(DecodeImage, JpegDecodesCloseToTheSource) {
+  const auto pixels = Pattern(19, 27, 3);
+  const Value out = Decode(EncodeJpeg(pixels, 19, 27, 3), "RGB");
+  EXPECT_EQ(out.shape(), (std::vector<int64_t>{19, 27, 3}));
+  EXPECT_LE(MaxDiff(Bytes(out), pixels), 12);  // quality 100, 4:4:4: only rounding noise
+  const auto gray = Pattern(19, 27, 1);
+  const Value gray_out = Decode(EncodeJpeg(gray, 19, 27, 1), "L");
+  EXPECT_LE(MaxDiff(Bytes(gray_out), gray), 4);
+}
+
+TEST(DecodeImage, JpegDctScalingFollowsPillowsDraftRule) {
+  const auto pixels = Pattern(100, 130, 3);
+  const std::string jpeg = EncodeJpeg(pixels, 100, 130, 3);
+  // scale = min(130 // w, 100 // h); the largest of 8, 4, 2 not above it; size ceil(dim / s).
+  struct Case {
+    int64_t h, w, out_h, out_w;
+  } cases[] = {{60, 60, 100, 130}, {50, 65, 50, 65}, {30, 30, 50, 65},
+               {25, 30, 25, 33},   {12, 16, 13, 17}, {5, 5, 13, 17}};
+  for (const Case& c : cases) {
+    const Value out = Decode(jpeg, "RGB", {{"draft", ParamValue::List{c.h, c.w}}});
+    EXPECT_EQ(out.shape(), (std::vector<int64_t>{c.out_h, c.out_w, 3})) << c.h << "x" << c.w;
+  }
+  // PNG ignores the hint.
+  const Value png = Decode(EncodePng(pixels, 100, 130, 3), "RGB", {{"draft", 10}});
+  EXPECT_EQ(png.shape(), (std::vector<int64_t>{100, 130, 3}));
+}
+
+// Inserts an APP1 EXIF segment with one orientation tag right after the SOI marker.
+std::string WithOrientation(const std::string& jpeg, int orientation) {
+  const uint8_t tiff[] = {'I',
+                          'I',
+                          42,
+                          0,
+                          8,
+                          0,
+                          0,
+                          0,  // little-endian, IFD0 at 8
+                          1,
+                          0,  // one entry
+                          0x12,
+                          0x01,
+                          3,
+                          0,
+                          1,
+                          0,
+                          0,
+                          0,  // tag 0x0112, SHORT, count 1
+                          static_cast<uint8_t>(orientation),
+                          0,
+                          0,
+                          0,
+                          0,
+                          0,
+                          0,
+                          0};  // no next IFD
+  std::string segment = "\xFF\xE1";
+  const size_t length = 2 + 6 + sizeof(tiff);
+  segment += static_cast<char>(length >> 8);
+  segment += static_cast<char>(length & 0xff);
+  segment.append("Exif\0\0", 6);
+  segment.append(reinterpret_cast<const char*>(tiff), sizeof(tiff));
+  return jpeg.substr(0, 2) + segment + jpeg.substr(2);
+}
+
+TEST(DecodeImage, ExifOrientationRotatesWhenAsked) {
+  // Left half black, right half white, 16x32 (h x w).
+  std::vector<uint8_t> pixels(16 * 32);
+  for (int y = 0; y < 16; ++y) {
+    for (int x = 0; x < 32; ++x) pixels[y * 32 + x] = x < 16 ? 0 : 255;
+  }
+  const std::string jpeg = WithOrientation(EncodeJpeg(pixels, 16, 32, 1), 6);
+  EXPECT_EQ(ImageExifOrientation(jpeg), 6);
+  const Value plain = Decode(jpeg, "L");
+  EXPECT_EQ(plain.shape(), (std::vector<int64_t>{16, 32, 1}));
+  const Value rotated = Decode(jpeg, "L", {{"exif", true}});
+  ASSERT_EQ(rotated.shape(), (std::vector<int64_t>{32, 16, 1}));
+  // Orientation 6 means rotate 90 degrees clockwise: the left half goes to the top.
+  EXPECT_LT(rotated.data()[2 * 16 + 8], 20);
+  EXPECT_GT(rotated.data()[29 * 16 + 8], 235);
+}
+
+TEST(DecodeImage, CorruptAndTruncatedFilesAreErrors) {
+  const auto pixels = Pattern(32, 32, 3);
+  const std::string files[] = {EncodeJpeg(pixels, 32, 32, 3), EncodePng(pixels, 32, 32, 3),
+                               EncodeWebpLossless(pixels, 32, 32, 3)};
+  for (const std::string& file : files) {
+    const Status truncated = DecodeStatus(file.substr(0, file.size() / 2));
+    EXPECT_FALSE(truncated.ok());
+    EXPECT_EQ(GetErrorKind(truncated), ErrorKind::kCorruptFile) << truncated.ToString();
+    EXPECT_NE(truncated.message().find("decode_image (op 0 of column 'col')"), std::string::npos)
+        << truncated.message();
+  }
+  std::string png = files[1];
+  png[png.size() / 2] ^= 0x55;  // a flipped byte inside IDAT fails the CRC
+  EXPECT_EQ(GetErrorKind(DecodeStatus(png)), ErrorKind::kCorruptFile);
+  const Status garbage = DecodeStatus("hello, not an image");
+  EXPECT_NE(garbage.message().find("not a JPEG, PNG or WebP"), std::string::npos);
+  EXPECT_FALSE(DecodeStatus("").ok());
+}
+
+TEST(DecodeImage, RefusesImagesAboveThePixelLimit) {
+  const auto pixels = Pattern(40, 40, 3);
+  auto chain = MakeChain(ValueType::Bytes(), {{"decode_image", {{"max_pixels", 1000}}}});
+  ASSERT_TRUE(chain.ok());
+  const std::string png = EncodePng(pixels, 40, 40, 3);
+  Value out;
+  const Status status =
+      RunChain(*chain, Value::View(ValueKind::kBytes, png.data(), png.size()), &out);
+  EXPECT_NE(status.message().find("more than the limit"), std::string::npos) << status.ToString();
+}
+
+TEST(Resize, MatchesHandComputedPillowResampling) {
+  // Box (area) 4 -> 2 averages pairs.
+  const std::vector<uint8_t> row = {0, 10, 20, 30};
+  std::vector<uint8_t> out(2);
+  ResizeImage(row.data(), 1, 4, 1, out.data(), 1, 2, Interpolation::kArea, true);
+  EXPECT_EQ(out, (std::vector<uint8_t>{5, 25}));
+  // Bilinear 4 -> 2 with antialias: triangle of support 2, centre 1.0: weights .75 .75 .25 / 1.75
+  // -> 12.5 / 1.75 = 7.14 -> 7; centre 3.0: inputs 1..3 weights .25 .75 .75 -> 40 / 1.75 = 22.9.
+  ResizeImage(row.data(), 1, 4, 1, out.data(), 1, 2, Interpolation::kBilinear, true);
+  EXPECT_EQ(out, (std::vector<uint8_t>{7, 23}));
+  // Without antialias the triangle keeps support 1: centre 1.0 reads inputs 0..1 ->
+  // weights .5 .5 -> 5; centre 3.0 -> 25.
+  ResizeImage(row.data(), 1, 4, 1, out.data(), 1, 2, Interpolation::kBilinear, false);
+  EXPECT_EQ(out, (std::vector<uint8_t>{5, 25}));
+  // Bilinear 2 -> 4 upsampling: centres .25 .75 1.25 1.75 -> 0, 25, 75, 100.
+  const std::vector<uint8_t> two = {0, 100};
+  std::vector<uint8_t> four(4);
+  ResizeImage(two.data(), 1, 2, 1, four.data(), 1, 4, Interpolation::kBilinear, true);
+  EXPECT_EQ(four, (std::vector<uint8_t>{0, 25, 75, 100}));
+  // Vertical works the same way (a column).
+  ResizeImage(row.data(), 4, 1, 1, out.data(), 2, 1, Interpolation::kArea, true);
+  EXPECT_EQ(out, (std::vector<uint8_t>{5, 25}));
+}
+
+TEST(Resize, OpSizesAndConstantImages) {
+  const std::vector<uint8_t> flat(30 * 50 * 3, 77);
+  auto chain =
+      MakeChain(ValueType::Tensor(ElementType::kUInt8, {-1, -1, 3}), {{"resize", {{"size", 20}}}});
+  ASSERT_TRUE(chain.ok());
+  Value out;
+  ASSERT_OK(RunChain(*chain, Image(30, 50, 3, flat), &out));
+  // The shorter side becomes 20, the longer int(20 * 50 / 30) = 33.
+  EXPECT_EQ(out.shape(), (std::vector<int64_t>{20, 33, 3}));
+  for (int64_t i = 0; i < out.size_bytes(); ++i) ASSERT_EQ(out.data()[i], 77);
+  auto fixed =
+      MakeChain(ValueType::Tensor(ElementType::kUInt8, {-1, -1, 4}),
+                {{"resize", {{"size", ParamValue::List{7, 9}}, {"interpolation", "area"}}}});
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_EQ(fixed->output_type(), ValueType::Tensor(ElementType::kUInt8, {7, 9, 4}));
+}
+
+TEST(Resize, OpaqueRgbaResizesLikeRgb) {
+  const auto rgba = Pattern(23, 31, 4);
+  std::vector<uint8_t> opaque = rgba, rgb(23 * 31 * 3);
+  for (int i = 0; i < 23 * 31; ++i) {
+    opaque[i * 4 + 3] = 255;
+    std::memcpy(&rgb[i * 3], &rgba[i * 4], 3);
+  }
+  std::vector<uint8_t> out4(10 * 12 * 4), out3(10 * 12 * 3);
+  ResizeImage(opaque.data(), 23, 31, 4, out4.data(), 10, 12, Interpolation::kBilinear, true);
+  ResizeImage(rgb.data(), 23, 31, 3, out3.data(), 10, 12, Interpolation::kBilinear, true);
+  for (int i = 0; i < 120; ++i) {
+    EXPECT_EQ(0, std::memcmp(&out4[i * 4], &out3[i * 3], 3));
+    EXPECT_EQ(out4[i * 4 + 3], 255);
+  }
+}
+
+// A 4x5 single-channel image with values 10*y + x.
+std::vector<uint8_t> Grid() {
+  std::vector<uint8_t> pixels(20);
+  for (int y = 0; y < 4; ++y) {
+    for (int x = 0; x < 5; ++x) pixels[y * 5 + x] = static_cast<uint8_t>(10 * y + x);
+  }
+  return pixels;
+}
+
+std::vector<uint8_t> ApplyOne(const std::string& name, Params params,
+                              const std::vector<uint8_t>& pixels, int h, int w, int c,
+                              std::vector<int64_t>* shape = nullptr, uint64_t row = 0,
+                              uint64_t epoch = 0) {
+  auto chain =
+      MakeChain(ValueType::Tensor(ElementType::kUInt8, {-1, -1, c}), {{name, std::move(params)}});
+  EXPECT_TRUE(chain.ok()) << chain.status().ToString();
+  Value out;
+  const Status status = RunChain(*chain, Image(h, w, c, pixels), &out, row, epoch);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  if (shape != nullptr) *shape = out.shape();
+  return Bytes(out);
+}
+
+TEST(Geometry, CropFlipPadAndChwAreExact) {
+  const auto grid = Grid();
+  std::vector<int64_t> shape;
+  EXPECT_EQ(ApplyOne("center_crop", {{"size", ParamValue::List{2, 3}}}, grid, 4, 5, 1, &shape),
+            (std::vector<uint8_t>{11, 12, 13, 21, 22, 23}));
+  // Larger than the image: torchvision pads with zeros ((6-4)//2 = 1 row above).
+  EXPECT_EQ(ApplyOne("center_crop", {{"size", ParamValue::List{6, 5}}}, grid, 4, 5, 1),
+            (std::vector<uint8_t>{0,  0,  0,  0,  0,  0,  1,  2,  3,  4,  10, 11, 12, 13, 14,
+                                  20, 21, 22, 23, 24, 30, 31, 32, 33, 34, 0,  0,  0,  0,  0}));
+  EXPECT_EQ(ApplyOne("horizontal_flip", {{"p", 1.0}}, grid, 4, 5, 1)[0], 4);
+  EXPECT_EQ(ApplyOne("vertical_flip", {{"p", 1.0}}, grid, 4, 5, 1)[0], 30);
+  EXPECT_EQ(ApplyOne("horizontal_flip", {{"p", 0.0}}, grid, 4, 5, 1), grid);
+  const auto padded =
+      ApplyOne("pad", {{"padding", ParamValue::List{1, 2}}, {"fill", 9}}, grid, 4, 5, 1, &shape);
+  EXPECT_EQ(shape, (std::vector<int64_t>{8, 7, 1}));
+  EXPECT_EQ(padded[0], 9);
+  EXPECT_EQ(padded[2 * 7 + 1], 0);   // the old (0, 0)
+  EXPECT_EQ(padded[5 * 7 + 5], 34);  // the old (3, 4)
+  const auto edge = ApplyOne("pad", {{"padding", 2}, {"mode", "edge"}}, grid, 4, 5, 1);
+  EXPECT_EQ(edge[0], 0);
+  ASSERT_EQ(edge.size(), 8u * 9u);
+  EXPECT_EQ(edge[7 * 9 + 8], 34);
+  const auto reflect = ApplyOne("pad", {{"padding", 1}, {"mode", "reflect"}}, grid, 4, 5, 1);
+  EXPECT_EQ(reflect[0], 11);  // mirror of (1, 1)
+  const auto rgb = Pattern(2, 3, 3);
+  const auto chw = ApplyOne("to_chw", {}, rgb, 2, 3, 3, &shape);
+  EXPECT_EQ(shape, (std::vector<int64_t>{3, 2, 3}));
+  for (int ch = 0; ch < 3; ++ch) {
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(chw[ch * 6 + i], rgb[i * 3 + ch]);
+  }
+}
+
+TEST(Normalize, Float32Float16AndBFloat16) {
+  const std::vector<uint8_t> pixels = {0, 255, 51, 255, 0, 102};  // 1x2 RGB
+  Params params = {{"mean", ParamValue::List{0.5, 0.0, 0.2}},
+                   {"std", ParamValue::List{0.5, 1.0, 0.2}}};
+  auto chain =
+      MakeChain(ValueType::Tensor(ElementType::kUInt8, {1, 2, 3}), {{"normalize", params}});
+  ASSERT_TRUE(chain.ok());
+  EXPECT_EQ(chain->output_type(), ValueType::Tensor(ElementType::kFloat32, {1, 2, 3}));
+  Value out;
+  ASSERT_OK(RunChain(*chain, Image(1, 2, 3, pixels), &out));
+  const float* f = out.as<float>();
+  EXPECT_FLOAT_EQ(f[0], -1.0f);  // (0 - .5) / .5
+  EXPECT_FLOAT_EQ(f[1], 1.0f);   // (1 - 0) / 1
+  EXPECT_FLOAT_EQ(f[2], 0.0f);   // (.2 - .2) / .2
+  EXPECT_FLOAT_EQ(f[3], 1.0f);
+  EXPECT_FLOAT_EQ(f[5], 1.0f);  // (.4 - .2) / .2
+  params["dtype"] = "float16";
+  auto half = MakeChain(ValueType::Tensor(ElementType::kUInt8, {1, 2, 3}), {{"normalize", params}});
+  ASSERT_OK(RunChain(*half, Image(1, 2, 3, pixels), &out));
+  EXPECT_EQ(out.as<uint16_t>()[0], 0xBC00);  // -1.0
+  EXPECT_EQ(out.as<uint16_t>()[1], 0x3C00);  // 1.0
+  params["dtype"] = "bfloat16";
+  auto brain =
+      MakeChain(ValueType::Tensor(ElementType::kUInt8, {1, 2, 3}), {{"normalize", params}});
+  ASSERT_OK(RunChain(*brain, Image(1, 2, 3, pixels), &out));
+  EXPECT_EQ(out.element(), ElementType::kBFloat16);
+  EXPECT_EQ(out.as<uint16_t>()[0], 0xBF80);  // -1.0
+  EXPECT_EQ(out.as<uint16_t>()[1], 0x3F80);  // 1.0
+  // Three means for a one-channel image: an error at open time.
+  auto wrong =
+      MakeChain(ValueType::Tensor(ElementType::kUInt8, {-1, -1, 1}), {{"normalize", params}});
+  EXPECT_EQ(GetErrorKind(wrong.status()), ErrorKind::kInvalidOption);
+}
+
+TEST(RandomOps, SameKeySameCropOtherEpochOtherCrop) {
+  const auto pixels = Pattern(40, 50, 3);
+  std::set<std::string> across_epochs;  // (a set of vectors trips a GCC 12 -O3 warning)
+  for (uint64_t epoch = 0; epoch < 6; ++epoch) {
+    const auto a = ApplyOne("random_crop", {{"size", 16}}, pixels, 40, 50, 3, nullptr, 5, epoch);
+    const auto b = ApplyOne("random_crop", {{"size", 16}}, pixels, 40, 50, 3, nullptr, 5, epoch);
+    EXPECT_EQ(a, b);
+    across_epochs.insert(std::string(a.begin(), a.end()));
+  }
+  EXPECT_GT(across_epochs.size(), 3u);
+  std::set<std::string> across_rows;
+  for (uint64_t row = 0; row < 6; ++row) {
+    const auto crop = ApplyOne("random_crop", {{"size", 16}}, pixels, 40, 50, 3, nullptr, row);
+    across_rows.insert(std::string(crop.begin(), crop.end()));
+  }
+  EXPECT_GT(across_rows.size(), 3u);
+  // The op index is part of the key: the same op at another position draws differently.
+  RowContext ctx{7, 0, 5, 0};
+  RowContext other = ctx;
+  other.op_index = 1;
+  EXPECT_NE(ctx.Stream().Next64(), other.Stream().Next64());
+  RowContext same = ctx;
+  EXPECT_EQ(ctx.Stream().Next64(), same.Stream().Next64());
+}
+
+TEST(RandomOps, RandomResizedCropBoxesFollowTorchvisionsRule) {
+  int fallbacks = 0;
+  for (uint64_t row = 0; row < 500; ++row) {
+    PhiloxStream stream = RowContext{1, 0, row, 0}.Stream();
+    const CropBox box = RandomResizedCropBox(120, 90, 0.08, 1.0, 3.0 / 4.0, 4.0 / 3.0, &stream);
+    ASSERT_GE(box.top, 0);
+    ASSERT_GE(box.left, 0);
+    ASSERT_GT(box.height, 0);
+    ASSERT_GT(box.width, 0);
+    ASSERT_LE(box.top + box.height, 120);
+    ASSERT_LE(box.left + box.width, 90);
+    const double area = static_cast<double>(box.height) * box.width / (120.0 * 90.0);
+    const double ratio = static_cast<double>(box.width) / box.height;
+    if (box.height == 120 && box.width == 90) {
+      ++fallbacks;
+      continue;
+    }
+    // Rounding of w and h to integers moves area and ratio slightly.
+    EXPECT_GE(area, 0.08 * 0.9);
+    EXPECT_LE(area, 1.0);
+    EXPECT_GE(ratio, 0.75 * 0.9);
+    EXPECT_LE(ratio, 4.0 / 3.0 * 1.1);
+  }
+  EXPECT_LT(fallbacks, 50);
+  // No draw can fit (area 100% at ratio 2 on a square): the centre fallback clamps the ratio.
+  PhiloxStream stream = RowContext{}.Stream();
+  const CropBox box = RandomResizedCropBox(64, 64, 1.0, 1.0, 2.0, 2.0, &stream);
+  EXPECT_EQ(box.width, 64);
+  EXPECT_EQ(box.height, 32);  // round(64 / 2)
+  EXPECT_EQ(box.top, 16);
+  EXPECT_EQ(box.left, 0);
+}
+
+TEST(RandomOps, RandomResizedCropOpOutputsTheSizeAndIsKeyed) {
+  const auto pixels = Pattern(60, 80, 3);
+  std::vector<int64_t> shape;
+  const auto a = ApplyOne("random_resized_crop", {{"size", ParamValue::List{24, 32}}}, pixels, 60,
+                          80, 3, &shape, 9);
+  EXPECT_EQ(shape, (std::vector<int64_t>{24, 32, 3}));
+  EXPECT_EQ(a, ApplyOne("random_resized_crop", {{"size", ParamValue::List{24, 32}}}, pixels, 60, 80,
+                        3, nullptr, 9));
+  EXPECT_NE(a, ApplyOne("random_resized_crop", {{"size", ParamValue::List{24, 32}}}, pixels, 60, 80,
+                        3, nullptr, 9, 1));
+}
+
+TEST(ImageOps, WrongInputsAreErrorsAtOpenTime) {
+  auto on_bytes = MakeChain(ValueType::Bytes(), {{"resize", {{"size", 8}}}});
+  ASSERT_FALSE(on_bytes.ok());
+  EXPECT_EQ(GetErrorKind(on_bytes.status()), ErrorKind::kUnsupportedType);
+  EXPECT_NE(on_bytes.status().message().find("column 'col', op 0 'resize'"), std::string::npos)
+      << on_bytes.status().message();
+  auto float_resize =
+      MakeChain(ValueType::Tensor(ElementType::kFloat32, {-1, -1, 3}), {{"resize", {{"size", 8}}}});
+  EXPECT_FALSE(float_resize.ok());
+  auto too_small = MakeChain(ValueType::Tensor(ElementType::kUInt8, {10, 10, 3}),
+                             {{"random_crop", {{"size", 16}}}});
+  EXPECT_FALSE(too_small.ok());
+  auto bad_mode = MakeOp("decode_image", {{"mode", "CMYK"}});
+  EXPECT_NE(bad_mode.status().message().find("parameter 'mode'"), std::string::npos);
+  auto bad_scale =
+      MakeOp("random_resized_crop", {{"size", 8}, {"scale", ParamValue::List{0.5, 0.1}}});
+  EXPECT_FALSE(bad_scale.ok());
+  auto bad_p = MakeOp("horizontal_flip", {{"p", 2}});
+  EXPECT_FALSE(bad_p.ok());
+  // A variable-size output where a fixed one is needed.
+  auto variable = MakeChain(ValueType::Bytes(), {{"decode_image", {}}, {"resize", {{"size", 8}}}},
+                            {.require_fixed_shape = true});
+  ASSERT_FALSE(variable.ok());
+  EXPECT_NE(variable.status().message().find("needs a fixed shape"), std::string::npos);
+  auto fixed =
+      MakeChain(ValueType::Bytes(),
+                {{"decode_image", {}}, {"resize", {{"size", 8}}}, {"center_crop", {{"size", 8}}}},
+                {.require_fixed_shape = true});
+  EXPECT_TRUE(fixed.ok()) << fixed.status().ToString();
+}
+
+}  // namespace
+}  // namespace stoker::transform

@@ -1,0 +1,185 @@
+#include "transform/op.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "transform/ops_internal.h"
+
+namespace stoker::transform {
+namespace {
+
+struct Registered {
+  const char* name;
+  internal::OpFactory factory;
+};
+
+// An explicit table rather than self-registering static objects: stoker_core is a static library,
+// and the linker drops object files that nothing references, registrars included.
+constexpr Registered kOps[] = {
+    {"bucketize", internal::MakeBucketize},
+    {"cast", internal::MakeCast},
+    {"center_crop", internal::MakeCenterCrop},
+    {"clip", internal::MakeClip},
+    {"decode_image", internal::MakeDecodeImage},
+    {"decode_npy", internal::MakeDecodeNpy},
+    {"decode_npz", internal::MakeDecodeNpz},
+    {"fill_null", internal::MakeFillNull},
+    {"hash_bucket", internal::MakeHashBucket},
+    {"horizontal_flip", internal::MakeHorizontalFlip},
+    {"log1p", internal::MakeLog1p},
+    {"min_max", internal::MakeMinMax},
+    {"normalize", internal::MakeNormalize},
+    {"pad", internal::MakePad},
+    {"random_crop", internal::MakeRandomCrop},
+    {"random_resized_crop", internal::MakeRandomResizedCrop},
+    {"reinterpret", internal::MakeReinterpret},
+    {"resize", internal::MakeResize},
+    {"standardize", internal::MakeStandardize},
+    {"to_chw", internal::MakeToChw},
+    {"vertical_flip", internal::MakeVerticalFlip},
+    {"vocabulary", internal::MakeVocabulary},
+};
+
+void CopyValue(const Value& in, Value* out) {
+  if (in.is_null()) {
+    out->SetNull();
+  } else if (in.kind() == ValueKind::kTensor) {
+    std::memcpy(out->Allocate(in.element(), in.shape()), in.data(), in.size_bytes());
+  } else {
+    std::memcpy(out->AllocateBytes(in.kind(), in.size_bytes()), in.data(), in.size_bytes());
+  }
+}
+
+}  // namespace
+
+namespace internal {
+
+Status WrongInput(const std::string& op, const std::string& what, const ValueType& got) {
+  return MakeError(ErrorKind::kUnsupportedType,
+                   "op '" + op + "' needs " + what + ", got " + got.ToString());
+}
+
+Status Corrupt(const std::string& reason) { return MakeError(ErrorKind::kCorruptFile, reason); }
+
+}  // namespace internal
+
+PhiloxStream RowContext::Stream() const {
+  // The epoch goes into the key (one Philox block of (seed, epoch)) so that both the row id and
+  // the epoch keep their full 64 bits; the counter then holds (row, op index).
+  const PhiloxCounter derived =
+      Philox4x32({static_cast<uint32_t>(epoch), static_cast<uint32_t>(epoch >> 32), 0,
+                  static_cast<uint32_t>(RandomPurpose::kTransformKey) << 24},
+                 {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+  const uint64_t key = (static_cast<uint64_t>(derived[1]) << 32) | derived[0];
+  return PhiloxStream(key, RandomPurpose::kTransform, row, op_index & 0xffffff);
+}
+
+double UniformDouble(PhiloxStream* stream) {
+  return static_cast<double>(stream->Next64() >> 11) * 0x1.0p-53;
+}
+
+Result<std::unique_ptr<Op>> MakeOp(const std::string& name, const Params& params) {
+  for (const Registered& entry : kOps) {
+    if (name == entry.name) {
+      ParamReader reader(name, params);
+      auto op = entry.factory(&reader);
+      if (!op.ok()) {
+        // A misspelt parameter is the likelier cause of a missing one: name it first.
+        const Status unknown = reader.Finish();
+        if (!unknown.ok()) {
+          return MakeError(ErrorKind::kInvalidOption,
+                           unknown.message() + "; " + op.status().message());
+        }
+        return op.status();
+      }
+      STOKER_RETURN_NOT_OK(reader.Finish());
+      return op;
+    }
+  }
+  std::string names;
+  for (const Registered& entry : kOps)
+    names += (names.empty() ? "" : ", ") + std::string(entry.name);
+  return MakeError(ErrorKind::kInvalidOption,
+                   "unknown transform op '" + name + "' (ops: " + names + ")");
+}
+
+std::vector<std::string> OpNames() {
+  std::vector<std::string> names;
+  for (const Registered& entry : kOps) names.emplace_back(entry.name);
+  return names;
+}
+
+Result<Chain> Chain::Make(std::string column, const ValueType& input,
+                          std::vector<std::unique_ptr<Op>> ops, const Options& options) {
+  Chain chain;
+  chain.column_ = std::move(column);
+  chain.types_.push_back(input);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    auto resolved = ops[i]->Resolve(chain.types_.back());
+    if (!resolved.ok()) {
+      const auto kind = GetErrorKind(resolved.status()).value_or(ErrorKind::kUnsupportedType);
+      return MakeError(kind, "column '" + chain.column_ + "', op " + std::to_string(i) + " '" +
+                                 ops[i]->Name() + "': " + resolved.status().message());
+    }
+    chain.types_.push_back(*std::move(resolved));
+  }
+  if (options.require_fixed_shape && !chain.types_.back().FixedShape()) {
+    std::string hint = chain.types_.back().kind == ValueKind::kTensor
+                           ? " (add a resize or crop to a fixed size)"
+                           : " (decode it with an op)";
+    return MakeError(ErrorKind::kUnsupportedType,
+                     "column '" + chain.column_ + "': the transforms give " +
+                         chain.types_.back().ToString() +
+                         " per row, which varies, and this column needs a fixed shape" + hint);
+  }
+  chain.ops_ = std::move(ops);
+  return chain;
+}
+
+size_t Chain::DeterministicPrefixLength() const {
+  size_t count = 0;
+  while (count < ops_.size() && ops_[count]->Deterministic()) ++count;
+  return count;
+}
+
+std::string Chain::Fingerprint(size_t count) const {
+  std::string text = "chain[" + types_.front().ToString() + "]";
+  for (size_t i = 0; i < std::min(count, ops_.size()); ++i) {
+    text += "|" + ops_[i]->Fingerprint();
+  }
+  return text;
+}
+
+Status Chain::Apply(RowContext ctx, const Value& in, Value* out, Value* scratch, size_t begin,
+                    size_t end) const {
+  end = std::min(end, ops_.size());
+  if (begin >= end) {
+    CopyValue(in, out);
+    return Status::OK();
+  }
+  // Ping-pong between `out` and `scratch` so that the last op writes `out`.
+  const size_t count = end - begin;
+  Value* target = count % 2 == 1 ? out : scratch;
+  const Value* source = &in;
+  for (size_t i = begin; i < end; ++i) {
+    const Op& op = *ops_[i];
+    Status status;
+    if (source->is_null() && !op.AcceptsNull()) {
+      status = MakeError(ErrorKind::kNullValues, "a null value (add fill_null before this op)");
+    } else {
+      ctx.op_index = static_cast<uint32_t>(i);
+      status = op.Apply(ctx, *source, target);
+    }
+    if (!status.ok()) {
+      const auto kind = GetErrorKind(status).value_or(ErrorKind::kCorruptFile);
+      return MakeError(kind, op.Name() + " (op " + std::to_string(i) + " of column '" + column_ +
+                                 "'): " + status.message());
+    }
+    source = target;
+    target = target == out ? scratch : out;
+  }
+  return Status::OK();
+}
+
+}  // namespace stoker::transform

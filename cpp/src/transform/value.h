@@ -1,0 +1,133 @@
+// The values a transform op reads and writes, one row at a time, and their static types.
+//
+// A Value is what one row of one column is at some point of a transform chain: encoded bytes (an
+// image file, an np.save blob), a string, or a tensor (a scalar is a tensor of rank 0). A ValueType
+// is what a chain knows about every row before any row is read: the kind, the element type and the
+// per-row shape, where -1 marks a dimension that varies from row to row.
+//
+// Ownership: a Value either views bytes it does not own (the input, pointing into an Arrow buffer
+// that outlives the call) or owns a buffer that it reuses across rows (`Allocate` keeps capacity).
+// Thread safety: a Value is a plain value; use one per thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/tensor.h"
+
+namespace stoker::transform {
+
+/// Element types a transform can produce: stoker::DType with the same numbering, plus bfloat16,
+/// which the public DType does not have yet (the integration adds it there).
+enum class ElementType : uint8_t {
+  kBool,
+  kInt8,
+  kInt16,
+  kInt32,
+  kInt64,
+  kUInt8,
+  kUInt16,
+  kUInt32,
+  kUInt64,
+  kFloat16,
+  kFloat32,
+  kFloat64,
+  kBFloat16,
+};
+
+int ElementSize(ElementType type);
+/// numpy-style name ("float32", "bfloat16").
+const char* ElementName(ElementType type);
+std::optional<ElementType> ParseElementType(std::string_view name);
+inline ElementType FromDType(DType dtype) { return static_cast<ElementType>(dtype); }
+/// The public dtype of `type`; nullopt for bfloat16.
+std::optional<DType> ToDType(ElementType type);
+bool IsInteger(ElementType type);
+bool IsFloat(ElementType type);  // float16, float32, float64, bfloat16
+
+enum class ValueKind : uint8_t {
+  kBytes,   // encoded binary data (an image file, np.save output)
+  kString,  // UTF-8 text
+  kTensor,  // elements of `element` type in row-major order, shape `shape`
+};
+
+constexpr int64_t kVariableDim = -1;
+
+/// What every row of a column is at one point of a chain. Only tensors have an element type and
+/// shape; a dimension of kVariableDim varies from row to row.
+struct ValueType {
+  ValueKind kind = ValueKind::kBytes;
+  ElementType element = ElementType::kUInt8;
+  std::vector<int64_t> shape;
+
+  static ValueType Bytes() { return {ValueKind::kBytes, ElementType::kUInt8, {}}; }
+  static ValueType String() { return {ValueKind::kString, ElementType::kUInt8, {}}; }
+  static ValueType Tensor(ElementType element, std::vector<int64_t> shape) {
+    return {ValueKind::kTensor, element, std::move(shape)};
+  }
+
+  bool FixedShape() const;
+  /// "bytes", "string", "uint8[?, ?, 3]".
+  std::string ToString() const;
+  bool operator==(const ValueType&) const = default;
+};
+
+/// One row's value. Tensors are row-major; images are uint8 [height, width, channels].
+class Value {
+ public:
+  Value() = default;
+  Value(const Value&) = delete;
+  Value& operator=(const Value&) = delete;
+  Value(Value&&) = default;
+  Value& operator=(Value&&) = default;
+
+  /// A view of bytes or text owned by someone else (valid while the caller keeps them).
+  static Value View(ValueKind kind, const void* data, int64_t size);
+  /// A view of a tensor owned by someone else.
+  static Value TensorView(ElementType element, std::vector<int64_t> shape, const void* data);
+  static Value Null() {
+    Value value;
+    value.null_ = true;
+    return value;
+  }
+
+  /// Makes this an owned tensor of the given type and shape (contents unspecified) and returns its
+  /// buffer; keeps the capacity of earlier rows.
+  uint8_t* Allocate(ElementType element, std::vector<int64_t> shape);
+  /// Makes this owned bytes or text of `size` bytes.
+  uint8_t* AllocateBytes(ValueKind kind, int64_t size);
+  void SetNull() { null_ = true; }
+
+  ValueKind kind() const { return kind_; }
+  ElementType element() const { return element_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  bool is_null() const { return null_; }
+  const uint8_t* data() const { return view_ != nullptr ? view_ : owned_.data(); }
+  int64_t size_bytes() const { return size_; }
+  int64_t num_elements() const;
+  std::string_view bytes() const {
+    return {reinterpret_cast<const char*>(data()), static_cast<size_t>(size_)};
+  }
+  template <typename T>
+  const T* as() const {
+    return reinterpret_cast<const T*>(data());
+  }
+  /// Writable data; only for an owned value.
+  uint8_t* mutable_data() { return owned_.data(); }
+  /// The ValueType of this row (fixed shape).
+  ValueType type() const;
+
+ private:
+  ValueKind kind_ = ValueKind::kBytes;
+  ElementType element_ = ElementType::kUInt8;
+  std::vector<int64_t> shape_;
+  bool null_ = false;
+  const uint8_t* view_ = nullptr;
+  int64_t size_ = 0;
+  std::vector<uint8_t> owned_;
+};
+
+}  // namespace stoker::transform
