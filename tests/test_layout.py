@@ -6,7 +6,7 @@ import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORDER = ["util", "cache", "io", "catalog", "plan", "decode", "transform", "batch", "exec"]
+ORDER = ["util", "cache", "io", "catalog", "plan", "transform", "decode", "batch", "exec"]
 INCLUDE = re.compile(r'#include "([a-z_]+)/')
 
 

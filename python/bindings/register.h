@@ -2,11 +2,12 @@
 // convert types, release the GIL around blocking calls and turn Status into exceptions.
 #pragma once
 
-#include <type_traits>
-
 #include <nanobind/nanobind.h>
 
+#include <type_traits>
+
 #include "stoker/error.h"
+#include "stoker/transform_spec.h"
 
 namespace stoker::python {
 
@@ -51,6 +52,12 @@ auto Blocking(Call&& call) {
     return std::move(returned).ValueUnsafe();
   }
 }
+
+/// A Python op parameter (None, bool, int, float, str, or a list/tuple of these) as a ParamValue;
+/// raises TypeError for anything else.
+ParamValue ToParam(nanobind::handle object);
+/// An op declared as a dict {"op": name, **params}.
+OpSpec ToOpSpec(nanobind::handle spec);
 
 void RegisterErrors(nanobind::module_& m);
 void RegisterOptions(nanobind::module_& m);

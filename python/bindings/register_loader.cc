@@ -94,6 +94,11 @@ void RegisterLoader(nb::module_& m) {
              ReleaseGil release;
              self.Stop();
            })
+      .def("close",
+           [](Loader& self) {
+             ReleaseGil release;
+             self.Close();
+           })
       .def_prop_ro("num_batches", &Loader::NumBatches)
       .def_prop_ro("num_rows", &Loader::NumRows)
       .def_prop_ro("shuffle_window_rows", &Loader::ShuffleWindowRows)

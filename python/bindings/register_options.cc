@@ -39,6 +39,17 @@ void RegisterOptions(nb::module_& m) {
           })
       .def_rw("allow_lossy_cast", &LoaderOptions::allow_lossy_cast)
       .def_rw("column_options", &LoaderOptions::column_options)
+      // {column: [{"op": name, **params}, ...]}; write-only (the engine checks it at open).
+      .def(
+          "set_transforms",
+          [](LoaderOptions& self, nb::dict transforms) {
+            self.transforms.clear();
+            for (auto [column, ops] : transforms) {
+              auto& chain = self.transforms[nb::cast<std::string>(column)];
+              for (nb::handle op : ops) chain.push_back(ToOpSpec(op));
+            }
+          },
+          nb::arg("transforms"))
       .def_rw("default_column_options", &LoaderOptions::default_column_options)
       .def_rw("batch_size", &LoaderOptions::batch_size)
       .def_rw("shuffle", &LoaderOptions::shuffle)

@@ -18,25 +18,8 @@ namespace stoker::python {
 namespace {
 
 using transform::ElementType;
-using transform::ParamValue;
 using transform::Value;
 using transform::ValueKind;
-
-ParamValue ToParam(nb::handle object) {
-  if (object.is_none()) return ParamValue();
-  if (nb::isinstance<nb::bool_>(object)) return ParamValue(nb::cast<bool>(object));
-  if (nb::isinstance<nb::int_>(object)) return ParamValue(nb::cast<int64_t>(object));
-  if (nb::isinstance<nb::float_>(object)) return ParamValue(nb::cast<double>(object));
-  if (nb::isinstance<nb::str>(object)) return ParamValue(nb::cast<std::string>(object));
-  if (nb::isinstance<nb::list>(object) || nb::isinstance<nb::tuple>(object)) {
-    ParamValue::List list;
-    for (nb::handle item : object) list.push_back(ToParam(item));
-    return ParamValue(std::move(list));
-  }
-  throw nb::type_error(
-      ("op parameter of unsupported type " + nb::cast<std::string>(nb::str(object.type())))
-          .c_str());
-}
 
 ElementType FromDlpack(nb::dlpack::dtype dtype) {
   using nb::dlpack::dtype_code;
@@ -78,18 +61,8 @@ nb::dlpack::dtype ToDlpack(ElementType type) {
 nb::object ApplyOps(nb::list specs, nb::object input, uint64_t seed, uint64_t epoch, uint64_t row) {
   std::vector<std::unique_ptr<transform::Op>> ops;
   for (nb::handle spec : specs) {
-    nb::dict dict = nb::cast<nb::dict>(spec);
-    std::string name;
-    transform::Params params;
-    for (auto [key, item] : dict) {
-      const std::string key_name = nb::cast<std::string>(key);
-      if (key_name == "op") {
-        name = nb::cast<std::string>(item);
-      } else {
-        params[key_name] = ToParam(item);
-      }
-    }
-    ops.push_back(Blocking([&] { return transform::MakeOp(name, params); }));
+    const OpSpec op = ToOpSpec(spec);
+    ops.push_back(Blocking([&] { return transform::MakeOp(op.op, op.params); }));
   }
   // The input: bytes, str or a C-contiguous numpy array (kept alive by `input` during the call).
   Value in;
@@ -128,6 +101,35 @@ nb::object ApplyOps(nb::list specs, nb::object input, uint64_t seed, uint64_t ep
 }
 
 }  // namespace
+
+OpSpec ToOpSpec(nb::handle spec) {
+  OpSpec out;
+  for (auto [key, item] : nb::cast<nb::dict>(spec)) {
+    const std::string name = nb::cast<std::string>(key);
+    if (name == "op") {
+      out.op = nb::cast<std::string>(item);
+    } else {
+      out.params[name] = ToParam(item);
+    }
+  }
+  return out;
+}
+
+ParamValue ToParam(nb::handle object) {
+  if (object.is_none()) return ParamValue();
+  if (nb::isinstance<nb::bool_>(object)) return ParamValue(nb::cast<bool>(object));
+  if (nb::isinstance<nb::int_>(object)) return ParamValue(nb::cast<int64_t>(object));
+  if (nb::isinstance<nb::float_>(object)) return ParamValue(nb::cast<double>(object));
+  if (nb::isinstance<nb::str>(object)) return ParamValue(nb::cast<std::string>(object));
+  if (nb::isinstance<nb::list>(object) || nb::isinstance<nb::tuple>(object)) {
+    ParamValue::List list;
+    for (nb::handle item : object) list.push_back(ToParam(item));
+    return ParamValue(std::move(list));
+  }
+  throw nb::type_error(
+      ("op parameter of unsupported type " + nb::cast<std::string>(nb::str(object.type())))
+          .c_str());
+}
 
 void RegisterTransform(nb::module_& m) {
   m.def("apply_ops", &ApplyOps, nb::arg("op_specs"), nb::arg("value"), nb::arg("seed") = 0,

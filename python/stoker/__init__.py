@@ -2,7 +2,7 @@
 
 import pyarrow  # noqa: F401  (loads libarrow/libparquet before the extension needs them)
 
-from . import errors
+from . import errors, ops
 from .cache import cache_usage, clear_cache
 from ._describe import describe
 from ._redact import redact_uri
@@ -23,6 +23,6 @@ def __getattr__(name):
 
 
 __all__ = [
-    "IterableDataset", "Loader", "Ragged", "StokerError", "cache_usage", "clear_cache", "describe", "errors",
+    "IterableDataset", "Loader", "Ragged", "StokerError", "cache_usage", "clear_cache", "describe", "errors", "ops",
     "redact_uri", "to_pylist", "__version__",
 ]

@@ -18,6 +18,18 @@ from typing import List, Optional
 __all__ = ["main"]
 
 
+def _json_object(text: str) -> dict:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object {column: [op, ...]}")
+    return value
+
+
 def _names(text: str) -> List[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
@@ -65,6 +77,10 @@ def _build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("uri", help="a Parquet file, folder, glob or URI (s3://...)")
     inspect.add_argument("--columns", type=_names, help="only these columns (comma-separated)")
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    inspect.add_argument("--transforms", type=_json_object, metavar="JSON",
+                         help='transform chains, e.g. \'{"image": [{"op": "decode_image"}, '
+                              '{"op": "resize", "size": [224, 224]}]}\': shows what each '
+                              "chain produces")
 
     bench = sub.add_parser("bench", help="measure stoker on a dataset and name the bottleneck")
     bench.add_argument("uri", help="a Parquet file, folder, glob or URI (s3://...)")
@@ -134,7 +150,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif args.command == "inspect":
             from ._cli_inspect import run_inspect
 
-            return run_inspect(args.uri, args.columns, args.json)
+            return run_inspect(args.uri, args.columns, args.json, args.transforms)
         elif args.command == "bench":
             from ._cli_bench import run_bench
 

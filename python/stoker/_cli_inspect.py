@@ -44,7 +44,7 @@ def _produced(column) -> Dict[str, Any]:
         text += f" + {column.name}_lengths"
     if column.annotation:
         text += f" ({column.annotation})"
-    out = {"produces": text, "kind": kind, "dtype": dtype}
+    out = {"produces": text, "kind": kind, "dtype": dtype, "shape": shape[1:]}
     if column.needs_list_mode:
         out["produces"] += "; needs lists='ragged' or 'padded'"
         out["needs_lists"] = True
@@ -52,14 +52,15 @@ def _produced(column) -> Dict[str, Any]:
 
 
 def inspect_dataset(uri: str, columns: Optional[List[str]] = None,
-                    storage_options: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                    storage_options: Optional[Dict[str, Any]] = None,
+                    transforms: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The report of `stoker inspect` (a dict, also printed by ``--json``)."""
     from ._describe import describe, redact_uri
     from .errors import error_class
 
     if not uri:
         raise CliError("no dataset given: pass a Parquet file, folder, glob or URI")
-    desc = describe(uri, columns=columns, storage_options=storage_options)
+    desc = describe(uri, columns=columns, storage_options=storage_options, transforms=transforms)
     for column in desc.columns:
         if column.error_kind == "column_not_found":
             raise error_class(column.error_kind)(column.error)
@@ -167,8 +168,9 @@ def format_report(r: Dict[str, Any], max_files: int = 10) -> str:
     return "\n".join(lines)
 
 
-def run_inspect(uri: str, columns: Optional[List[str]] = None, as_json: bool = False) -> int:
-    report = inspect_dataset(uri, columns)
+def run_inspect(uri: str, columns: Optional[List[str]] = None, as_json: bool = False,
+                transforms: Optional[Dict[str, Any]] = None) -> int:
+    report = inspect_dataset(uri, columns, transforms=transforms)
     if as_json:
         print(json.dumps(report, indent=1, default=str))
     else:

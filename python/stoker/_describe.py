@@ -10,7 +10,8 @@ from typing import Any, Mapping, Optional, Sequence
 from . import _stoker
 from ._redact import redact_uri
 from .errors import InvalidOptionError
-from ._options import Source, check_int, column_options, normalise_sources, parse_size, storage_value
+from ._options import (Source, check_int, column_options, normalise_sources, parse_size,
+                       storage_value, transform_chains)
 from .loader import Loader
 
 __all__ = ["describe", "redact_uri"]
@@ -18,7 +19,8 @@ __all__ = ["describe", "redact_uri"]
 # Loader arguments that change the description; every other Loader argument is accepted (so the
 # CLI can pass the options of a run unchanged) and has no effect on it.
 _DESCRIBED = ("features_name", "features_dtype", "allow_lossy_cast", "lists", "pad_value",
-              "fill_null", "null_mask", "num_io_threads", "max_retries", "retry_base_delay")
+              "fill_null", "null_mask", "num_io_threads", "max_retries", "retry_base_delay",
+              "transforms")
 
 
 def _loader_defaults() -> dict:
@@ -87,4 +89,6 @@ def describe(source: Source, columns: Optional[Sequence[str]] = None,
     opts.default_column_options, opts.column_options = column_options(
         kw["lists"], kw["pad_value"], kw["fill_null"], kw["null_mask"],
         opts.columns + opts.features)
+    if kw["transforms"] is not None:
+        opts.set_transforms(transform_chains(kw["transforms"]))
     return _stoker.describe(opts)

@@ -11,7 +11,7 @@ from . import _stoker
 from .errors import InvalidOptionError
 
 __all__ = ["Source", "parse_size", "normalise_sources", "storage_value", "column_options",
-           "check_int"]
+           "check_int", "transform_chains"]
 
 Source = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
@@ -60,6 +60,29 @@ def storage_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def transform_chains(transforms: Any) -> dict:
+    """``{column: [op, ...]}`` checked for shape (ops are dicts with an "op" name, as
+    :mod:`stoker.ops` makes them); the engine checks names, parameters and types."""
+    if not isinstance(transforms, Mapping):
+        raise InvalidOptionError("transforms must be a dict {column: [op, ...]}")
+    out = {}
+    for column, chain in transforms.items():
+        if not isinstance(column, str):
+            raise InvalidOptionError(f"transforms keys are column names, got {column!r}")
+        if isinstance(chain, Mapping):
+            chain = [chain]
+        if not isinstance(chain, Sequence) or isinstance(chain, str) or not chain:
+            raise InvalidOptionError(
+                f"transforms[{column!r}] must be a non-empty list of ops (stoker.ops.*)")
+        for position, op in enumerate(chain):
+            if not isinstance(op, Mapping) or not isinstance(op.get("op"), str):
+                raise InvalidOptionError(
+                    f"transforms[{column!r}][{position}] is {op!r}, not an op: use stoker.ops "
+                    "(e.g. stoker.ops.resize(224)) or a dict {'op': name, **params}")
+        out[column] = [dict(op) for op in chain]
+    return out
 
 
 def _per_column(value: Any) -> tuple:

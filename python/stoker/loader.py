@@ -17,7 +17,7 @@ from ._convert import to_python
 from ._device import DeviceFeeder, parse_device
 from ._distributed import agree_on_seed, default_num_threads, resolve_rank
 from ._options import (Source, check_int, column_options, normalise_sources, parse_size,
-                       storage_value)
+                       storage_value, transform_chains)
 from .errors import InvalidOptionError, LoaderClosedError, LoaderStateError, StateMismatchError
 
 __all__ = ["Loader", "parse_size"]
@@ -95,6 +95,9 @@ class Loader:
         cache_dir: Node-local cache folder shared by every process on the node (``None``: off).
         cache_bytes: Byte budget of the cache (least recently used entries are evicted).
         cache_min_free_bytes: Free space the cache always leaves on its disk.
+        transforms: ``{column: [op, ...]}`` with ops from :mod:`stoker.ops`, run in C++ on the
+            workers; the column becomes a dense tensor of the chain's output. The deterministic
+            prefix is cached with ``cache_dir``; random ops are keyed by (seed, epoch, row id).
     """
 
     def __init__(
@@ -130,6 +133,7 @@ class Loader:
         cache_dir: Optional[Union[str, os.PathLike]] = None,
         cache_bytes: Union[int, str] = "50GiB",
         cache_min_free_bytes: Union[int, str] = "1GiB",
+        transforms: Optional[Mapping[str, Sequence[Mapping[str, Any]]]] = None,
     ) -> None:
         if output not in ("numpy", "torch"):
             raise InvalidOptionError(f"output must be 'numpy' or 'torch', got {output!r}")
@@ -210,6 +214,8 @@ class Loader:
         opts.cache_dir = os.path.abspath(os.fspath(cache_dir)) if cache_dir is not None else ""
         opts.cache_bytes = parse_size(cache_bytes, "cache_bytes")
         opts.cache_min_free_bytes = parse_size(cache_min_free_bytes, "cache_min_free_bytes")
+        if transforms is not None:
+            opts.set_transforms(transform_chains(transforms))
         opts.default_column_options, opts.column_options = column_options(
             lists, pad_value, fill_null, null_mask, opts.columns + opts.features)
         self._options = opts
@@ -358,7 +364,13 @@ class Loader:
         while True:
             self._check_generation(generation)
             waited = time.perf_counter()
-            batch, done = engine.next(_POLL_MS)
+            try:
+                batch, done = engine.next(_POLL_MS)
+            except LoaderClosedError:
+                # set_epoch/load_state_dict/iter() from another thread stopped the engine while
+                # this thread waited in it: report that, not a close.
+                self._check_generation(generation)
+                raise
             if generation == self._generation:
                 self._loop_wait_s += time.perf_counter() - waited
             if batch is None:
@@ -518,7 +530,7 @@ class Loader:
         afterwards."""
         engine, self._engine = self._engine, None
         if engine is not None:
-            engine.stop()
+            engine.close()  # permanent: an iter() racing this close cannot start an epoch
 
     def _live(self):
         engine = self._engine

@@ -48,6 +48,9 @@ class Loader {
   Status NextFor(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* done);
   /// Stops and joins every thread. Idempotent; safe at any time, from any thread.
   void Stop();
+  /// Stop() for good: every later StartEpoch, StartElasticEpoch or Next returns kClosed, so an
+  /// epoch being started by another thread at the same moment cannot outlive the close.
+  void Close();
 
   /// Sets the seed of the epochs started from now on (the plan's only per-epoch input besides
   /// the epoch itself); nothing is re-read. Resuming a state saved with another seed uses it.

@@ -11,6 +11,7 @@
 
 #include "stoker/error.h"
 #include "stoker/tensor.h"
+#include "stoker/transform_spec.h"
 
 namespace stoker {
 
@@ -45,6 +46,11 @@ struct LoaderOptions {
   /// Allows casts that can lose information (int64 -> float32, float64 -> float32, ...).
   bool allow_lossy_cast = false;
   std::map<std::string, ColumnOptions> column_options;
+  /// Per-column op chains run on the workers (cpp/src/transform/). Their deterministic prefix runs
+  /// before the ready-tensor cache (its output is what the cache stores); the rest runs per batch,
+  /// each random op keyed by (seed, epoch, global row id, op index). The chain's output must be a
+  /// tensor of fixed shape: the column becomes a dense [B, ...] tensor.
+  std::map<std::string, std::vector<OpSpec>> transforms;
   ColumnOptions default_column_options;
 
   int64_t batch_size = 1024;

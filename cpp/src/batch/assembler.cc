@@ -14,8 +14,11 @@ Status BatchAssembler::Prepare(DecodedItem* item) const {
 }
 
 Result<std::shared_ptr<Batch>> BatchAssembler::Assemble(int64_t index,
-                                                        const std::vector<RowRef>& rows) const {
-  const BatchRows batch_rows(rows);
+                                                        const std::vector<RowRef>& rows,
+                                                        uint64_t seed, int64_t epoch) const {
+  BatchRows batch_rows(rows);
+  batch_rows.seed = seed;
+  batch_rows.epoch = epoch;
   auto batch = std::make_shared<Batch>();
   batch->index = index;
   batch->num_rows = batch_rows.size();
@@ -28,7 +31,7 @@ Result<std::shared_ptr<Batch>> BatchAssembler::Assemble(int64_t index,
   }
   layout.Bind(pool_->Acquire(layout.total_bytes()));
   for (const auto& writer : writers_.writers) {
-    writer->Fill(batch_rows, &batch->columns[writer->output()]);
+    STOKER_RETURN_NOT_OK(writer->Fill(batch_rows, &batch->columns[writer->output()]));
   }
   return batch;
 }

@@ -29,7 +29,9 @@ class BatchAssembler {
   /// writer transposes the feature columns into the item's row-major matrix, then drops them).
   Status Prepare(DecodedItem* item) const;
 
-  Result<std::shared_ptr<Batch>> Assemble(int64_t index, const std::vector<RowRef>& rows) const;
+  /// Batch `index` of these rows; `seed` and `epoch` key the transforms' random ops.
+  Result<std::shared_ptr<Batch>> Assemble(int64_t index, const std::vector<RowRef>& rows,
+                                          uint64_t seed = 0, int64_t epoch = 0) const;
 
  private:
   std::shared_ptr<const OutputSpec> spec_;

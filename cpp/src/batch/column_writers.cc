@@ -188,9 +188,10 @@ void DenseWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* 
   layout->Place(&column->values);
 }
 
-void DenseWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+Status DenseWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   GatherFixedColumn(rows, slot_, spec_, spec_.dtype, column->values.data, spec_.inner, 0,
                     rows.size());
+  return Status::OK();
 }
 
 // --- PaddedWriter --------------------------------------------------------------------------
@@ -210,7 +211,7 @@ void PaddedWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout*
   layout->Place(&column->values);
 }
 
-void PaddedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+Status PaddedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   auto* lengths = reinterpret_cast<int64_t*>(column->lengths.data);
   const int64_t longest = column->values.shape[1];
   VisitDType(spec_.dtype, [&](auto tag) {
@@ -230,6 +231,7 @@ void PaddedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
       lengths[i] = length;
     }
   });
+  return Status::OK();
 }
 
 // --- OffsetsWriter -------------------------------------------------------------------------
@@ -247,7 +249,7 @@ void OffsetsWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout
   layout->Place(&column->values);
 }
 
-void OffsetsWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+Status OffsetsWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   auto* offsets = reinterpret_cast<int64_t*>(column->offsets.data);
   const int width = DTypeSize(spec_.dtype);
   offsets[0] = 0;
@@ -262,6 +264,7 @@ void OffsetsWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
     }
     offsets[i + 1] = offsets[i] + length;
   }
+  return Status::OK();
 }
 
 // --- PartitionWriter -----------------------------------------------------------------------
@@ -286,11 +289,11 @@ void PartitionWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayo
   layout->Place(&column->values);
 }
 
-void PartitionWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+Status PartitionWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   if (spec_.kind == ColumnKind::kDense) {
     auto* out = reinterpret_cast<int64_t*>(column->values.data);
     for (int64_t i = 0; i < rows.size(); ++i) out[i] = rows.Source(i, slot_).partition_int;
-    return;
+    return Status::OK();
   }
   auto* offsets = reinterpret_cast<int64_t*>(column->offsets.data);
   offsets[0] = 0;
@@ -299,6 +302,7 @@ void PartitionWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
     std::memcpy(column->values.data + offsets[i], text.data(), text.size());
     offsets[i + 1] = offsets[i] + static_cast<int64_t>(text.size());
   }
+  return Status::OK();
 }
 
 // --- MaskWriter ----------------------------------------------------------------------------
@@ -309,9 +313,10 @@ void MaskWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* l
   layout->Place(&column->mask);
 }
 
-void MaskWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+Status MaskWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   uint8_t* out = column->mask.data;
   for (int64_t i = 0; i < rows.size(); ++i) out[i] = rows.Source(i, slot_).IsValid(rows.row[i]);
+  return Status::OK();
 }
 
 // --- FeaturesWriter ------------------------------------------------------------------------
@@ -354,7 +359,7 @@ void FeaturesWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayou
   layout->Place(&column->values);
 }
 
-void FeaturesWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+Status FeaturesWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   // Whole rows of the items' feature matrices (built by Prepare).
   const int64_t row_bytes = static_cast<int64_t>(features_.size()) * DTypeSize(dtype_);
   for (const auto& [first, length] : rows.runs) {
@@ -362,6 +367,7 @@ void FeaturesWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
     std::memcpy(column->values.data + first * row_bytes,
                 item.feature_rows->data() + rows.row[first] * row_bytes, length * row_bytes);
   }
+  return Status::OK();
 }
 
 // --- PaddingFlagWriter ---------------------------------------------------------------------
@@ -373,12 +379,69 @@ void PaddingFlagWriter::Size(const BatchRows& rows, OutputColumn* column,
   layout->Place(&column->values);
 }
 
-void PaddingFlagWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+Status PaddingFlagWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   uint8_t* out = column->values.data;
   for (int64_t i = 0; i < rows.size(); ++i) out[i] = rows.Item(i).padding;
+  return Status::OK();
 }
 
 // --- MakeColumnWriters ---------------------------------------------------------------------
+
+TransformWriter::TransformWriter(const ColumnSpec& spec, int slot, int output)
+    : ColumnWriter(output), spec_(spec), slot_(slot) {}
+
+void TransformWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
+  Describe(spec_, column);
+  std::vector<int64_t> shape = {rows.size()};
+  shape.insert(shape.end(), spec_.output_shape.begin(), spec_.output_shape.end());
+  SetShape(&column->values, spec_.dtype, std::move(shape));
+  layout->Place(&column->values);
+}
+
+Status TransformWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+  const transform::Chain& chain = *spec_.chain;
+  int64_t row_bytes = DTypeSize(spec_.dtype);
+  for (int64_t dim : spec_.output_shape) row_bytes *= dim;
+  uint8_t* out = column->values.data;
+  transform::Value value;
+  transform::Value scratch;
+  for (int64_t i = 0; i < rows.size(); ++i) {
+    const DecodedItem& item = rows.Item(i);
+    const int64_t row = rows.row[i];
+    const transform::Value in = TransformInput(spec_, rows.Source(i, slot_), row);
+    const transform::Value* result = &in;
+    if (spec_.cached_ops < chain.size() || in.is_null()) {
+      transform::RowContext context;
+      context.seed = rows.seed;
+      context.epoch = static_cast<uint64_t>(rows.epoch);
+      context.row = static_cast<uint64_t>(item.first_row_id + row);
+      Status status;
+      if (in.is_null() && !chain.op(spec_.cached_ops).AcceptsNull()) {
+        status = MakeError(ErrorKind::kNullValues,
+                           "column '" + spec_.name +
+                               "' is null; its transforms need a value (start the chain with "
+                               "fill_null)");
+      } else {
+        status = chain.Apply(context, in, &value, &scratch, spec_.cached_ops);
+      }
+      if (!status.ok()) {
+        return Status(
+            status.code(),
+            item.where + ", row " + std::to_string(item.row_begin + row) + ": " + status.message(),
+            status.detail());
+      }
+      result = &value;
+    }
+    if (result->size_bytes() != row_bytes) {
+      return MakeError(ErrorKind::kCorruptFile,
+                       item.where + ", row " + std::to_string(item.row_begin + row) +
+                           ": the transforms of column '" + spec_.name + "' produced " +
+                           result->type().ToString() + " where a fixed shape is needed");
+    }
+    std::memcpy(out + i * row_bytes, result->data(), row_bytes);
+  }
+  return Status::OK();
+}
 
 ColumnWriters MakeColumnWriters(const OutputSpec& spec, const LoaderOptions& options) {
   ColumnWriters out;
@@ -391,6 +454,8 @@ ColumnWriters MakeColumnWriters(const OutputSpec& spec, const LoaderOptions& opt
     const int output = out.num_outputs++;
     if (column.layout == SourceLayout::kPartition) {
       add(std::make_unique<PartitionWriter>(column, c, output));
+    } else if (column.chain) {
+      add(std::make_unique<TransformWriter>(column, c, output));
     } else {
       switch (column.kind) {
         case ColumnKind::kDense:

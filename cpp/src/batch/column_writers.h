@@ -48,6 +48,9 @@ struct BatchRows {
   std::vector<std::pair<int64_t, int64_t>> runs;  // (first row in the batch, length)
   /// Whether runs are long enough (8 rows on average) that copying run by run pays.
   bool use_runs = false;
+  /// Keys of the transforms' random streams (with each row's global id): the plan's.
+  uint64_t seed = 0;
+  int64_t epoch = 0;
 };
 
 /// Where each tensor of a batch goes in its slab: 64-byte aligned offsets, in placement order.
@@ -77,8 +80,9 @@ class ColumnWriter {
   virtual Status Prepare(DecodedItem* item) const { return Status::OK(); }
   /// Sets the shapes (and names) of the tensors this writer writes in `column`, and places them.
   virtual void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const = 0;
-  /// Writes those tensors, bound to the slab by now.
-  virtual void Fill(const BatchRows& rows, OutputColumn* column) const = 0;
+  /// Writes those tensors, bound to the slab by now. Fails only for transforms (a row an op
+  /// cannot take), naming the file, row group, row and column.
+  virtual Status Fill(const BatchRows& rows, OutputColumn* column) const = 0;
 
  private:
   const int output_;
@@ -90,7 +94,7 @@ class DenseWriter final : public ColumnWriter {
  public:
   DenseWriter(const ColumnSpec& spec, int slot, int output);
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
-  void Fill(const BatchRows& rows, OutputColumn* column) const override;
+  Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 
  private:
   const ColumnSpec spec_;
@@ -102,7 +106,7 @@ class PaddedWriter final : public ColumnWriter {
  public:
   PaddedWriter(const ColumnSpec& spec, int slot, int output);
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
-  void Fill(const BatchRows& rows, OutputColumn* column) const override;
+  Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 
  private:
   const ColumnSpec spec_;
@@ -115,7 +119,7 @@ class OffsetsWriter final : public ColumnWriter {
  public:
   OffsetsWriter(const ColumnSpec& spec, int slot, int output);
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
-  void Fill(const BatchRows& rows, OutputColumn* column) const override;
+  Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 
  private:
   const ColumnSpec spec_;
@@ -127,7 +131,7 @@ class PartitionWriter final : public ColumnWriter {
  public:
   PartitionWriter(const ColumnSpec& spec, int slot, int output);
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
-  void Fill(const BatchRows& rows, OutputColumn* column) const override;
+  Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 
  private:
   const ColumnSpec spec_;
@@ -139,7 +143,7 @@ class MaskWriter final : public ColumnWriter {
  public:
   MaskWriter(int slot, int output) : ColumnWriter(output), slot_(slot) {}
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
-  void Fill(const BatchRows& rows, OutputColumn* column) const override;
+  Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 
  private:
   const int slot_;
@@ -154,7 +158,7 @@ class FeaturesWriter final : public ColumnWriter {
                  int output);
   Status Prepare(DecodedItem* item) const override;
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
-  void Fill(const BatchRows& rows, OutputColumn* column) const override;
+  Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 
  private:
   const std::vector<ColumnSpec> features_;
@@ -163,12 +167,26 @@ class FeaturesWriter final : public ColumnWriter {
   const std::string name_;
 };
 
+/// A column with a transform chain: dense [B, output shape...] of the chain's output dtype. Each
+/// row's source (the raw value, or the cached prefix's tensor) goes through the chain's remaining
+/// ops, random ones keyed by (seed, epoch, the row's global id, op index).
+class TransformWriter final : public ColumnWriter {
+ public:
+  TransformWriter(const ColumnSpec& spec, int slot, int output);
+  void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
+  Status Fill(const BatchRows& rows, OutputColumn* column) const override;
+
+ private:
+  const ColumnSpec spec_;
+  const int slot_;
+};
+
 /// The padding flag: bool [B], true for rows that pad the rank's share (DecodedItem::padding).
 class PaddingFlagWriter final : public ColumnWriter {
  public:
   PaddingFlagWriter(std::string name, int output) : ColumnWriter(output), name_(std::move(name)) {}
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
-  void Fill(const BatchRows& rows, OutputColumn* column) const override;
+  Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 
  private:
   const std::string name_;

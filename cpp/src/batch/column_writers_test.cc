@@ -31,7 +31,7 @@ Written Write(const ColumnWriter& writer, const std::vector<RowRef>& refs) {
   out.slab = pool->Acquire(layout.total_bytes());
   std::memset(out.slab->data(), 0xAB, layout.total_bytes());  // poison: every byte is written
   layout.Bind(out.slab);
-  writer.Fill(rows, &out.column);
+  EXPECT_TRUE(writer.Fill(rows, &out.column).ok());
   return out;
 }
 

@@ -319,6 +319,70 @@ bool IsLosslessCast(DType from, DType to) {
   return to_bits > from_bits;
 }
 
+// The transform chain of `spec`'s column: the ops built and type-checked against the column's
+// values, the cacheable prefix chosen, and the spec turned into the chain's dense output.
+Status ResolveChain(const std::vector<OpSpec>& specs, ColumnSpec* spec) {
+  using transform::ValueType;
+  ValueType input;
+  if (spec->layout == SourceLayout::kString) {
+    input = spec->annotation == "utf8" ? ValueType::String() : ValueType::Bytes();
+  } else if (spec->layout == SourceLayout::kFixed && !IsTemporal(spec->annotation)) {
+    input = ValueType::Tensor(transform::FromDType(spec->source_dtype),
+                              spec->inner == 1 ? std::vector<int64_t>{} : spec->inner_shape);
+  } else {
+    return MakeError(ErrorKind::kUnsupportedType,
+                     "transforms on column '" + spec->name + "' (" + spec->arrow_type +
+                         "): transforms take binary, string, numeric or fixed-size list columns");
+  }
+  std::vector<std::unique_ptr<transform::Op>> ops;
+  for (const auto& op : specs) {
+    auto made = transform::MakeOp(op.op, op.params);
+    if (!made.ok()) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "transforms['" + spec->name + "']: " + made.status().message());
+    }
+    ops.push_back(std::move(*made));
+  }
+  transform::Chain::Options chain_options;
+  chain_options.require_fixed_shape = true;
+  STOKER_ASSIGN_OR_RAISE(auto chain,
+                         transform::Chain::Make(spec->name, input, std::move(ops), chain_options));
+  const ValueType& output = chain.output_type();
+  const auto output_dtype = transform::ToDType(output.element);
+  if (output.kind != transform::ValueKind::kTensor || !output_dtype) {
+    return MakeError(ErrorKind::kUnsupportedType,
+                     "transforms['" + spec->name + "'] ends in " + output.ToString() +
+                         "; a chain must end in a tensor of a numpy dtype (bfloat16 output is "
+                         "not supported yet: use float16 or float32)");
+  }
+  // The cache stores the longest deterministic prefix whose output is a fixed-shape tensor.
+  size_t cached = chain.DeterministicPrefixLength();
+  while (cached > 0) {
+    const ValueType& type = chain.types()[cached];
+    if (type.kind == transform::ValueKind::kTensor && type.FixedShape() &&
+        transform::ToDType(type.element)) {
+      break;
+    }
+    --cached;
+  }
+  if (cached > 0) {
+    const ValueType& type = chain.types()[cached];
+    spec->layout = SourceLayout::kFixed;
+    spec->source_dtype = *transform::ToDType(type.element);
+    spec->inner_shape = type.shape;
+    spec->inner = 1;
+    for (int64_t dim : type.shape) spec->inner *= dim;
+    spec->dictionary = false;  // the cached values are plain tensors
+  }
+  spec->kind = ColumnKind::kDense;
+  spec->dtype = *output_dtype;
+  spec->output_shape = output.shape;
+  spec->annotation.clear();
+  spec->cached_ops = cached;
+  spec->chain = std::make_shared<const transform::Chain>(std::move(chain));
+  return Status::OK();
+}
+
 Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options) {
   const arrow::Schema& schema = *catalog.schema();
   OutputSpec out;
@@ -374,7 +438,23 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
     ColumnSpec spec;
     STOKER_RETURN_NOT_OK(lookup(name, &spec));
     STOKER_RETURN_NOT_OK(CheckOptionValues(spec));
+    auto chain = options.transforms.find(name);
+    if (chain != options.transforms.end()) {
+      if (spec.layout == SourceLayout::kPartition) {
+        return MakeError(ErrorKind::kUnsupportedType,
+                         "transforms['" + name + "']: partition columns take no transforms");
+      }
+      STOKER_RETURN_NOT_OK(ResolveChain(chain->second, &spec));
+    }
     out.columns.push_back(std::move(spec));
+  }
+  for (const auto& [name, chain] : options.transforms) {
+    if (!seen_outputs.count(name)) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "transforms names column '" + name +
+                           "', which is not in columns (transforms apply to columns, not to "
+                           "stacked features)");
+    }
   }
   if (!options.features.empty()) {
     if (seen_outputs.count(options.features_name)) {
@@ -421,7 +501,12 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
 }
 
 ColumnInfo ToColumnInfo(const ColumnSpec& spec) {
-  return {spec.name, spec.arrow_type, spec.kind, spec.dtype, spec.inner_shape, spec.annotation};
+  return {spec.name,
+          spec.arrow_type,
+          spec.kind,
+          spec.dtype,
+          spec.chain ? spec.output_shape : spec.inner_shape,
+          spec.annotation};
 }
 
 }  // namespace stoker

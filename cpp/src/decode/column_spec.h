@@ -12,6 +12,7 @@
 #include "catalog/catalog.h"
 #include "stoker/column_info.h"
 #include "stoker/options.h"
+#include "transform/op.h"
 
 namespace stoker {
 
@@ -39,6 +40,14 @@ struct ColumnSpec {
   bool explicit_options = false;
   std::string arrow_type;
   std::string annotation;
+  /// The column's transform chain (LoaderOptions::transforms), or null. The decoder runs ops
+  /// [0, cached_ops) per row before the ready-tensor cache, so the cache stores their output; the
+  /// column's writer runs the rest per batch. `layout`, `source_dtype`, `inner` and `inner_shape`
+  /// then describe what the writer reads (the raw column, or the cached prefix's fixed-shape
+  /// tensors); `dtype` and `kind` what it writes (a dense tensor of the chain's output type).
+  std::shared_ptr<const transform::Chain> chain;
+  size_t cached_ops = 0;
+  std::vector<int64_t> output_shape;  // per-row shape of the chain's output
 };
 
 struct OutputSpec {

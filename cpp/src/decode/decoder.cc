@@ -20,6 +20,36 @@
 namespace stoker {
 namespace {
 
+std::shared_ptr<arrow::DataType> ArrowType(DType dtype) {
+  switch (dtype) {
+    case DType::kBool:
+      return arrow::boolean();
+    case DType::kInt8:
+      return arrow::int8();
+    case DType::kInt16:
+      return arrow::int16();
+    case DType::kInt32:
+      return arrow::int32();
+    case DType::kInt64:
+      return arrow::int64();
+    case DType::kUInt8:
+      return arrow::uint8();
+    case DType::kUInt16:
+      return arrow::uint16();
+    case DType::kUInt32:
+      return arrow::uint32();
+    case DType::kUInt64:
+      return arrow::uint64();
+    case DType::kFloat16:
+      return arrow::float16();
+    case DType::kFloat32:
+      return arrow::float32();
+    case DType::kFloat64:
+      return arrow::float64();
+  }
+  return arrow::uint8();
+}
+
 std::string NullAdvice(const std::string& column) {
   return "; pass fill_null={'" + column + "': value} to replace them or null_mask=['" + column +
          "'] to get a validity mask";
@@ -28,7 +58,124 @@ std::string NullAdvice(const std::string& column) {
 }  // namespace
 
 Decoder::Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const OutputSpec> spec)
-    : catalog_(std::move(catalog)), spec_(std::move(spec)) {}
+    : catalog_(std::move(catalog)), spec_(std::move(spec)) {
+  int64_t start = 0;
+  for (const auto& rg : catalog_->row_groups()) {
+    row_group_starts_.push_back(start);
+    start += rg.num_rows;
+  }
+}
+
+const ColumnSpec* Decoder::ChainedColumn(const std::string& field) const {
+  for (const auto& column : spec_->columns) {
+    if (column.chain && column.name == field) return &column;
+  }
+  return nullptr;
+}
+
+std::string Decoder::CacheName(const std::string& field) const {
+  const ColumnSpec* column = ChainedColumn(field);
+  if (column == nullptr || column->cached_ops == 0) return field;
+  return field + "|" + column->chain->Fingerprint(column->cached_ops);
+}
+
+transform::Value TransformInput(const ColumnSpec& spec, const ColumnSource& source, int64_t row) {
+  using transform::Value;
+  if (!source.IsValid(row)) return Value::Null();
+  if (spec.layout == SourceLayout::kString) {
+    const int64_t begin = source.Begin(row);
+    return Value::View(
+        spec.annotation == "utf8" || spec.chain->input_type().kind == transform::ValueKind::kString
+            ? transform::ValueKind::kString
+            : transform::ValueKind::kBytes,
+        source.values + begin, source.End(row) - begin);
+  }
+  const int64_t size = DTypeSize(spec.source_dtype);
+  return Value::TensorView(
+      transform::FromDType(spec.source_dtype),
+      spec.inner == 1 && spec.inner_shape.empty() ? std::vector<int64_t>{} : spec.inner_shape,
+      source.values + row * spec.inner * size);
+}
+
+Result<std::shared_ptr<arrow::Array>> Decoder::ApplyCachedOps(
+    const ColumnSpec& spec, const std::shared_ptr<arrow::Array>& array, const RowGroupRef& rg,
+    int64_t row_begin) const {
+  const transform::Chain& chain = *spec.chain;
+  // Read the raw column as the chain's input: the spec before the transform describes it.
+  ColumnSpec raw = spec;
+  const transform::ValueType& input = chain.input_type();
+  if (input.kind == transform::ValueKind::kTensor) {
+    raw.layout = SourceLayout::kFixed;
+    raw.source_dtype = *transform::ToDType(input.element);
+    raw.inner_shape = input.shape;
+    raw.inner = 1;
+    for (int64_t dim : input.shape) raw.inner *= dim;
+  } else {
+    raw.layout = SourceLayout::kString;
+  }
+  ColumnSource source;
+  const arrow::ArrayData& data = *array->data();
+  source.array = array;
+  if (array->null_count() > 0) {
+    source.validity = data.buffers[0]->data();
+    source.validity_offset = data.offset;
+  }
+  if (raw.layout == SourceLayout::kString) {
+    const bool large = array->type_id() == arrow::Type::LARGE_BINARY ||
+                       array->type_id() == arrow::Type::LARGE_STRING;
+    if (large) {
+      source.offsets64 = data.GetValues<int64_t>(1);
+    } else {
+      source.offsets32 = data.GetValues<int32_t>(1);
+    }
+    source.values = data.buffers[2] ? data.buffers[2]->data() : nullptr;
+  } else {
+    const arrow::ArrayData* level = &data;
+    int64_t index = data.offset;
+    while (level->type->id() == arrow::Type::FIXED_SIZE_LIST) {
+      const int size = static_cast<const arrow::FixedSizeListType&>(*level->type).list_size();
+      level = level->child_data[0].get();
+      index = level->offset + index * size;
+    }
+    source.values = level->buffers[1]->data() + index * DTypeSize(raw.source_dtype);
+  }
+
+  const transform::ValueType& type = chain.types()[spec.cached_ops];
+  const int64_t row_bytes = spec.inner * DTypeSize(spec.source_dtype);
+  const int64_t rows = array->length();
+  STOKER_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateBuffer(rows * row_bytes));
+  transform::Value out;
+  transform::Value scratch;
+  for (int64_t row = 0; row < rows; ++row) {
+    const transform::Value in = TransformInput(raw, source, row);
+    if (in.is_null() && !chain.op(0).AcceptsNull()) {
+      return MakeError(ErrorKind::kNullValues,
+                       "column '" + spec.name + "' is null in " + catalog_->Where(rg) + ", row " +
+                           std::to_string(row_begin + row) +
+                           "; its transforms need a value (start the chain with fill_null)");
+    }
+    transform::RowContext context;  // the cached ops are deterministic: no random keys needed
+    const Status status = chain.Apply(context, in, &out, &scratch, 0, spec.cached_ops);
+    if (!status.ok()) {
+      return Status(status.code(),
+                    catalog_->Where(rg) + ", row " + std::to_string(row_begin + row) + ": " +
+                        status.message(),
+                    status.detail());
+    }
+    if (out.size_bytes() != row_bytes) {
+      return MakeError(ErrorKind::kCorruptFile,
+                       "column '" + spec.name + "' in " + catalog_->Where(rg) + ", row " +
+                           std::to_string(row_begin + row) + ": the transforms produced " +
+                           out.type().ToString() + ", not " + type.ToString());
+    }
+    std::memcpy(buffer->mutable_data() + row * row_bytes, out.data(), row_bytes);
+  }
+  auto element = ArrowType(spec.source_dtype);
+  auto values = arrow::MakeArray(arrow::ArrayData::Make(
+      element, rows * spec.inner, {nullptr, std::shared_ptr<arrow::Buffer>(std::move(buffer))}));
+  return std::make_shared<arrow::FixedSizeListArray>(
+      arrow::fixed_size_list(element, static_cast<int32_t>(spec.inner)), rows, values);
+}
 
 std::vector<DecodeTask> Decoder::MakeTasks(const Plan& plan, int segment,
                                            int64_t task_bytes) const {
@@ -146,6 +293,9 @@ Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std:
     } else {
       ARROW_ASSIGN_OR_RAISE(array, arrow::Concatenate(chunks));
     }
+    if (const ColumnSpec* chained = ChainedColumn(field); chained && chained->cached_ops > 0) {
+      STOKER_ASSIGN_OR_RAISE(array, ApplyCachedOps(*chained, array, rg, row_begin));
+    }
     out.bytes += arrow::util::TotalBufferSize(*array->data());
     out.arrays.emplace_back(field, std::move(array));
   }
@@ -158,8 +308,9 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
   // A numeric fill value cannot stand for a missing string or list: those need the mask.
   const bool variable_length =
       spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
-  const bool nulls_allowed =
-      spec.options.null_mask || (spec.options.has_fill_null && !variable_length);
+  const bool nulls_allowed = spec.options.null_mask ||
+                             (spec.options.has_fill_null && !variable_length) ||
+                             (spec.chain && spec.chain->op(0).AcceptsNull());
   if (array->null_count() > 0 && !nulls_allowed) {
     const std::string advice =
         variable_length ? "; pass null_mask=['" + spec.name +
@@ -256,6 +407,9 @@ Result<std::shared_ptr<DecodedItem>> Decoder::Assemble(const Plan& plan, int seg
   item->segment = segment;
   item->num_rows = seg.num_rows;
   item->padding = seg.padding;
+  item->where = catalog_->Where(rg);
+  item->row_begin = seg.row_begin;
+  item->first_row_id = row_group_starts_[seg.row_group] + seg.row_begin;
   auto find = [&](const std::string& name) -> std::shared_ptr<arrow::Array> {
     for (const auto& part : parts) {
       for (const auto& [field, array] : part.arrays) {

@@ -63,7 +63,17 @@ struct DecodedItem {
   /// The stacked features of every row, row-major [num_rows, F] in the features dtype; built by
   /// BatchAssembler::Prepare on the worker so batches copy whole rows (null when no features).
   std::shared_ptr<arrow::Buffer> feature_rows;
+  /// Where the rows come from, for transform errors and random keys: "file 'x', row group 3",
+  /// the segment's first row in its row group, and the dataset-wide id of the item's row 0 (row
+  /// groups numbered in catalog order).
+  std::string where;
+  int64_t row_begin = 0;
+  int64_t first_row_id = 0;
 };
+
+/// One row of a transformed column as a transform Value: a view of bytes, text or a tensor in
+/// `source` (laid out as `spec` describes), or a null Value.
+transform::Value TransformInput(const ColumnSpec& spec, const ColumnSource& source, int64_t row);
 
 class Decoder {
  public:
@@ -81,6 +91,10 @@ class Decoder {
   Result<DecodedColumns> DecodeRows(int row_group, const std::vector<std::string>& fields,
                                     int64_t row_begin, int64_t num_rows) const;
 
+  /// The name a field's decoded arrays are cached under: the field, plus the fingerprint of the
+  /// transform ops applied before the cache (so changing a transform never serves stale entries).
+  std::string CacheName(const std::string& field) const;
+
   /// Builds the item from every task's columns of one segment; checks nulls against options.
   Result<std::shared_ptr<DecodedItem>> Assemble(const Plan& plan, int segment,
                                                 std::vector<DecodedColumns> parts) const;
@@ -89,8 +103,18 @@ class Decoder {
   Status PrepareSource(const ColumnSpec& spec, const Segment& segment,
                        const std::shared_ptr<arrow::Array>& array, ColumnSource* out) const;
 
+  /// Runs the cached prefix of `spec`'s chain over every row of `array` (a row group's values,
+  /// from `row_begin`): a fixed_size_list array of the prefix's output tensors.
+  Result<std::shared_ptr<arrow::Array>> ApplyCachedOps(const ColumnSpec& spec,
+                                                       const std::shared_ptr<arrow::Array>& array,
+                                                       const RowGroupRef& rg,
+                                                       int64_t row_begin) const;
+  /// The spec of an output column read from `field`, when it has a transform chain.
+  const ColumnSpec* ChainedColumn(const std::string& field) const;
+
   std::shared_ptr<const Catalog> catalog_;
   std::shared_ptr<const OutputSpec> spec_;
+  std::vector<int64_t> row_group_starts_;  // dataset-wide id of each row group's first row
 };
 
 }  // namespace stoker

@@ -110,7 +110,10 @@ Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& p
     *keep_alive = serialized;
     return Status::OK();
   };
-  STOKER_ASSIGN_OR_RAISE(auto entry, cache_->GetOrFill(kNamespace, Key(rg, task.fields), fill));
+  // A transformed field is cached under its name and the fingerprint of the ops applied.
+  std::vector<std::string> names;
+  for (const auto& field : task.fields) names.push_back(decoder.CacheName(field));
+  STOKER_ASSIGN_OR_RAISE(auto entry, cache_->GetOrFill(kNamespace, Key(rg, names), fill));
   if (!filled) {
     auto cached = Deserialize(std::move(entry), task.fields);
     if (cached.ok()) {

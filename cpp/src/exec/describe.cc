@@ -101,6 +101,11 @@ Result<ColumnSpec> ResolveOne(const Catalog& catalog, const LoaderOptions& optio
   one.columns.clear();
   one.features.clear();
   (feature ? one.features : one.columns).push_back(name);
+  // Only this column's transform chain: what the chain produces is part of its description.
+  one.transforms.clear();
+  if (auto chain = options.transforms.find(name); chain != options.transforms.end() && !feature) {
+    one.transforms.insert(*chain);
+  }
   STOKER_ASSIGN_OR_RAISE(OutputSpec spec, ResolveColumns(catalog, one));
   return feature ? spec.features.front() : spec.columns.front();
 }

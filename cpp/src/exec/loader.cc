@@ -45,6 +45,7 @@ class Loader::Impl {
   std::mutex mutex;
   std::shared_ptr<Pipeline> pipeline;  // GUARDED_BY(mutex)
   bool stopped = false;                // GUARDED_BY(mutex) Stop() ended a running epoch
+  bool closed = false;                 // GUARDED_BY(mutex) Close() was called
 
   // A loader inherited through fork() has no threads in the child; its locks may be held by
   // threads that do not exist there. It must not be touched beyond reporting that.
@@ -54,6 +55,11 @@ class Loader::Impl {
 namespace {
 
 constexpr int64_t kNextTimeoutMs = 1000LL * 60 * 60 * 24 * 365;
+
+Status ClosedError() {
+  return MakeError(ErrorKind::kClosed,
+                   "the loader was closed (or stopped) while this iteration was running");
+}
 
 Status InheritedError() {
   return MakeError(ErrorKind::kClosed,
@@ -181,6 +187,7 @@ Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
                          " batches");
   }
   std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->closed) return ClosedError();
   auto plan = std::make_shared<const Plan>(
       MakePlan(impl_->catalog->row_groups(), impl_->plan_options, epoch));
   impl_->pipeline =
@@ -200,6 +207,7 @@ Result<int64_t> Loader::StartElasticEpoch(int64_t epoch, int old_world_size, int
                      "elastic resume needs epoch >= 0, an old world_size >= 1 and a batch >= 0");
   }
   std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->closed) return ClosedError();
   auto plan = std::make_shared<const Plan>(MakeElasticPlan(
       impl_->catalog->row_groups(), impl_->plan_options, epoch, old_world_size, old_batches));
   if (start_batch < 0 || start_batch > plan->num_batches) {
@@ -230,10 +238,7 @@ Status Loader::NextFor(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* do
   std::shared_ptr<Pipeline> pipeline;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    if (impl_->stopped) {
-      return MakeError(ErrorKind::kClosed,
-                       "the loader was closed (or stopped) while this iteration was running");
-    }
+    if (impl_->stopped || impl_->closed) return ClosedError();
     pipeline = impl_->pipeline;
   }
   if (!pipeline) {
@@ -241,6 +246,14 @@ Status Loader::NextFor(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* do
     return Status::OK();
   }
   return pipeline->Next(timeout_ms, out, done);
+}
+
+void Loader::Close() {
+  if (impl_ && !impl_->Inherited()) {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->closed = true;
+  }
+  Stop();
 }
 
 void Loader::Stop() {

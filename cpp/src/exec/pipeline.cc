@@ -111,7 +111,7 @@ void Pipeline::RunAssemblyJob(std::unique_lock<std::mutex>* lock) {
   Result<std::shared_ptr<Batch>> batch;
   {
     ScopedTimer timer(&counters_->batch.busy_ns);
-    batch = assembler_->Assemble(job.index, job.rows);
+    batch = assembler_->Assemble(job.index, job.rows, plan_->options.seed, plan_->epoch);
   }
   job.items.clear();  // drop the references to decoded data before taking the lock
   lock->lock();

@@ -13,29 +13,12 @@
 #include <vector>
 
 #include "stoker/error.h"
+#include "stoker/transform_spec.h"
 
 namespace stoker::transform {
 
-struct ParamValue {
-  using List = std::vector<ParamValue>;
-  std::variant<std::monostate, bool, int64_t, double, std::string, List> value;
-
-  ParamValue() = default;
-  ParamValue(bool v) : value(v) {}                       // NOLINT(google-explicit-constructor)
-  ParamValue(int v) : value(static_cast<int64_t>(v)) {}  // NOLINT
-  ParamValue(int64_t v) : value(v) {}                    // NOLINT
-  ParamValue(double v) : value(v) {}                     // NOLINT
-  ParamValue(const char* v) : value(std::string(v)) {}   // NOLINT
-  ParamValue(std::string v) : value(std::move(v)) {}     // NOLINT
-  ParamValue(List v) : value(std::move(v)) {}            // NOLINT
-
-  /// Python-like type name for messages: "None", "bool", "int", "float", "str", "list".
-  const char* TypeName() const;
-  /// Canonical text: 1, 0.5, "text", [1, 2], true, null.
-  std::string ToString() const;
-};
-
-using Params = std::map<std::string, ParamValue>;
+using ParamValue = stoker::ParamValue;
+using Params = stoker::OpParams;
 
 /// Reads an op's parameters with defaults and type checks. Every getter returns an error naming
 /// the op and the parameter; `Finish` fails on a parameter nobody read.

@@ -94,6 +94,16 @@ uint64_t LoaderOptions::Fingerprint(bool with_shard) const {
     HashColumnOptions(options, &hash);
   }
   HashColumnOptions(default_column_options, &hash);
+  for (const auto& [column, chain] : transforms) {
+    hash.Add(column);
+    for (const auto& op : chain) {
+      hash.Add(op.op);
+      for (const auto& [name, value] : op.params) {
+        hash.Add(name);
+        hash.Add(value.ToString());
+      }
+    }
+  }
   hash.AddInt(batch_size);
   hash.AddInt(shuffle);
   hash.AddInt(shuffle_window_rows);
