@@ -1,11 +1,12 @@
-"""stoker: the C++ engine, features stacked to [B, F] float32, the rest as columns."""
+"""stoker: the C++ engine. Tabular: features stacked to [B, F] float32, the rest as columns.
+Images: decode + random-resized-crop 224 + flip + CHW uint8 as push-down transforms."""
 
 from __future__ import annotations
 
 from .common import feature_names, other_columns
 
 NAME = "stoker"
-WORKLOADS = ("tabular-snappy", "tabular-zstd")  # images arrive with the transform issue
+WORKLOADS = ("tabular-snappy", "tabular-zstd", "images")
 
 
 def available():
@@ -16,7 +17,21 @@ def available():
     return None
 
 
+def _image_options(job, shuffle=True):
+    from stoker import ops
+
+    from .common import IMAGE_SIZE
+
+    return dict(columns=["image", "label"], batch_size=job["batch_size"], shuffle=shuffle,
+                seed=job["seed"], drop_last=False, num_threads=job["threads"], output="torch",
+                rank=0, world_size=1,
+                transforms={"image": [ops.decode_image(), ops.random_resized_crop(IMAGE_SIZE),
+                                      ops.horizontal_flip(), ops.to_chw()]})
+
+
 def _options(job, shuffle=True):
+    if job.get("workload") == "images":
+        return _image_options(job, shuffle)
     return dict(columns=other_columns(), features=feature_names(), batch_size=job["batch_size"],
                 shuffle=shuffle, seed=job["seed"], allow_lossy_cast=True, lists="padded", drop_last=False,
                 num_threads=job["threads"], prefetch_bytes="256MiB", output="torch",
@@ -27,6 +42,10 @@ def _options(job, shuffle=True):
 
 def config(job):
     opts = _options(job, job.get("shuffle", True))
+    if job.get("workload") == "images":
+        return {"api": "stoker.Loader(transforms=...)", "image": "decode_image, "
+                "random_resized_crop(224), horizontal_flip, to_chw (C++, on the workers)",
+                **{k: v for k, v in opts.items() if k not in ("columns", "transforms")}}
     return {"api": "stoker.Loader", "columns": "label, emb16, emb64, tags",
             "features": f"{len(opts['features'])} columns (200 float32 + 20 int64) -> [B, 220] float32",
             **{k: v for k, v in opts.items() if k not in ("columns", "features")},
