@@ -42,8 +42,9 @@ def test_resume_at_every_kind_of_position(dataset, epoch):
 def test_state_is_a_few_integers(dataset):
     state = stoker.Loader(dataset, **OPTIONS).state_dict()
     assert set(state) == {"version", "epoch", "batch", "seed", "fingerprint", "data_fingerprint",
-                          "rank", "world_size", "elastic_world_size", "elastic_batch"}
-    assert all(isinstance(v, int) for v in state.values())
+                          "rank", "world_size", "elastic_world_size", "elastic_batch", "options"}
+    assert all(isinstance(v, int) for k, v in state.items() if k != "options")
+    assert all(isinstance(v, int) for v in state["options"].values())
 
 
 def test_resume_adopts_the_seed_when_none_was_given(dataset):
@@ -67,12 +68,20 @@ def test_resume_adopts_the_seed_when_none_was_given(dataset):
 def test_mismatched_options_are_rejected(dataset):
     state = stoker.Loader(dataset, **OPTIONS).state_dict()
     other = dict(OPTIONS, batch_size=32)
-    with pytest.raises(stoker.errors.StateMismatchError, match="batch_size"):
+    saved = OPTIONS["batch_size"]
+    with pytest.raises(stoker.errors.StateMismatchError,
+                       match=rf"these differ: batch_size \(saved {saved}, now 32\)$"):
         stoker.Loader(dataset, **other).load_state_dict(state)
+    with pytest.raises(stoker.errors.StateMismatchError, match="these differ: columns$"):
+        stoker.Loader(dataset, **dict(OPTIONS, columns=["id"])).load_state_dict(state)
     with pytest.raises(stoker.errors.StateMismatchError, match="seed"):
         stoker.Loader(dataset, **dict(OPTIONS, seed=12)).load_state_dict(state)
     with pytest.raises(stoker.errors.StateMismatchError, match="missing"):
         stoker.Loader(dataset, **OPTIONS).load_state_dict({"epoch": 0})
+    old = dict(state)
+    old.pop("options")  # a state saved before the summary existed: the full list of options
+    with pytest.raises(stoker.errors.StateMismatchError, match="must match"):
+        stoker.Loader(dataset, **other).load_state_dict(old)
     bad = dict(state, batch=10**9)
     with pytest.raises(stoker.errors.StateMismatchError, match="outside"):
         stoker.Loader(dataset, **OPTIONS).load_state_dict(bad)

@@ -107,6 +107,7 @@ void RegisterLoader(nb::module_& m) {
       .def_prop_ro("num_row_groups", &Loader::NumRowGroups)
       .def_prop_ro("fingerprint", [](const Loader& self) { return self.Fingerprint(true); })
       .def_prop_ro("data_fingerprint", [](const Loader& self) { return self.Fingerprint(false); })
+      .def_prop_ro("dataset_fingerprint", &Loader::DatasetFingerprint)
       .def("columns", &Loader::Columns)
       .def_prop_ro("seed", &Loader::Seed)
       .def("set_seed", &Loader::SetSeed, nb::arg("seed"))

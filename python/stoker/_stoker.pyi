@@ -331,6 +331,9 @@ class Engine:
     @property
     def data_fingerprint(self) -> int: ...
 
+    @property
+    def dataset_fingerprint(self) -> int: ...
+
     def columns(self) -> list[ColumnInfo]: ...
 
     @property

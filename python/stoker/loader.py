@@ -10,6 +10,7 @@ import atexit
 import os
 import time
 import weakref
+import zlib
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
 
 from . import _stoker
@@ -214,8 +215,9 @@ class Loader:
         opts.cache_dir = os.path.abspath(os.fspath(cache_dir)) if cache_dir is not None else ""
         opts.cache_bytes = parse_size(cache_bytes, "cache_bytes")
         opts.cache_min_free_bytes = parse_size(cache_min_free_bytes, "cache_min_free_bytes")
+        self._transforms = transform_chains(transforms) if transforms is not None else {}
         if transforms is not None:
-            opts.set_transforms(transform_chains(transforms))
+            opts.set_transforms(self._transforms)
         opts.default_column_options, opts.column_options = column_options(
             lists, pad_value, fill_null, null_mask, opts.columns + opts.features)
         self._options = opts
@@ -432,7 +434,52 @@ class Loader:
             # Set while delivering the rest of an epoch resumed on another world size.
             "elastic_world_size": elastic[0] if elastic else 0,
             "elastic_batch": elastic[1] if elastic else 0,
+            # What the fingerprints cover, as plain ints, so a mismatch names what differs.
+            "options": self._option_summary(),
         }
+
+    def _option_summary(self) -> Dict[str, int]:
+        opts = self._options
+
+        def crc(*parts: Any) -> int:
+            return zlib.crc32(repr(parts).encode())
+
+        def column_options(o: Any) -> tuple:
+            return (str(o.list_mode), o.pad_value, o.has_fill_null, o.fill_null, o.null_mask)
+
+        return {
+            "dataset": self._live().dataset_fingerprint,
+            "batch_size": opts.batch_size,
+            "shuffle": int(opts.shuffle),
+            "shuffle_window": self._live().shuffle_window_rows,
+            "drop_last": int(opts.drop_last),
+            "padding_mask": int(opts.padding_mask),
+            "columns": crc(sorted(opts.columns)),
+            "features": crc(list(opts.features), opts.features_name, str(opts.features_dtype),
+                            opts.allow_lossy_cast),
+            "column_options": crc(column_options(opts.default_column_options),
+                                  sorted((k, column_options(v))
+                                         for k, v in opts.column_options.items())),
+            "transforms": crc(self._transforms),
+        }
+
+    def _differences(self, state: Mapping[str, Any]) -> str:
+        saved = state.get("options")
+        if not isinstance(saved, Mapping):
+            return ("the dataset's files and these options must match: source, columns, "
+                    "features, features_name, features_dtype, allow_lossy_cast, batch_size, "
+                    "shuffle, shuffle_window, drop_last, padding_mask, transforms and the column "
+                    "options (lists, pad_value, fill_null, null_mask)")
+        mine = self._option_summary()
+        names = {"dataset": "the dataset (its files, sizes or row counts)",
+                 "features": "features (or features_name, features_dtype, allow_lossy_cast)",
+                 "column_options": "the column options (lists, pad_value, fill_null, null_mask)"}
+        differ = [names.get(k, k) + (f" (saved {saved[k]}, now {mine[k]})"
+                                     if k in ("batch_size", "shuffle", "shuffle_window",
+                                              "drop_last", "padding_mask") else "")
+                  for k in mine if saved.get(k) != mine[k]]
+        return ("these differ: " + "; ".join(differ)) if differ else \
+            "the sources differ (the same files under other paths)"
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         """Makes the next iteration yield exactly the batches the saved loader would have.
@@ -474,10 +521,7 @@ class Loader:
             raise StateMismatchError(
                 "state_dict was saved by a loader with other options or another dataset "
                 f"(fingerprint {state['fingerprint']:#x}, this loader {engine.fingerprint:#x}); "
-                "the dataset's files and these options must match: source, columns, features, "
-                "features_name, features_dtype, allow_lossy_cast, batch_size, shuffle, "
-                "shuffle_window, drop_last, padding_mask, rank, world_size and the column options "
-                "(lists, pad_value, fill_null, null_mask)")
+                + self._differences(state))
         if state["seed"] != self._seed:
             if self._seed_given:
                 raise StateMismatchError(

@@ -69,6 +69,9 @@ class Loader {
   int64_t NumRowGroups() const;
   /// Options fingerprint mixed with the dataset's identity (files, sizes, rows).
   uint64_t Fingerprint(bool with_shard = true) const;
+  /// The dataset's identity alone (files, sizes, row counts), to tell a changed dataset from
+  /// changed options.
+  uint64_t DatasetFingerprint() const;
   std::vector<ColumnInfo> Columns() const;
   LoaderStats Stats() const;
 

@@ -286,6 +286,8 @@ int64_t Loader::NumRowGroups() const {
   return static_cast<int64_t>(impl_->catalog->row_groups().size());
 }
 
+uint64_t Loader::DatasetFingerprint() const { return impl_->catalog->fingerprint(); }
+
 uint64_t Loader::Fingerprint(bool with_shard) const {
   Fnv1a hash;
   hash.AddInt(impl_->options.Fingerprint(with_shard));
