@@ -23,6 +23,6 @@ def __getattr__(name):
 
 
 __all__ = [
-    "IterableDataset", "Loader", "Ragged", "StokerError", "cache_usage", "clear_cache", "describe", "errors", "ops",
-    "redact_uri", "to_pylist", "__version__",
+    "IterableDataset", "Loader", "Ragged", "StokerError", "cache_usage", "clear_cache", "describe",
+    "errors", "ops", "redact_uri", "to_pylist", "__version__",
 ]

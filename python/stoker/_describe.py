@@ -8,10 +8,10 @@ import inspect
 from typing import Any, Mapping, Optional, Sequence
 
 from . import _stoker
-from ._redact import redact_uri
-from .errors import InvalidOptionError
 from ._options import (Source, check_int, column_options, normalise_sources, parse_size,
                        storage_value, transform_chains)
+from ._redact import redact_uri
+from .errors import InvalidOptionError
 from .loader import Loader
 
 __all__ = ["describe", "redact_uri"]
