@@ -44,7 +44,7 @@ def _split(path: str, root: str) -> int:
 
 def run(profile: str, data_dir: str, out_dir: str, step_ms: float, batch_size: int,
         max_steps: int) -> dict:
-    path = ensure_tabular(data_dir, SPECS[profile]["tabular"], "snappy")
+    path = ensure_tabular(os.path.join(data_dir, profile), SPECS[profile]["tabular"], "snappy")
     split_root = os.path.join(data_dir, profile, "training-split")
     rows = _split(path, split_root)
     steps = min(max_steps, rows // batch_size)
