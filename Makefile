@@ -47,7 +47,7 @@ test-cpp:
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
 test-python:
-	$(PY) -m pytest -v --timeout=300 tests
+	$(PY) -m pytest -v --timeout=300 --durations=25 tests
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over the C++ unit tests.
 test-asan: setup

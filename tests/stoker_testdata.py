@@ -48,6 +48,22 @@ def write_wide_dataset(root: str, files: int, rows_per_file: int, columns: int,
     return files * rows_per_file
 
 
+def write_labelled_features(root: str, rows: int, features: Sequence[str], files: int = 3,
+                            seed: int = 0) -> str:
+    """`files` files: an int64 `label` equal to the row's global index and random float32
+    `features`, row groups of 1000 rows (the misuse suites' dataset)."""
+    os.makedirs(root, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    per_file = rows // files
+    for f in range(files):
+        data = {"label": np.arange(f * per_file, (f + 1) * per_file, dtype=np.int64)}
+        for name in features:
+            data[name] = rng.standard_normal(per_file).astype(np.float32)
+        pq.write_table(pa.table(data), os.path.join(root, f"part-{f}.parquet"),
+                       row_group_size=1000)
+    return root
+
+
 def write_training_dataset(root: str, rows: int, features: int = 8, seed: int = 0) -> str:
     """One file: int64 `id`, float32 `label` and `f0..f{features-1}` (the training examples'
     schema), row groups of 200 rows."""

@@ -18,12 +18,10 @@ import tempfile
 import textwrap
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import stoker
-from stoker_testdata import digest
+from stoker_testdata import digest, write_labelled_features
 
 HERE = os.path.dirname(__file__)
 FEATS = [f"f{i}" for i in range(4)]
@@ -34,15 +32,7 @@ OPTIONS = dict(columns=["label"], features=FEATS, batch_size=100, seed=5, num_th
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fork")
-    rng = np.random.default_rng(1)
-    for f in range(3):
-        rows = ROWS // 3
-        data = {"label": np.arange(f * rows, (f + 1) * rows, dtype=np.int64)}
-        for name in FEATS:
-            data[name] = rng.standard_normal(rows).astype(np.float32)
-        pq.write_table(pa.table(data), str(root / f"part-{f}.parquet"), row_group_size=1000)
-    return str(root)
+    return write_labelled_features(str(tmp_path_factory.mktemp("fork")), ROWS, FEATS, seed=1)
 
 
 @pytest.fixture(scope="module")

@@ -18,13 +18,11 @@ import threading
 import time
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import stoker
 from stoker.errors import LoaderClosedError, LoaderStateError
-from stoker_testdata import digest
+from stoker_testdata import digest, write_labelled_features
 
 FEATS = [f"f{i}" for i in range(8)]
 ROWS = 12000
@@ -36,15 +34,7 @@ JOIN_S = 15
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    root = tmp_path_factory.mktemp("threads")
-    rng = np.random.default_rng(0)
-    for f in range(3):
-        rows = ROWS // 3
-        data = {"label": np.arange(f * rows, (f + 1) * rows, dtype=np.int64)}
-        for name in FEATS:
-            data[name] = rng.standard_normal(rows).astype(np.float32)
-        pq.write_table(pa.table(data), str(root / f"part-{f}.parquet"), row_group_size=1000)
-    return str(root)
+    return write_labelled_features(str(tmp_path_factory.mktemp("threads")), ROWS, FEATS, seed=0)
 
 
 @pytest.fixture(scope="module")

@@ -98,8 +98,9 @@ transform::Value TransformInput(const ColumnSpec& spec, const ColumnSource& sour
 }
 
 Result<std::shared_ptr<arrow::Array>> Decoder::ApplyCachedOps(
-    const ColumnSpec& spec, const std::shared_ptr<arrow::Array>& array, const RowGroupRef& rg,
+    const ColumnSpec& spec, const std::shared_ptr<arrow::Array>& array, int row_group,
     int64_t row_begin) const {
+  const RowGroupRef& rg = catalog_->row_groups()[row_group];
   const transform::Chain& chain = *spec.chain;
   // Read the raw column as the chain's input: the spec before the transform describes it.
   ColumnSpec raw = spec;
@@ -114,31 +115,8 @@ Result<std::shared_ptr<arrow::Array>> Decoder::ApplyCachedOps(
     raw.layout = SourceLayout::kString;
   }
   ColumnSource source;
-  const arrow::ArrayData& data = *array->data();
-  source.array = array;
-  if (array->null_count() > 0) {
-    source.validity = data.buffers[0]->data();
-    source.validity_offset = data.offset;
-  }
-  if (raw.layout == SourceLayout::kString) {
-    const bool large = array->type_id() == arrow::Type::LARGE_BINARY ||
-                       array->type_id() == arrow::Type::LARGE_STRING;
-    if (large) {
-      source.offsets64 = data.GetValues<int64_t>(1);
-    } else {
-      source.offsets32 = data.GetValues<int32_t>(1);
-    }
-    source.values = data.buffers[2] ? data.buffers[2]->data() : nullptr;
-  } else {
-    const arrow::ArrayData* level = &data;
-    int64_t index = data.offset;
-    while (level->type->id() == arrow::Type::FIXED_SIZE_LIST) {
-      const int size = static_cast<const arrow::FixedSizeListType&>(*level->type).list_size();
-      level = level->child_data[0].get();
-      index = level->offset + index * size;
-    }
-    source.values = level->buffers[1]->data() + index * DTypeSize(raw.source_dtype);
-  }
+  STOKER_RETURN_NOT_OK(
+      PrepareSource(raw, Segment{row_group, row_begin, array->length(), false}, array, &source));
 
   const transform::ValueType& type = chain.types()[spec.cached_ops];
   const int64_t row_bytes = spec.inner * DTypeSize(spec.source_dtype);
@@ -294,7 +272,7 @@ Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std:
       ARROW_ASSIGN_OR_RAISE(array, arrow::Concatenate(chunks));
     }
     if (const ColumnSpec* chained = ChainedColumn(field); chained && chained->cached_ops > 0) {
-      STOKER_ASSIGN_OR_RAISE(array, ApplyCachedOps(*chained, array, rg, row_begin));
+      STOKER_ASSIGN_OR_RAISE(array, ApplyCachedOps(*chained, array, row_group, row_begin));
     }
     out.bytes += arrow::util::TotalBufferSize(*array->data());
     out.arrays.emplace_back(field, std::move(array));

@@ -107,8 +107,7 @@ class Decoder {
   /// from `row_begin`): a fixed_size_list array of the prefix's output tensors.
   Result<std::shared_ptr<arrow::Array>> ApplyCachedOps(const ColumnSpec& spec,
                                                        const std::shared_ptr<arrow::Array>& array,
-                                                       const RowGroupRef& rg,
-                                                       int64_t row_begin) const;
+                                                       int row_group, int64_t row_begin) const;
   /// The spec of an output column read from `field`, when it has a transform chain.
   const ColumnSpec* ChainedColumn(const std::string& field) const;
 

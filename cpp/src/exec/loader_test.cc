@@ -13,6 +13,8 @@
 #include <numeric>
 #include <set>
 
+#include "exec/test_data_internal.h"
+
 namespace stoker {
 namespace {
 
@@ -31,23 +33,7 @@ class LoaderTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   static void WriteFile(const fs::path& path, int64_t rows, int64_t* next_id) {
-    arrow::Int64Builder ids;
-    arrow::FloatBuilder values;
-    for (int64_t i = 0; i < rows; ++i) {
-      ASSERT_TRUE(ids.Append(*next_id).ok());
-      ASSERT_TRUE(values.Append(static_cast<float>(*next_id) * 0.5f).ok());
-      ++*next_id;
-    }
-    std::shared_ptr<arrow::Array> id_array, value_array;
-    ASSERT_TRUE(ids.Finish(&id_array).ok());
-    ASSERT_TRUE(values.Finish(&value_array).ok());
-    auto table = arrow::Table::Make(arrow::schema({arrow::field("id", arrow::int64(), false),
-                                                   arrow::field("v", arrow::float32(), false)}),
-                                    {id_array, value_array});
-    auto out = arrow::io::FileOutputStream::Open(path.string());
-    ASSERT_TRUE(out.ok());
-    ASSERT_TRUE(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), *out, 250).ok());
-    ASSERT_TRUE((*out)->Close().ok());
+    test_data::WriteIdValueFile(path, rows, next_id, 0.5f, 250);
   }
 
   LoaderOptions Options(int threads) const {

@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "batch/assembler.h"
-#include "decode/tensor_cache.h"
 #include "decode/decoder.h"
+#include "decode/tensor_cache.h"
 #include "plan/planner.h"
 #include "stoker/loader.h"
 #include "util/stage_counters.h"
