@@ -65,15 +65,18 @@ def run(profile: str, data_dir: str, out_dir: str, step_ms: float, batch_size: i
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800,
                               cwd=os.path.dirname(HERE))
         if proc.returncode != 0:
+            # The rank's own traceback, not only torchrun's summary after it.
+            tracebacks = [line for line in proc.stderr.splitlines() if line.startswith("[rank")]
             report["systems"][name] = {"label": label, "status": "failed",
-                                       "error": proc.stderr[-1500:]}
+                                       "error": "\n".join(tracebacks[-30:]) or proc.stderr[-1500:]}
             print(f"{label}: failed\n{proc.stderr[-1500:]}", flush=True)
             continue
         ranks = json.load(open(out))
         wall = max(r["wall_s"] for r in ranks)
         stall = max(r["wait_s"] / r["wall_s"] for r in ranks)
         report["systems"][name] = {"label": label, "status": "ok", "wall_s": wall,
-                                   "steps_per_s": 2 * steps / wall, "stall_fraction": stall}
+                                   "steps_per_s": 2 * steps / wall, "stall_fraction": stall,
+                                   "early_ends": sum(r.get("restarts", 0) for r in ranks)}
         print(f"{label:32s} {2 * steps / wall:8.1f} steps/s  stall {stall:.2f}", flush=True)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, f"training-{profile}.json"), "w") as f:
@@ -100,7 +103,9 @@ def markdown(report: dict) -> str:
             continue
         ratio = (f"{base['steps_per_s'] / s['steps_per_s']:.2f}x" if base.get("status") == "ok"
                  else "")
-        lines.append(f"| {s['label']} | {s['steps_per_s']:.1f} | {ratio} | "
+        early = f" (its epoch ended early {s['early_ends']}x and was restarted)" \
+            if s.get("early_ends") else ""
+        lines.append(f"| {s['label']}{early} | {s['steps_per_s']:.1f} | {ratio} | "
                      f"{s['stall_fraction']:.2f} |")
     return "\n".join(lines) + "\n"
 
