@@ -34,9 +34,11 @@ def _split(path: str, root: str) -> int:
         os.makedirs(folder, exist_ok=True)
         n = 0
         for name in files[rank::2]:
-            link = os.path.join(folder, name)
-            if not os.path.exists(link):
-                os.symlink(os.path.join(path, name), link)
+            link, target = os.path.join(folder, name), os.path.join(path, name)
+            if os.path.lexists(link) and os.readlink(link) != target:
+                os.remove(link)  # left by a run on other data (or a dangling one)
+            if not os.path.lexists(link):
+                os.symlink(target, link)
             n += pq.ParquetFile(link).metadata.num_rows
         rows.append(n)
     return min(rows)
