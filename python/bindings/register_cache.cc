@@ -18,8 +18,7 @@ void RegisterCache(nb::module_& m) {
       [](const std::string& dir) { return Blocking([&] { return InspectCache(dir); }); },
       nb::arg("dir"));
   m.def(
-      "clear_cache",
-      [](const std::string& dir) { Blocking([&] { return ClearCache(dir); }); },
+      "clear_cache", [](const std::string& dir) { Blocking([&] { return ClearCache(dir); }); },
       nb::arg("dir"));
 }
 

@@ -1,7 +1,7 @@
+#include <nanobind/stl/string.h>
+
 #include <exception>
 #include <string>
-
-#include <nanobind/stl/string.h>
 
 #include "register.h"
 

@@ -14,12 +14,19 @@ nb::dlpack::dtype ToDlpack(DType dtype) {
   using nb::dlpack::dtype_code;
   auto code = [&]() {
     switch (dtype) {
-      case DType::kBool: return dtype_code::Bool;
-      case DType::kInt8: case DType::kInt16: case DType::kInt32: case DType::kInt64:
+      case DType::kBool:
+        return dtype_code::Bool;
+      case DType::kInt8:
+      case DType::kInt16:
+      case DType::kInt32:
+      case DType::kInt64:
         return dtype_code::Int;
-      case DType::kFloat16: case DType::kFloat32: case DType::kFloat64:
+      case DType::kFloat16:
+      case DType::kFloat32:
+      case DType::kFloat64:
         return dtype_code::Float;
-      default: return dtype_code::UInt;
+      default:
+        return dtype_code::UInt;
     }
   }();
   return {static_cast<uint8_t>(code), static_cast<uint8_t>(DTypeSize(dtype) * 8), 1};
