@@ -41,9 +41,11 @@ enum class Interpolation { kBilinear, kArea };
 /// Resizes an interleaved uint8 image with Pillow's resampler: bilinear = Pillow BILINEAR, area =
 /// Pillow BOX; with `antialias` the filter widens by the shrink factor (Pillow's behaviour, always
 /// on in Pillow), without it the filter keeps its unit support. 4 channels: premultiplied alpha.
+/// `src_stride` is the byte distance between source rows (0: width * channels), so a crop of a
+/// larger image is resized in place.
 void ResizeImage(const uint8_t* src, int64_t height, int64_t width, int channels, uint8_t* dst,
-                 int64_t out_height, int64_t out_width, Interpolation interpolation,
-                 bool antialias);
+                 int64_t out_height, int64_t out_width, Interpolation interpolation, bool antialias,
+                 int64_t src_stride = 0);
 
 struct CropBox {
   int64_t top = 0;

@@ -66,11 +66,15 @@ Coefficients Precompute(int64_t in_size, int64_t out_size, Interpolation interpo
   return c;
 }
 
-inline uint8_t Clip8(int64_t value) {
-  if (value >= (int64_t{1} << kPrecisionBits << 8)) return 255;
-  if (value <= 0) return 0;
-  return static_cast<uint8_t>(value >> kPrecisionBits);
+// The sums stay in int32 like Pillow's: the bilinear and box weights are non-negative and add up
+// to about 1 << kPrecisionBits, so a sum is at most about 255 << kPrecisionBits (< 2^31).
+// Branch-free (so loops over it vectorise) and equal to Pillow's clip8: >= 256 << kPrecisionBits
+// gives 255, <= 0 gives 0.
+inline uint8_t Clip8(int32_t value) {
+  return static_cast<uint8_t>(std::clamp(value >> kPrecisionBits, 0, 255));
 }
+
+constexpr int32_t kHalf = int32_t{1} << (kPrecisionBits - 1);
 
 // Pillow's RGBA -> RGBa and back, used around the resampler for 4-channel images.
 void Premultiply(uint8_t* pixels, int64_t count) {
@@ -93,65 +97,128 @@ void Unpremultiply(uint8_t* pixels, int64_t count) {
   }
 }
 
+// One row of the horizontal pass: `C` interleaved channels (a compile-time count for 1, 3 and 4).
+template <int C>
+void HorizontalRow(const uint8_t* in, uint8_t* out, const Coefficients& c, int64_t out_width) {
+  const int32_t* weights = c.weights.data();
+  for (int64_t xx = 0; xx < out_width; ++xx) {
+    const int32_t* k = weights + xx * c.taps;
+    const uint8_t* p = in + c.first[xx] * C;
+    const int64_t n = c.count[xx];
+    int32_t sum[C];
+    for (int ch = 0; ch < C; ++ch) sum[ch] = kHalf;
+    for (int64_t x = 0; x < n; ++x) {
+      for (int ch = 0; ch < C; ++ch) sum[ch] += p[x * C + ch] * k[x];
+    }
+    for (int ch = 0; ch < C; ++ch) out[xx * C + ch] = Clip8(sum[ch]);
+  }
+}
+
+void HorizontalRowAny(const uint8_t* in, uint8_t* out, const Coefficients& c, int64_t out_width,
+                      int channels) {
+  for (int64_t xx = 0; xx < out_width; ++xx) {
+    const int32_t* k = &c.weights[xx * c.taps];
+    const uint8_t* p = in + c.first[xx] * channels;
+    const int64_t n = c.count[xx];
+    for (int ch = 0; ch < channels; ++ch) {
+      int32_t sum = kHalf;
+      for (int64_t x = 0; x < n; ++x) sum += p[x * channels + ch] * k[x];
+      out[xx * channels + ch] = Clip8(sum);
+    }
+  }
+}
+
+void HorizontalPass(const uint8_t* src, int64_t src_stride, int64_t rows, int channels,
+                    const Coefficients& c, int64_t out_width, uint8_t* dst) {
+  const int64_t dst_stride = out_width * channels;
+  for (int64_t y = 0; y < rows; ++y) {
+    const uint8_t* in = src + y * src_stride;
+    uint8_t* out = dst + y * dst_stride;
+    switch (channels) {
+      case 1:
+        HorizontalRow<1>(in, out, c, out_width);
+        break;
+      case 3:
+        HorizontalRow<3>(in, out, c, out_width);
+        break;
+      case 4:
+        HorizontalRow<4>(in, out, c, out_width);
+        break;
+      default:
+        HorizontalRowAny(in, out, c, out_width, channels);
+        break;
+    }
+  }
+}
+
+// The vertical pass, one output row at a time: the taps run outermost so the inner loop is a
+// contiguous multiply-add over the whole row (the compiler vectorises it).
+void VerticalPass(const uint8_t* rows, int64_t row_stride, int64_t row_bytes, const Coefficients& c,
+                  int64_t rows_offset, int64_t out_height, uint8_t* dst) {
+  std::vector<int32_t> acc(row_bytes);
+  int32_t* a = acc.data();
+  for (int64_t yy = 0; yy < out_height; ++yy) {
+    const int32_t* k = &c.weights[yy * c.taps];
+    const int64_t ymin = c.first[yy] - rows_offset, n = c.count[yy];
+    uint8_t* out = dst + yy * row_bytes;
+    const uint8_t* r0 = rows + ymin * row_stride;
+    const int32_t k0 = n > 0 ? k[0] : 0;
+    for (int64_t i = 0; i < row_bytes; ++i) a[i] = kHalf + r0[i] * k0;
+    for (int64_t y = 1; y < n; ++y) {
+      const uint8_t* r = rows + (ymin + y) * row_stride;
+      const int32_t ky = k[y];
+      for (int64_t i = 0; i < row_bytes; ++i) a[i] += r[i] * ky;
+    }
+    for (int64_t i = 0; i < row_bytes; ++i) out[i] = Clip8(a[i]);
+  }
+}
+
 }  // namespace
 
 void ResizeImage(const uint8_t* src, int64_t height, int64_t width, int channels, uint8_t* dst,
-                 int64_t out_height, int64_t out_width, Interpolation interpolation,
-                 bool antialias) {
+                 int64_t out_height, int64_t out_width, Interpolation interpolation, bool antialias,
+                 int64_t src_stride) {
+  if (src_stride == 0) src_stride = width * channels;
   if (out_height == height && out_width == width) {  // Pillow returns a copy
-    std::memcpy(dst, src, height * width * channels);
+    for (int64_t y = 0; y < height; ++y) {
+      std::memcpy(dst + y * width * channels, src + y * src_stride, width * channels);
+    }
     return;
   }
   std::vector<uint8_t> premultiplied;
   if (channels == 4) {
-    premultiplied.assign(src, src + height * width * 4);
+    premultiplied.resize(height * width * 4);
+    for (int64_t y = 0; y < height; ++y) {
+      std::memcpy(premultiplied.data() + y * width * 4, src + y * src_stride, width * 4);
+    }
     Premultiply(premultiplied.data(), height * width);
     src = premultiplied.data();
+    src_stride = width * 4;
   }
-  const Coefficients horizontal = Precompute(width, out_width, interpolation, antialias);
-  Coefficients vertical = Precompute(height, out_height, interpolation, antialias);
   const bool need_horizontal = out_width != width;
   const bool need_vertical = out_height != height;
-  // Like Pillow: the horizontal pass runs first, over the source rows the vertical pass reads.
-  const int64_t row_first = vertical.first[0];
-  const int64_t row_last = vertical.first[out_height - 1] + vertical.count[out_height - 1];
-  std::vector<uint8_t> temp;
-  const uint8_t* rows = src;
-  int64_t rows_offset = 0;
-  if (need_horizontal) {
-    temp.resize((row_last - row_first) * out_width * channels);
-    for (int64_t y = row_first; y < row_last; ++y) {
-      const uint8_t* in = src + y * width * channels;
-      uint8_t* out = temp.data() + (y - row_first) * out_width * channels;
-      for (int64_t xx = 0; xx < out_width; ++xx) {
-        const int32_t* k = &horizontal.weights[xx * horizontal.taps];
-        const int64_t xmin = horizontal.first[xx], xmax = horizontal.count[xx];
-        for (int ch = 0; ch < channels; ++ch) {
-          int64_t sum = int64_t{1} << (kPrecisionBits - 1);
-          for (int64_t x = 0; x < xmax; ++x) sum += in[(x + xmin) * channels + ch] * int64_t{k[x]};
-          out[xx * channels + ch] = Clip8(sum);
-        }
-      }
-    }
-    rows = temp.data();
-    rows_offset = row_first;
-  }
-  const int64_t row_width = need_horizontal ? out_width : width;
-  if (need_vertical) {
-    for (int64_t yy = 0; yy < out_height; ++yy) {
-      const int32_t* k = &vertical.weights[yy * vertical.taps];
-      const int64_t ymin = vertical.first[yy] - rows_offset, ymax = vertical.count[yy];
-      uint8_t* out = dst + yy * out_width * channels;
-      for (int64_t xc = 0; xc < row_width * channels; ++xc) {
-        int64_t sum = int64_t{1} << (kPrecisionBits - 1);
-        for (int64_t y = 0; y < ymax; ++y) {
-          sum += rows[(y + ymin) * row_width * channels + xc] * int64_t{k[y]};
-        }
-        out[xc] = Clip8(sum);
-      }
-    }
+  if (!need_vertical) {  // one horizontal pass straight into dst
+    const Coefficients horizontal = Precompute(width, out_width, interpolation, antialias);
+    HorizontalPass(src, src_stride, height, channels, horizontal, out_width, dst);
   } else {
-    std::memcpy(dst, rows, out_height * out_width * channels);
+    const Coefficients vertical = Precompute(height, out_height, interpolation, antialias);
+    // Like Pillow: the horizontal pass runs first, over the source rows the vertical pass reads.
+    const int64_t row_first = vertical.first[0];
+    const int64_t row_last = vertical.first[out_height - 1] + vertical.count[out_height - 1];
+    std::vector<uint8_t> temp;
+    const uint8_t* rows = src;
+    int64_t rows_offset = 0;
+    int64_t row_stride = src_stride;
+    if (need_horizontal) {
+      const Coefficients horizontal = Precompute(width, out_width, interpolation, antialias);
+      temp.resize((row_last - row_first) * out_width * channels);
+      HorizontalPass(src + row_first * src_stride, src_stride, row_last - row_first, channels,
+                     horizontal, out_width, temp.data());
+      rows = temp.data();
+      rows_offset = row_first;
+      row_stride = out_width * channels;
+    }
+    VerticalPass(rows, row_stride, out_width * channels, vertical, rows_offset, out_height, dst);
   }
   if (channels == 4) Unpremultiply(dst, out_height * out_width);
 }

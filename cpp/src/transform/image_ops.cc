@@ -88,6 +88,16 @@ std::vector<int64_t> Range(int64_t start, int64_t count, int64_t limit) {
 }
 
 void Crop(const Value& in, const CropBox& box, Value* out) {
+  const int64_t h = in.shape()[0], w = in.shape()[1], c = in.shape()[2];
+  if (box.top >= 0 && box.left >= 0 && box.top + box.height <= h && box.left + box.width <= w) {
+    const int64_t pixel = c * ElementSize(in.element());
+    uint8_t* dst = out->Allocate(in.element(), {box.height, box.width, c});
+    const uint8_t* src = in.data() + (box.top * w + box.left) * pixel;
+    for (int64_t y = 0; y < box.height; ++y) {
+      std::memcpy(dst + y * box.width * pixel, src + y * w * pixel, box.width * pixel);
+    }
+    return;
+  }
   Remap(in, Range(box.top, box.height, in.shape()[0]), Range(box.left, box.width, in.shape()[1]),
         {}, out);
 }
@@ -242,12 +252,12 @@ class RandomResizedCropOp : public OpBase {
     PhiloxStream stream = ctx.Stream();
     const CropBox box = RandomResizedCropBox(in.shape()[0], in.shape()[1], scale_[0], scale_[1],
                                              ratio_[0], ratio_[1], &stream);
-    Value cropped;
-    Crop(in, box, &cropped);
+    // The box lies inside the image: the resampler reads it in place, rows `stride` bytes apart.
     const int channels = static_cast<int>(in.shape()[2]);
+    const int64_t stride = in.shape()[1] * channels;
     uint8_t* dst = out->Allocate(ElementType::kUInt8, {size_[0], size_[1], channels});
-    ResizeImage(cropped.data(), box.height, box.width, channels, dst, size_[0], size_[1],
-                interpolation_, antialias_);
+    ResizeImage(in.data() + box.top * stride + box.left * channels, box.height, box.width, channels,
+                dst, size_[0], size_[1], interpolation_, antialias_, stride);
     return Status::OK();
   }
 
@@ -258,6 +268,26 @@ class RandomResizedCropOp : public OpBase {
   Interpolation interpolation_;
   bool antialias_;
 };
+
+// Mirrors each row of `P`-byte pixels.
+template <int P>
+void ReverseRows(const uint8_t* src, uint8_t* dst, int64_t h, int64_t w) {
+  for (int64_t y = 0; y < h; ++y) {
+    const uint8_t* in = src + y * w * P;
+    uint8_t* out = dst + y * w * P + (w - 1) * P;
+    for (int64_t x = 0; x < w; ++x, in += P, out -= P) {
+      for (int b = 0; b < P; ++b) out[b] = in[b];
+    }
+  }
+}
+
+// [count, C] -> [C, count] for bytes: one pass over the source, C output streams.
+template <int C>
+void Deinterleave(const uint8_t* src, uint8_t* dst, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    for (int ch = 0; ch < C; ++ch) dst[ch * count + i] = src[i * C + ch];
+  }
+}
 
 class FlipOp : public OpBase {
  public:
@@ -279,15 +309,34 @@ class FlipOp : public OpBase {
       flip = UniformDouble(&stream) < p_;
     }
     const int64_t h = in.shape()[0], w = in.shape()[1];
-    std::vector<int64_t> rows = Range(0, h, h), cols = Range(0, w, w);
-    if (flip) {
-      if (horizontal_) {
-        std::reverse(cols.begin(), cols.end());
-      } else {
-        std::reverse(rows.begin(), rows.end());
+    const int64_t pixel = in.shape()[2] * ElementSize(in.element());
+    const int64_t row = w * pixel;
+    uint8_t* dst = out->Allocate(in.element(), in.shape());
+    const uint8_t* src = in.data();
+    if (!flip) {
+      if (h * row > 0) std::memcpy(dst, src, h * row);
+    } else if (!horizontal_) {
+      for (int64_t y = 0; y < h; ++y) std::memcpy(dst + y * row, src + (h - 1 - y) * row, row);
+    } else {
+      switch (pixel) {
+        case 1:
+          ReverseRows<1>(src, dst, h, w);
+          break;
+        case 3:
+          ReverseRows<3>(src, dst, h, w);
+          break;
+        case 4:
+          ReverseRows<4>(src, dst, h, w);
+          break;
+        default:
+          for (int64_t y = 0; y < h; ++y) {
+            for (int64_t x = 0; x < w; ++x) {
+              std::memcpy(dst + y * row + x * pixel, src + y * row + (w - 1 - x) * pixel, pixel);
+            }
+          }
+          break;
       }
     }
-    Remap(in, rows, cols, {}, out);
     return Status::OK();
   }
 
@@ -449,6 +498,19 @@ class ToChwOp : public OpBase {
     const int size = ElementSize(in.element());
     uint8_t* dst = out->Allocate(in.element(), {c, h, w});
     const uint8_t* src = in.data();
+    const int64_t count = h * w;
+    if (c == 1) {
+      if (count > 0) std::memcpy(dst, src, count * size);
+      return Status::OK();
+    }
+    if (size == 1 && c == 3) {
+      Deinterleave<3>(src, dst, count);
+      return Status::OK();
+    }
+    if (size == 1 && c == 4) {
+      Deinterleave<4>(src, dst, count);
+      return Status::OK();
+    }
     for (int64_t ch = 0; ch < c; ++ch) {
       for (int64_t i = 0; i < h * w; ++i) {
         std::memcpy(dst + (ch * h * w + i) * size, src + (i * c + ch) * size, size);
