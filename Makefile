@@ -41,7 +41,7 @@ demo: build
 	$(PY) -m stoker demo
 
 test: build
-	$(MAKE) --no-print-directory test-cpp test-python test-asan
+	$(MAKE) --no-print-directory test-cpp test-python test-asan test-tsan
 
 test-cpp:
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
