@@ -308,3 +308,15 @@ class FaultProxy:
             client.sendall(response)
         except OSError:
             pass
+
+
+def isolate_aws_env(monkeypatch, tmp_path) -> None:
+    """No credentials, profile, region or config from the machine running the tests, and no
+    instance-metadata probe: only what a test passes reaches the AWS SDK."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",
+                 "AWS_ENDPOINT_URL_S3", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config-none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials-none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")

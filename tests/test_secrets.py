@@ -28,7 +28,7 @@ import stoker
 from stoker.__main__ import main
 
 from s3_fixtures import ACCESS_KEY, REGION, SECRET_KEY, SESSION_TOKEN, FaultProxy, MotoServer
-from s3_fixtures import moto_available
+from s3_fixtures import isolate_aws_env, moto_available
 
 pytestmark = pytest.mark.skipif(not moto_available(), reason="needs moto[server] and boto3")
 
@@ -81,13 +81,7 @@ def down_endpoint():
 
 @pytest.fixture(autouse=True)
 def hermetic_aws_env(monkeypatch, tmp_path, proxy):
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-                 "AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",
-                 "AWS_ENDPOINT_URL_S3", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config-none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials-none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    isolate_aws_env(monkeypatch, tmp_path)
     proxy.clear()
     yield
     proxy.clear()

@@ -180,12 +180,18 @@ void SlabLayout::Bind(const std::shared_ptr<Slab>& slab) const {
 DenseWriter::DenseWriter(const ColumnSpec& spec, int slot, int output)
     : ColumnWriter(output), spec_(spec), slot_(slot) {}
 
-void DenseWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
-  Describe(spec_, column);
-  std::vector<int64_t> shape = {rows.size()};
-  shape.insert(shape.end(), spec_.inner_shape.begin(), spec_.inner_shape.end());
-  SetShape(&column->values, spec_.dtype, std::move(shape));
+// A dense [B, row_shape...] values tensor of the spec's dtype, placed in the slab.
+void SizeDense(const ColumnSpec& spec, const std::vector<int64_t>& row_shape, int64_t rows,
+               OutputColumn* column, SlabLayout* layout) {
+  Describe(spec, column);
+  std::vector<int64_t> shape = {rows};
+  shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+  SetShape(&column->values, spec.dtype, std::move(shape));
   layout->Place(&column->values);
+}
+
+void DenseWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
+  SizeDense(spec_, spec_.inner_shape, rows.size(), column, layout);
 }
 
 Status DenseWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
@@ -385,17 +391,13 @@ Status PaddingFlagWriter::Fill(const BatchRows& rows, OutputColumn* column) cons
   return Status::OK();
 }
 
-// --- MakeColumnWriters ---------------------------------------------------------------------
+// --- TransformWriter -----------------------------------------------------------------------
 
 TransformWriter::TransformWriter(const ColumnSpec& spec, int slot, int output)
     : ColumnWriter(output), spec_(spec), slot_(slot) {}
 
 void TransformWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
-  Describe(spec_, column);
-  std::vector<int64_t> shape = {rows.size()};
-  shape.insert(shape.end(), spec_.output_shape.begin(), spec_.output_shape.end());
-  SetShape(&column->values, spec_.dtype, std::move(shape));
-  layout->Place(&column->values);
+  SizeDense(spec_, spec_.output_shape, rows.size(), column, layout);
 }
 
 Status TransformWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
@@ -442,6 +444,8 @@ Status TransformWriter::Fill(const BatchRows& rows, OutputColumn* column) const 
   }
   return Status::OK();
 }
+
+// --- MakeColumnWriters ---------------------------------------------------------------------
 
 ColumnWriters MakeColumnWriters(const OutputSpec& spec, const LoaderOptions& options) {
   ColumnWriters out;
