@@ -23,6 +23,8 @@ __all__ = [
     "StorageError",
     "LoaderStateError",
     "LoaderClosedError",
+    "TransformError",
+    "WorkerCrashedError",
     "InternalError",
     "error_class",
 ]
@@ -89,6 +91,16 @@ class LoaderClosedError(LoaderStateError):
     was inherited through ``fork()`` and must be created again in the child process."""
 
 
+class TransformError(StokerError, RuntimeError):
+    """A user callable (``transform=``, ``augment=``) raised, or returned arrays that do not
+    match its first output; the message names the row group (or batch) and the key."""
+
+
+class WorkerCrashedError(TransformError):
+    """A ``python_workers`` process died (killed, out of memory, a crash in native code) while it
+    ran a user callable; the message names the row group (or batch) it was running."""
+
+
 class InternalError(StokerError, RuntimeError):
     """A bug in stoker. Please report it with the message."""
 
@@ -106,6 +118,8 @@ _BY_KIND = {
     "state_mismatch": StateMismatchError,
     "storage": StorageError,
     "closed": LoaderClosedError,
+    "transform": TransformError,
+    "worker_crashed": WorkerCrashedError,
 }
 
 
