@@ -283,7 +283,8 @@ def test_lambda_and_nested_refused():
     def nested(a):
         return a
 
-    with pytest.raises(InvalidOptionError, match=r"python_workers=2 needs augment= to be picklable"):
+    with pytest.raises(InvalidOptionError,
+                       match=r"python_workers=2 needs augment= to be picklable"):
         make_runner({"augment": nested}, 2)
 
 
@@ -474,3 +475,23 @@ def test_augment_rng_full_seed_range():
     draws = {tuple(augment_rng(key).integers(0, 1 << 62, size=4))
              for key in [(2**64 - 1, 0, 0), (0, 0, 0), (2**63, 0, 0), (5, 1, 0), (5, 0, 1)]}
     assert len(draws) == 5  # the top seeds are not folded onto seed 0
+
+
+def test_worker_that_cannot_load_the_callable_fails_fast(runner, tmp_path, monkeypatch):
+    (tmp_path / "only_in_parent.py").write_text(textwrap.dedent("""
+        import multiprocessing
+        if multiprocessing.parent_process() is not None:
+            raise ImportError("this module refuses to load in a worker")
+
+        def fn(arrays):
+            return arrays
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import only_in_parent
+
+    procs = runner({"transform": only_in_parent.fn}, workers=2)
+    for _ in range(3):  # the first call finds out; later calls fail at once, without respawning
+        with pytest.raises(InvalidOptionError, match=r"python_workers=2: a worker process could "
+                                                     r"not load transform=") as info:
+            procs.call("transform", {"x": np.arange(3)}, "w")
+        assert "refuses to load in a worker" in str(info.value)

@@ -83,7 +83,8 @@ def _user_error(name: str, where: str, error: BaseException) -> TransformError:
 
 
 def _not_a_dict(name: str, where: str, out: Any) -> TransformError:
-    return TransformError(f"{where}: {name}= must return a dict of arrays, got {type(out).__name__}")
+    return TransformError(
+        f"{where}: {name}= must return a dict of arrays, got {type(out).__name__}")
 
 
 class ThreadRunner:
@@ -436,8 +437,8 @@ class ProcessRunner:
                 "through fork(): create the Loader again in this process")
         if self._closed:
             raise LoaderClosedError("the loader is closed")
-        if self._load_error is not None:
-            raise self._load_error
+        if self._load_error is not None:  # a fresh exception: several threads may raise it
+            raise type(self._load_error)(str(self._load_error))
 
     def _acquire(self) -> Tuple[int, _Worker]:
         with self._cond:
