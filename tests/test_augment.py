@@ -18,7 +18,8 @@ import pytest
 
 import stoker
 from stoker._pyworkers import augment_rng
-from stoker.errors import InvalidOptionError, LoaderClosedError, TransformError
+from stoker.errors import (InvalidOptionError, LoaderClosedError, TransformError,
+                           WorkerCrashedError)
 from stoker_testdata import write_uneven_dataset
 
 HERE = os.path.dirname(__file__)
@@ -232,6 +233,30 @@ def test_exception_in_worker_process_names_the_batch(dataset):
     assert "Traceback in the python_workers process" in message
 
 
+def kill_on_odd(batch, rng):
+    if int(batch["id"].min()) % 2 == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"id": batch["id"]}
+
+
+@pytest.mark.timeout(120)
+def test_worker_crash_stops_the_epoch(dataset):
+    plain = by_hand(dataset, lambda b, rng: b)
+    first_odd = next(i for i, b in enumerate(plain) if int(b["id"].min()) % 2 == 1)
+    with stoker.Loader(dataset, **OPTIONS, augment=kill_on_odd, python_workers=2) as loader:
+        got = []
+        with pytest.raises(WorkerCrashedError) as info:
+            for batch in loader:
+                got.append(batch)
+        assert str(info.value).startswith(
+            f"epoch 0, batch {first_odd}: the python_workers process (pid ")
+        assert "killed by signal SIGKILL" in str(info.value)
+        assert len(got) == first_odd  # every batch before it was delivered
+        # The pool replaced the dead worker: the loader can run again (and fails the same way).
+        with pytest.raises(WorkerCrashedError, match=rf"^epoch 0, batch {first_odd}: "):
+            list(loader)
+
+
 def test_strings_and_torch_output(write_parquet):
     torch = pytest.importorskip("torch")
     path = write_parquet({"name": ["a", "bb", "", "dddd"] * 50, "n": list(range(200))},
@@ -358,6 +383,33 @@ if __name__ == "__main__":
         loader.close()
         print("OK", " ".join(map(str, pids)), flush=True)
 """
+
+
+EXIT_MID_EPOCH = """
+import sys
+sys.path.insert(0, {here!r})
+import stoker
+from test_augment import slow, OPTIONS
+
+if __name__ == "__main__":
+    loader = stoker.Loader({root!r}, **OPTIONS, augment=slow, python_workers=2)
+    it = iter(loader)
+    next(it)
+    print(" ".join(map(str, loader._runner.pids)), flush=True)
+    sys.exit(0)  # no close(), calls in flight: the exit hooks stop everything
+"""
+
+
+@pytest.mark.timeout(90)
+def test_interpreter_exit_mid_epoch_with_workers(dataset, tmp_path):
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_MID_EPOCH.format(here=HERE, root=dataset))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for pid in map(int, result.stdout.split()):
+        assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"))
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 @pytest.mark.timeout(90)
