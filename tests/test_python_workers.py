@@ -260,6 +260,7 @@ def test_killed_worker_raises_and_is_replaced(runner):
     assert "killed by signal SIGKILL" in message
     dead = int(message.split("(pid ")[1].split(")")[0])
     assert dead in old and dead not in procs.pids
+    assert len(shm_segments() - before) <= 2  # the dead worker's arenas are gone at once
     # Documented: the pool replaces the dead worker, later calls work.
     for i in range(4):
         assert procs.call("transform", {"x": np.array([i])}, "rg")["x"].tolist() == [i + 1]
