@@ -10,6 +10,9 @@ workers are not needed. Programs that are built around a DataLoader (``num_worke
   ``R * W``: every row once per epoch across ranks and workers, the same batch count everywhere
   (the DataLoader interleaves workers round-robin, so the order stays deterministic).
 - Use ``DataLoader(dataset, batch_size=None)``: stoker's batches are already batched.
+- ``augment=`` passes through to each Loader (with the worker's shard as its rank, so the
+  augmentation keys stay distinct). ``python_workers > 0`` needs ``num_workers=0``: DataLoader
+  workers are daemonic processes, which cannot start processes of their own.
 """
 
 from __future__ import annotations

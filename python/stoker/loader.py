@@ -11,14 +11,16 @@ import os
 import time
 import weakref
 import zlib
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Union
 
 from . import _stoker
+from ._augment import AugmentStage, numpy_to_torch
 from ._convert import to_python
 from ._device import DeviceFeeder, parse_device
 from ._distributed import agree_on_seed, default_num_threads, resolve_rank
 from ._options import (Source, check_int, column_options, normalise_sources, parse_size,
                        storage_value, transform_chains)
+from ._pyworkers import check_python_options, make_runner
 from .errors import InvalidOptionError, LoaderClosedError, LoaderStateError, StateMismatchError
 
 __all__ = ["Loader", "parse_size"]
@@ -99,6 +101,21 @@ class Loader:
         transforms: ``{column: [op, ...]}`` with ops from :mod:`stoker.ops`, run in C++ on the
             workers; the column becomes a dense tensor of the chain's output. The deterministic
             prefix is cached with ``cache_dir``; random ops are keyed by (seed, epoch, row id).
+        augment: ``fn(batch, rng) -> dict``, run on every batch after the engine (after the
+            cache) and before the conversion to torch and the device copy. ``batch`` is a dict
+            of numpy arrays (``stoker.Ragged`` for strings and ragged lists); ``rng`` is a
+            ``numpy.random.Generator`` on Philox keyed by (seed, epoch, global batch index),
+            where the global batch index is ``i * world_size + rank`` for batch ``i`` of this
+            rank's epoch: the same augmentation for a batch whatever ``num_threads``,
+            ``python_workers``, the cache or a resume, and a different one next epoch. Runs a
+            few batches ahead of the training loop on background threads (or processes). The
+            output's keys, dtypes and per-row shapes must match the first batch's output.
+        python_workers: Run the Python callables (``augment``) in this many worker processes
+            instead of threads: pure-Python code then runs in parallel, free of the GIL. The
+            callables must be picklable (module-level functions); arrays move through shared
+            memory. ``0`` (default): threads.
+        python_start_method: How the worker processes start: ``"spawn"`` (default) or
+            ``"forkserver"`` (never ``"fork"``: the loader runs C++ threads).
     """
 
     def __init__(
@@ -135,6 +152,9 @@ class Loader:
         cache_bytes: Union[int, str] = "50GiB",
         cache_min_free_bytes: Union[int, str] = "1GiB",
         transforms: Optional[Mapping[str, Sequence[Mapping[str, Any]]]] = None,
+        augment: Optional[Callable[[Dict[str, Any], Any], Mapping[str, Any]]] = None,
+        python_workers: int = 0,
+        python_start_method: str = "spawn",
     ) -> None:
         if output not in ("numpy", "torch"):
             raise InvalidOptionError(f"output must be 'numpy' or 'torch', got {output!r}")
@@ -151,8 +171,19 @@ class Loader:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or
                                  not 0 <= seed < 2**64):
             raise InvalidOptionError(f"seed must be an integer in [0, 2**64) or None, got {seed!r}")
+        check_python_options(python_workers, python_start_method)
+        if augment is not None and not callable(augment):
+            raise InvalidOptionError(
+                f"augment must be a callable fn(batch, rng) -> dict, got {type(augment).__name__}")
+        functions = {"augment": augment} if augment is not None else {}
+        if python_workers and not functions:
+            raise InvalidOptionError(
+                f"python_workers={python_workers} has nothing to run: it runs augment= (or "
+                "transform=) in worker processes")
 
         self._engine = None
+        self._runner = None
+        self._augment: Optional[AugmentStage] = None
         self._output = output
         self._feeder = None
         device = parse_device(device) if device is not None else None
@@ -221,9 +252,18 @@ class Loader:
         opts.default_column_options, opts.column_options = column_options(
             lists, pad_value, fill_null, null_mask, opts.columns + opts.features)
         self._options = opts
-        self._engine = _stoker.Engine.open(opts)
-        self._columns = {info.name: info for info in self._engine.columns()}
-        self._check_output_names()
+        # One runner (thread or process pool) for every Python callable of this loader.
+        self._runner = make_runner(functions, python_workers, python_start_method) \
+            if functions else None
+        try:
+            if augment is not None:
+                self._augment = AugmentStage(self._runner, python_workers or 2)
+            self._engine = _stoker.Engine.open(opts)
+            self._columns = {info.name: info for info in self._engine.columns()}
+            self._check_output_names()
+        except BaseException:
+            self.close()
+            raise
         _LIVE_ENGINES.add(self)
 
     def _check_output_names(self) -> None:
@@ -361,7 +401,8 @@ class Loader:
                 f"this iterator was ended by {self._ended_by}: a Loader runs one iteration at a "
                 "time")
 
-    def _host_batches(self, engine: Any, generation: int) -> Iterator[Dict[str, Any]]:
+    def _host_batches(self, engine: Any, generation: int,
+                      output: str) -> Iterator[Dict[str, Any]]:
         """The engine's batches as numpy/torch dicts, until the epoch ends."""
         while True:
             self._check_generation(generation)
@@ -380,13 +421,45 @@ class Loader:
                     return
                 continue  # timeout: lets Python deliver signals (Ctrl-C)
             self._check_generation(generation)  # ended while this batch was in flight
-            yield to_python(batch, self._output)
+            yield to_python(batch, output)
+
+    def _augment_keys(self, host: Iterator[Dict[str, Any]], first: int
+                      ) -> Iterator[tuple]:
+        """(batch, rng key, where) for the augment stage; batch ``first + k`` of the epoch."""
+        rank, world = self._options.rank, self._options.world_size
+        # During the rest of an epoch resumed on another world size, the old ranks' batches
+        # come first, so no two batches of the epoch share a key.
+        offset = self._elastic[0] * self._elastic[1] if self._elastic is not None else 0
+        epoch, seed = self._epoch, self._seed
+        for index, batch in enumerate(host, first):
+            where = f"epoch {epoch}, batch {index}" + (f" of rank {rank}" if world > 1 else "")
+            yield batch, (seed, epoch, offset + index * world + rank), where
+
+    def _augmented(self, host: Iterator[Dict[str, Any]], generation: int
+                   ) -> Iterator[Dict[str, Any]]:
+        def check_live() -> None:
+            self._live()
+            self._check_generation(generation)
+
+        def on_wait(seconds: float) -> None:
+            if generation == self._generation:
+                self._loop_wait_s += seconds
+
+        convert = numpy_to_torch if self._output == "torch" else None
+        return self._augment.run(self._augment_keys(host, self._position), check_live, on_wait,
+                                 convert)
 
     def _iterate(self, engine: Any, generation: int) -> Iterator[Dict[str, Any]]:
         # The position counts batches handed to the caller, here at the outermost yield (the
-        # device feeder runs one batch ahead of the caller).
-        host = self._host_batches(engine, generation)
-        batches = self._feeder(host) if self._feeder is not None else host
+        # augment stage and the device feeder run ahead of the caller).
+        augment = self._augment is not None
+        host = self._host_batches(engine, generation, "numpy" if augment else self._output)
+        stages = [host]
+        if augment:
+            stages.append(self._augmented(host, generation))
+        if self._feeder is not None:
+            stages.append(self._feeder(stages[-1]))
+        batches = stages[-1]
         try:
             for batch in batches:
                 self._check_generation(generation)
@@ -397,9 +470,8 @@ class Loader:
             if generation == self._generation:
                 self._epoch_done = True
         finally:
-            if batches is not host:
-                batches.close()
-            host.close()
+            for stage in reversed(stages):
+                stage.close()
             if generation == self._generation:  # never stop a newer iteration's engine
                 self._running = None
                 self._loop_end = time.perf_counter()
@@ -575,6 +647,9 @@ class Loader:
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()  # permanent: an iter() racing this close cannot start an epoch
+        runner, self._runner = getattr(self, "_runner", None), None
+        if runner is not None:
+            runner.close()  # a call in flight raises LoaderClosedError
 
     def _live(self):
         engine = self._engine
@@ -592,3 +667,6 @@ class Loader:
         engine = getattr(self, "_engine", None)
         if engine is not None:
             engine.stop()
+        runner = getattr(self, "_runner", None)
+        if runner is not None:
+            runner.close()
