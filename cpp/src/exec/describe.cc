@@ -103,8 +103,13 @@ Result<ColumnSpec> ResolveOne(const Catalog& catalog, const LoaderOptions& optio
   (feature ? one.features : one.columns).push_back(name);
   // Only this column's transform chain: what the chain produces is part of its description.
   one.transforms.clear();
-  if (auto chain = options.transforms.find(name); chain != options.transforms.end() && !feature) {
+  if (auto chain = options.transforms.find(name); chain != options.transforms.end()) {
     one.transforms.insert(*chain);
+  }
+  one.transform_outputs.clear();
+  if (auto outputs = options.transform_outputs.find(name);
+      outputs != options.transform_outputs.end() && !feature) {
+    one.transform_outputs.insert(*outputs);
   }
   STOKER_ASSIGN_OR_RAISE(OutputSpec spec, ResolveColumns(catalog, one));
   return feature ? spec.features.front() : spec.columns.front();
