@@ -318,6 +318,9 @@ def test_several_outputs_errors_at_open(bad_images):
         stoker.Loader(path, columns=["image"], transforms={"image": {}})
     with pytest.raises(errors.InvalidOptionError, match="not in columns"):
         stoker.Loader(path, columns=["id"], transforms={"image": {"a": CACHED}})
+    with pytest.raises(errors.InvalidOptionError, match="'id'.*also in features"):
+        stoker.Loader(path, columns=["id"], features=["id"], allow_lossy_cast=True,
+                      transforms={"id": {"a": [ops.log1p()], "b": [ops.log1p()]}})
 
 
 def test_several_outputs_with_on_error_zero(bad_images):

@@ -644,6 +644,12 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       return MakeError(ErrorKind::kInvalidOption,
                        "transforms gives column '" + name + "' both one chain and several");
     }
+    if (feature_names.count(name)) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "column '" + name +
+                           "' has transforms with several outputs and is also in features; "
+                           "a feature takes one chain");
+    }
   }
   for (const auto& [name, chain] : options.transforms) {
     if (!seen_outputs.count(name) && !feature_names.count(name)) {
