@@ -379,3 +379,13 @@ def test_several_outputs_share_the_cached_decode(tmp_path):
         loader = stoker.Loader(path, cache_dir=cache, **common)
         assert digest(loader) == expected
     assert loader.stats()["transforms"]["prefix_rows"] == 0
+
+
+def test_describe_and_inspect_show_every_output(bad_images):
+    path, _ = bad_images
+    described = stoker.describe(path, columns=["id", "image"], transforms={
+        "image": {"small": CACHED, "size": [ops.decode_image(), ops.shape()]}})
+    columns = {c.name: c for c in described.columns}
+    assert list(columns) == ["id", "small", "size"]
+    assert list(columns["small"].inner_shape) == [16, 16, 3]
+    assert str(columns["size"].dtype) == "int64" and list(columns["size"].inner_shape) == [3]
