@@ -99,6 +99,10 @@ class Loader:
         transforms: ``{column: [op, ...]}`` with ops from :mod:`stoker.ops`, run in C++ on the
             workers; the column becomes a dense tensor of the chain's output. The deterministic
             prefix is cached with ``cache_dir``; random ops are keyed by (seed, epoch, row id).
+            On a list column the ops apply per element (it stays a list); on a feature column
+            the chain gives the number stacked. ``{column: {output: [op, ...], ...}}`` makes
+            several outputs of one column (e.g. an image and ``ops.shape()`` of it), sharing
+            the ops their chains start with.
         on_error: What a row that a column's transforms cannot take (a corrupt image or array,
             a value an op refuses, a null) does: ``"raise"`` (default) fails the epoch with an
             error naming file, row group, row and column; ``"zero"`` delivers a zero tensor of
