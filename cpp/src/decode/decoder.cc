@@ -196,7 +196,10 @@ Result<std::shared_ptr<arrow::Array>> Decoder::ApplyCachedOps(
     transform::RowContext context;  // the cached ops are deterministic: no random keys needed
     Status status = chain.Apply(context, in, &out, &scratch, 0, spec.cached_ops);
     ++applied;
-    if (status.ok() && (out.is_null() || (!shaped && out.size_bytes() != row_bytes))) {
+    if (status.ok() &&
+        (out.is_null() || (!shaped && out.size_bytes() != row_bytes) ||
+         (shaped && (out.kind() != transform::ValueKind::kTensor ||
+                     static_cast<int64_t>(out.shape().size() * sizeof(int64_t)) != header)))) {
       status = MakeError(ErrorKind::kCorruptFile,
                          "column '" + spec.Field() + "': the transforms produced " +
                              out.type().ToString() + ", not " + type.ToString());
