@@ -21,7 +21,8 @@ void RegisterOptions(nb::module_& m) {
       .def_rw("pad_value", &ColumnOptions::pad_value)
       .def_rw("has_fill_null", &ColumnOptions::has_fill_null)
       .def_rw("fill_null", &ColumnOptions::fill_null)
-      .def_rw("null_mask", &ColumnOptions::null_mask);
+      .def_rw("null_mask", &ColumnOptions::null_mask)
+      .def_rw("on_error_zero", &ColumnOptions::on_error_zero);
 
   nb::class_<LoaderOptions>(m, "LoaderOptions")
       .def(nb::init<>())
@@ -50,6 +51,22 @@ void RegisterOptions(nb::module_& m) {
             }
           },
           nb::arg("transforms"))
+      // {column: [(output, [{"op": name, **params}, ...]), ...]}; write-only.
+      .def(
+          "set_transform_outputs",
+          [](LoaderOptions& self, nb::dict outputs) {
+            self.transform_outputs.clear();
+            for (auto [column, named] : outputs) {
+              auto& list = self.transform_outputs[nb::cast<std::string>(column)];
+              for (nb::handle pair : named) {
+                nb::tuple output = nb::cast<nb::tuple>(pair);
+                std::vector<OpSpec> chain;
+                for (nb::handle op : output[1]) chain.push_back(ToOpSpec(op));
+                list.emplace_back(nb::cast<std::string>(output[0]), std::move(chain));
+              }
+            }
+          },
+          nb::arg("outputs"))
       .def_rw("default_column_options", &LoaderOptions::default_column_options)
       .def_rw("batch_size", &LoaderOptions::batch_size)
       .def_rw("shuffle", &LoaderOptions::shuffle)

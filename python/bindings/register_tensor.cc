@@ -25,6 +25,8 @@ nb::dlpack::dtype ToDlpack(DType dtype) {
       case DType::kFloat32:
       case DType::kFloat64:
         return dtype_code::Float;
+      case DType::kBFloat16:  // numpy has no bfloat16: int16 bits, viewed as bfloat16 by torch
+        return dtype_code::Int;
       default:
         return dtype_code::UInt;
     }
@@ -58,10 +60,14 @@ void RegisterTensor(nb::module_& m) {
       .def_ro("kind", &OutputColumn::kind)
       .def_ro("annotation", &OutputColumn::annotation)
       .def_ro("has_mask", &OutputColumn::has_mask)
+      .def_ro("has_valid", &OutputColumn::has_valid)
+      .def_prop_ro("bfloat16",
+                   [](const OutputColumn& c) { return c.values.dtype == DType::kBFloat16; })
       .def_prop_ro("values", [](const OutputColumn& c) { return ToNumpy(c.values); })
       .def_prop_ro("offsets", [](const OutputColumn& c) { return ToNumpy(c.offsets); })
       .def_prop_ro("lengths", [](const OutputColumn& c) { return ToNumpy(c.lengths); })
-      .def_prop_ro("mask", [](const OutputColumn& c) { return ToNumpy(c.mask); });
+      .def_prop_ro("mask", [](const OutputColumn& c) { return ToNumpy(c.mask); })
+      .def_prop_ro("valid", [](const OutputColumn& c) { return ToNumpy(c.valid); });
 
   nb::class_<Batch>(m, "Batch")
       .def_ro("index", &Batch::index)

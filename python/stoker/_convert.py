@@ -12,25 +12,36 @@ __all__ = ["to_python"]
 
 def to_python(batch: Any, output: str) -> Dict[str, Any]:
     """One engine batch as ``{name: array}``; padded lists add ``<name>_lengths``, masks
-    ``<name>_mask``; ragged lists and strings become :class:`Ragged`."""
+    ``<name>_mask``, on_error='zero' transforms ``<name>_valid``; ragged lists and strings
+    become :class:`Ragged`."""
     if output == "torch":
         import torch
 
         convert = torch.from_dlpack
+
+        def convert_values(column):
+            values = torch.from_dlpack(column.values)
+            # bfloat16 travels as int16 bits (numpy has no bfloat16).
+            return values.view(torch.bfloat16) if column.bfloat16 else values
     else:
         def convert(array):
             return array
+
+        def convert_values(column):
+            return column.values
     out: Dict[str, Any] = {}
     for column in batch.columns:
         kind = column.kind
         if kind == _stoker.ColumnKind.dense:
-            out[column.name] = convert(column.values)
+            out[column.name] = convert_values(column)
         elif kind == _stoker.ColumnKind.padded:
-            out[column.name] = convert(column.values)
+            out[column.name] = convert_values(column)
             out[column.name + "_lengths"] = convert(column.lengths)
         else:
             label = column.annotation if kind == _stoker.ColumnKind.strings else "list"
-            out[column.name] = Ragged(convert(column.values), convert(column.offsets), label)
+            out[column.name] = Ragged(convert_values(column), convert(column.offsets), label)
         if column.has_mask:
             out[column.name + "_mask"] = convert(column.mask)
+        if column.has_valid:
+            out[column.name + "_valid"] = convert(column.valid)
     return out

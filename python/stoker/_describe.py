@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from . import _stoker
 from ._options import (Source, check_int, column_options, normalise_sources, parse_size,
-                       storage_value, transform_chains)
+                       set_transforms, storage_value, transform_chains)
 from ._redact import redact_uri
 from .errors import InvalidOptionError
 from .loader import Loader
@@ -20,7 +20,7 @@ __all__ = ["describe", "redact_uri"]
 # CLI can pass the options of a run unchanged) and has no effect on it.
 _DESCRIBED = ("features_name", "features_dtype", "allow_lossy_cast", "lists", "pad_value",
               "fill_null", "null_mask", "num_io_threads", "max_retries", "retry_base_delay",
-              "transforms")
+              "transforms", "on_error")
 
 
 def _loader_defaults() -> dict:
@@ -88,7 +88,7 @@ def describe(source: Source, columns: Optional[Sequence[str]] = None,
         parse_size(loader_options.get(name, defaults[name]), name)
     opts.default_column_options, opts.column_options = column_options(
         kw["lists"], kw["pad_value"], kw["fill_null"], kw["null_mask"],
-        opts.columns + opts.features)
+        opts.columns + opts.features, kw["on_error"])
     if kw["transforms"] is not None:
-        opts.set_transforms(transform_chains(kw["transforms"]))
+        set_transforms(opts, transform_chains(kw["transforms"]))
     return _stoker.describe(opts)

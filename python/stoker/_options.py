@@ -11,7 +11,7 @@ from . import _stoker
 from .errors import InvalidOptionError
 
 __all__ = ["Source", "parse_size", "normalise_sources", "storage_value", "column_options",
-           "check_int", "transform_chains"]
+           "check_int", "transform_chains", "set_transforms", "output_columns"]
 
 Source = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
@@ -62,27 +62,57 @@ def storage_value(value: Any) -> str:
     return str(value)
 
 
+def _chain(chain: Any, where: str) -> list:
+    if isinstance(chain, Mapping):
+        chain = [chain]
+    if not isinstance(chain, Sequence) or isinstance(chain, str) or not chain:
+        raise InvalidOptionError(f"{where} must be a non-empty list of ops (stoker.ops.*)")
+    for position, op in enumerate(chain):
+        if not isinstance(op, Mapping) or not isinstance(op.get("op"), str):
+            raise InvalidOptionError(
+                f"{where}[{position}] is {op!r}, not an op: use stoker.ops "
+                "(e.g. stoker.ops.resize(224)) or a dict {'op': name, **params}")
+    return [dict(op) for op in chain]
+
+
 def transform_chains(transforms: Any) -> dict:
-    """``{column: [op, ...]}`` checked for shape (ops are dicts with an "op" name, as
-    :mod:`stoker.ops` makes them); the engine checks names, parameters and types."""
+    """``{column: [op, ...]}`` or ``{column: {output: [op, ...], ...}}`` (several outputs of one
+    column) checked for shape (ops are dicts with an "op" name, as :mod:`stoker.ops` makes
+    them); the engine checks names, parameters and types."""
     if not isinstance(transforms, Mapping):
         raise InvalidOptionError("transforms must be a dict {column: [op, ...]}")
-    out = {}
+    out: dict = {}
     for column, chain in transforms.items():
         if not isinstance(column, str):
             raise InvalidOptionError(f"transforms keys are column names, got {column!r}")
-        if isinstance(chain, Mapping):
-            chain = [chain]
-        if not isinstance(chain, Sequence) or isinstance(chain, str) or not chain:
-            raise InvalidOptionError(
-                f"transforms[{column!r}] must be a non-empty list of ops (stoker.ops.*)")
-        for position, op in enumerate(chain):
-            if not isinstance(op, Mapping) or not isinstance(op.get("op"), str):
-                raise InvalidOptionError(
-                    f"transforms[{column!r}][{position}] is {op!r}, not an op: use stoker.ops "
-                    "(e.g. stoker.ops.resize(224)) or a dict {'op': name, **params}")
-        out[column] = [dict(op) for op in chain]
+        if isinstance(chain, Mapping) and "op" not in chain:
+            if not chain:
+                raise InvalidOptionError(f"transforms[{column!r}] names no outputs")
+            outputs = {}
+            for output, ops in chain.items():
+                if not isinstance(output, str) or not output:
+                    raise InvalidOptionError(
+                        f"transforms[{column!r}] keys are output names, got {output!r}")
+                outputs[output] = _chain(ops, f"transforms[{column!r}][{output!r}]")
+            out[column] = outputs
+        else:
+            out[column] = _chain(chain, f"transforms[{column!r}]")
     return out
+
+
+def set_transforms(opts: Any, chains: Mapping[str, Any]) -> None:
+    """Hands checked chains (transform_chains) to the engine's options."""
+    opts.set_transforms({c: ops for c, ops in chains.items() if not isinstance(ops, Mapping)})
+    opts.set_transform_outputs({c: list(ops.items()) for c, ops in chains.items()
+                                if isinstance(ops, Mapping)})
+
+
+def output_columns(chains: Mapping[str, Any]) -> set:
+    """Names of the outputs made by transforms (a column's own name, or its outputs' names)."""
+    names = set()
+    for column, ops in chains.items():
+        names.update(ops if isinstance(ops, Mapping) else (column,))
+    return names
 
 
 def _per_column(value: Any) -> tuple:
@@ -96,7 +126,8 @@ def column_options(lists: Union[None, str, Mapping[str, str]],
                    pad_value: Union[float, Mapping[str, float]],
                    fill_null: Union[None, float, Mapping[str, float]],
                    null_mask: Union[bool, Sequence[str]],
-                   requested: Sequence[str]) -> tuple:
+                   requested: Sequence[str],
+                   on_error: Union[str, Mapping[str, str]] = "raise") -> tuple:
     """The per-column options -> (default ColumnOptions, {column: ColumnOptions})."""
     modes = {"padded": _stoker.ListMode.padded, "ragged": _stoker.ListMode.ragged}
     list_default, list_by = _per_column(lists)
@@ -109,15 +140,20 @@ def column_options(lists: Union[None, str, Mapping[str, str]],
         raise InvalidOptionError("null_mask takes True or a list of column names, not a string")
     else:
         mask_default, mask_by = False, {name: True for name in null_mask}
+    error_default, error_by = _per_column(on_error)
+    error_default = "raise" if error_default is None else error_default
     for option, by in (("lists", list_by), ("pad_value", pad_by), ("fill_null", fill_by),
-                       ("null_mask", mask_by)):
+                       ("null_mask", mask_by), ("on_error", error_by)):
         for name in by:
             if requested and name not in requested:
                 raise InvalidOptionError(
                     f"{option} names column {name!r}, which is not in columns or features")
 
-    def make(mode, pad, fill, mask, where):
+    def make(mode, pad, fill, mask, error, where):
         col = _stoker.ColumnOptions()
+        if error not in ("raise", "zero"):
+            raise InvalidOptionError(f"on_error{where} must be 'raise' or 'zero', got {error!r}")
+        col.on_error_zero = error == "zero"
         if mode is not None:
             if mode not in modes:
                 raise InvalidOptionError(f"lists{where} must be 'padded' or 'ragged', got {mode!r}")
@@ -129,11 +165,11 @@ def column_options(lists: Union[None, str, Mapping[str, str]],
         col.null_mask = bool(mask)
         return col
 
-    default = make(list_default, pad_default, fill_default, mask_default, "")
+    default = make(list_default, pad_default, fill_default, mask_default, error_default, "")
     per_column = {}
-    for name in set(list_by) | set(pad_by) | set(fill_by) | set(mask_by):
+    for name in set(list_by) | set(pad_by) | set(fill_by) | set(mask_by) | set(error_by):
         per_column[name] = make(
             list_by.get(name, list_default), pad_by.get(name, pad_default),
             fill_by.get(name, fill_default), mask_by.get(name, mask_default),
-            f"[{name!r}]")
+            error_by.get(name, error_default), f"[{name!r}]")
     return default, per_column

@@ -19,7 +19,7 @@ from ._convert import to_python
 from ._device import DeviceFeeder, parse_device
 from ._distributed import agree_on_seed, default_num_threads, resolve_rank
 from ._options import (Source, check_int, column_options, normalise_sources, parse_size,
-                       storage_value, transform_chains)
+                       output_columns, set_transforms, storage_value, transform_chains)
 from ._pyworkers import check_python_options, make_runner
 from .errors import InvalidOptionError, LoaderClosedError, LoaderStateError, StateMismatchError
 
@@ -101,6 +101,15 @@ class Loader:
         transforms: ``{column: [op, ...]}`` with ops from :mod:`stoker.ops`, run in C++ on the
             workers; the column becomes a dense tensor of the chain's output. The deterministic
             prefix is cached with ``cache_dir``; random ops are keyed by (seed, epoch, row id).
+            On a list column the ops apply per element (it stays a list); on a feature column
+            the chain gives the number stacked. ``{column: {output: [op, ...], ...}}`` makes
+            several outputs of one column (e.g. an image and ``ops.shape()`` of it), sharing
+            the ops their chains start with.
+        on_error: What a row that a column's transforms cannot take (a corrupt image or array,
+            a value an op refuses, a null) does: ``"raise"`` (default) fails the epoch with an
+            error naming file, row group, row and column; ``"zero"`` delivers a zero tensor of
+            the chain's output shape and a bool ``<column>_valid`` array, ``False`` for such
+            rows. All columns with transforms, or a dict per column.
         augment: ``fn(batch, rng) -> dict``, run on every batch after the engine (after the
             cache) and before the conversion to torch and the device copy. ``batch`` is a dict
             of numpy arrays (``stoker.Ragged`` for strings and ragged lists); ``rng`` is a
@@ -152,6 +161,7 @@ class Loader:
         cache_bytes: Union[int, str] = "50GiB",
         cache_min_free_bytes: Union[int, str] = "1GiB",
         transforms: Optional[Mapping[str, Sequence[Mapping[str, Any]]]] = None,
+        on_error: Union[str, Mapping[str, str]] = "raise",
         augment: Optional[Callable[[Dict[str, Any], Any], Mapping[str, Any]]] = None,
         python_workers: int = 0,
         python_start_method: str = "spawn",
@@ -248,9 +258,9 @@ class Loader:
         opts.cache_min_free_bytes = parse_size(cache_min_free_bytes, "cache_min_free_bytes")
         self._transforms = transform_chains(transforms) if transforms is not None else {}
         if transforms is not None:
-            opts.set_transforms(self._transforms)
+            set_transforms(opts, self._transforms)
         opts.default_column_options, opts.column_options = column_options(
-            lists, pad_value, fill_null, null_mask, opts.columns + opts.features)
+            lists, pad_value, fill_null, null_mask, opts.columns + opts.features, on_error)
         self._options = opts
         # One runner (thread or process pool) for every Python callable of this loader.
         self._runner = make_runner(functions, python_workers, python_start_method) \
@@ -261,6 +271,13 @@ class Loader:
             self._engine = _stoker.Engine.open(opts)
             self._columns = {info.name: info for info in self._engine.columns()}
             self._check_output_names()
+            for info in self._columns.values():
+                if str(info.dtype) == "bfloat16" and output != "torch":
+                    raise InvalidOptionError(
+                        f"column {info.name!r} is bfloat16 (its transforms end in "
+                        "normalize(dtype='bfloat16') or cast(dtype='bfloat16')), which numpy "
+                        "cannot hold: pass output='torch' for torch.bfloat16, or choose "
+                        "float16/float32")
         except BaseException:
             self.close()
             raise
@@ -268,7 +285,8 @@ class Loader:
 
     def _check_output_names(self) -> None:
         names = set(self._columns)
-        known = names | set(self._options.features)
+        known = names | set(self._options.features) | set(self._transforms)
+        transformed = output_columns(self._transforms)
         for name in self._options.column_options:
             if name not in known:
                 raise InvalidOptionError(
@@ -283,6 +301,8 @@ class Loader:
             opts = self._options.column_options.get(info.name, self._options.default_column_options)
             if opts.null_mask:
                 extra.append(info.name + "_mask")
+            if opts.on_error_zero and info.name in transformed:
+                extra.append(info.name + "_valid")
             for key in extra:
                 if key in names:
                     raise InvalidOptionError(
@@ -517,7 +537,9 @@ class Loader:
             return zlib.crc32(repr(parts).encode())
 
         def column_options(o: Any) -> tuple:
-            return (str(o.list_mode), o.pad_value, o.has_fill_null, o.fill_null, o.null_mask)
+            # on_error joins only when set, so that states saved before it still match.
+            return ((str(o.list_mode), o.pad_value, o.has_fill_null, o.fill_null, o.null_mask) +
+                    (("on_error=zero",) if o.on_error_zero else ()))
 
         return {
             "dataset": self._live().dataset_fingerprint,
@@ -541,11 +563,12 @@ class Loader:
             return ("the dataset's files and these options must match: source, columns, "
                     "features, features_name, features_dtype, allow_lossy_cast, batch_size, "
                     "shuffle, shuffle_window, drop_last, padding_mask, transforms and the column "
-                    "options (lists, pad_value, fill_null, null_mask)")
+                    "options (lists, pad_value, fill_null, null_mask, on_error)")
         mine = self._option_summary()
         names = {"dataset": "the dataset (its files, sizes or row counts)",
                  "features": "features (or features_name, features_dtype, allow_lossy_cast)",
-                 "column_options": "the column options (lists, pad_value, fill_null, null_mask)"}
+                 "column_options": "the column options (lists, pad_value, fill_null, null_mask, "
+                                   "on_error)"}
         differ = [names.get(k, k) + (f" (saved {saved[k]}, now {mine[k]})"
                                      if k in ("batch_size", "shuffle", "shuffle_window",
                                               "drop_last", "padding_mask") else "")

@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional, Sequence, Union
 __all__ = [
     "decode_image", "resize", "center_crop", "random_crop", "random_resized_crop",
     "horizontal_flip", "vertical_flip", "pad", "normalize", "to_chw", "decode_npy", "decode_npz",
-    "reinterpret", "cast", "clip", "log1p", "standardize", "min_max", "bucketize", "hash_bucket",
+    "reinterpret", "shape", "cast", "clip", "log1p", "standardize", "min_max", "bucketize", "hash_bucket",
     "vocabulary", "fill_null",
 ]
 
@@ -95,6 +95,12 @@ def decode_npz(dtype: str, shape: Sequence[int], key: str = "") -> Op:
 def reinterpret(dtype: str, shape: Sequence[int]) -> Op:
     """Raw bytes as a ``dtype`` tensor of ``shape`` (one -1 is inferred)."""
     return _op("reinterpret", dtype=dtype, shape=shape)
+
+
+def shape() -> Op:
+    """The int64 shape of the input tensor (``[H, W, C]`` of a decoded image): with several
+    outputs per column, e.g. ``{"image": [...], "image_size": [decode_image(), shape()]}``."""
+    return _op("shape")
 
 
 def cast(dtype: str, lossy: bool = False) -> Op:

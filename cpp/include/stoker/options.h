@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stoker/error.h"
@@ -32,6 +33,10 @@ struct ColumnOptions {
   /// When true, a bool validity mask `<name>_mask` is delivered alongside the values and nulls are
   /// zero-filled.
   bool null_mask = false;
+  /// For a column with transforms: a row its chain cannot transform (a corrupt image or array, a
+  /// value an op refuses, a null) becomes a zero tensor of the chain's output shape and
+  /// `<name>_valid` (bool [B]) is false for it, instead of failing the epoch.
+  bool on_error_zero = false;
 };
 
 struct LoaderOptions {
@@ -51,6 +56,10 @@ struct LoaderOptions {
   /// each random op keyed by (seed, epoch, global row id, op index). The chain's output must be a
   /// tensor of fixed shape: the column becomes a dense [B, ...] tensor.
   std::map<std::string, std::vector<OpSpec>> transforms;
+  /// Columns whose transforms give several outputs: source column -> (output name, ops), in
+  /// order. The outputs take the source's place in `columns`; each output's chain reads the
+  /// source, and a deterministic prefix the chains share runs once per row.
+  std::map<std::string, std::vector<std::pair<std::string, std::vector<OpSpec>>>> transform_outputs;
   ColumnOptions default_column_options;
 
   int64_t batch_size = 1024;

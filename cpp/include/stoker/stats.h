@@ -80,11 +80,26 @@ struct StorageStats {
   }
 };
 
+/// Rows through the columns' transform chains, summed over columns (zero without transforms).
+struct TransformStats {
+  int64_t prefix_rows = 0;       // rows run through a cached prefix (decoded; a warm epoch has 0)
+  int64_t batch_rows = 0;        // rows run through the per-batch rest of a chain
+  int64_t substituted_rows = 0;  // rows replaced by zeros under on_error="zero" (per epoch read)
+
+  template <typename F>
+  void ForEachField(F&& f) const {
+    f("prefix_rows", prefix_rows);
+    f("batch_rows", batch_rows);
+    f("substituted_rows", substituted_rows);
+  }
+};
+
 /// Everything `Loader::Stats()` reports, cumulative over the loader's epochs.
 struct LoaderStats {
   std::vector<StageStats> stages;  // in data-flow order
   CacheStats cache;
   StorageStats storage;
+  TransformStats transforms;
   int64_t batches = 0;
   int64_t rows = 0;
   double consumer_wait_s = 0;  // time the consumer spent blocked in Next()
@@ -95,6 +110,7 @@ struct LoaderStats {
     f("stages", stages);
     f("cache", cache);
     f("storage", storage);
+    f("transforms", transforms);
     f("batches", batches);
     f("rows", rows);
     f("consumer_wait_s", consumer_wait_s);

@@ -25,6 +25,9 @@ enum class DType : uint8_t {
   kFloat16,
   kFloat32,
   kFloat64,
+  /// Brain float (8 exponent bits, 7 mantissa bits). numpy has no such dtype: it reaches Python
+  /// only as torch.bfloat16 (output='torch').
+  kBFloat16,
 };
 
 int DTypeSize(DType dtype);
@@ -66,6 +69,8 @@ struct OutputColumn {
   Tensor lengths;  // kPadded
   Tensor mask;     // when null_mask is on: bool [B], true where the value is valid
   bool has_mask = false;
+  Tensor valid;  // on_error="zero" transforms: bool [B], false where a zero tensor was substituted
+  bool has_valid = false;
   /// Extra meaning for Python: "utf8" or "binary" for strings, a time unit for temporal columns.
   std::string annotation;
 };

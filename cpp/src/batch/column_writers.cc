@@ -393,54 +393,106 @@ Status PaddingFlagWriter::Fill(const BatchRows& rows, OutputColumn* column) cons
 
 // --- TransformWriter -----------------------------------------------------------------------
 
-TransformWriter::TransformWriter(const ColumnSpec& spec, int slot, int output)
-    : ColumnWriter(output), spec_(spec), slot_(slot) {}
+TransformWriter::TransformWriter(std::vector<ColumnSpec> specs, int slot, int output)
+    : ColumnWriter(output), specs_(std::move(specs)), slot_(slot) {}
 
 void TransformWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
-  SizeDense(spec_, spec_.output_shape, rows.size(), column, layout);
+  for (size_t j = 0; j < specs_.size(); ++j) {
+    const ColumnSpec& spec = specs_[j];
+    SizeDense(spec, spec.output_shape, rows.size(), column + j, layout);
+    if (spec.options.on_error_zero) {
+      column[j].has_valid = true;
+      SetShape(&column[j].valid, DType::kBool, {rows.size()});
+      layout->Place(&column[j].valid);
+    }
+  }
 }
 
 Status TransformWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
-  const transform::Chain& chain = *spec_.chain;
-  int64_t row_bytes = DTypeSize(spec_.dtype);
-  for (int64_t dim : spec_.output_shape) row_bytes *= dim;
-  uint8_t* out = column->values.data;
+  const ColumnSpec& head = specs_.front();
+  const transform::Chain& head_chain = *head.chain;
+  const size_t cached = head.cached_ops;
+  // Ops [cached, shared) are the same in every output's chain: run once per row.
+  const size_t shared = std::max(cached, head.shared_ops);
+  const bool zero = head.options.on_error_zero;
+  const size_t outputs = specs_.size();
+  std::vector<int64_t> row_bytes(outputs);
+  for (size_t j = 0; j < outputs; ++j) {
+    row_bytes[j] = DTypeSize(specs_[j].dtype);
+    for (int64_t dim : specs_[j].output_shape) row_bytes[j] *= dim;
+  }
+  transform::Value common;
   transform::Value value;
   transform::Value scratch;
+  int64_t applied = 0;
+  int64_t substituted = 0;
+  // Under on_error="zero" a failed row (here, or a null the cached prefix left for it) becomes
+  // zeros with valid = false; otherwise the error names the file, row group, row and column.
+  auto fail = [&](size_t j, int64_t i, const DecodedItem& item, int64_t row, const Status& status) {
+    if (zero) {
+      std::memset(column[j].values.data + i * row_bytes[j], 0, row_bytes[j]);
+      column[j].valid.data[i] = 0;
+      ++substituted;
+      return Status::OK();
+    }
+    return Status(
+        status.code(),
+        item.where + ", row " + std::to_string(item.row_begin + row) + ": " + status.message(),
+        status.detail());
+  };
   for (int64_t i = 0; i < rows.size(); ++i) {
     const DecodedItem& item = rows.Item(i);
     const int64_t row = rows.row[i];
-    const transform::Value in = TransformInput(spec_, rows.Source(i, slot_), row);
-    const transform::Value* result = &in;
-    if (spec_.cached_ops < chain.size() || in.is_null()) {
-      transform::RowContext context;
-      context.seed = rows.seed;
-      context.epoch = static_cast<uint64_t>(rows.epoch);
-      context.row = static_cast<uint64_t>(item.first_row_id + row);
-      Status status;
-      if (in.is_null() && !chain.op(spec_.cached_ops).AcceptsNull()) {
-        status = MakeError(ErrorKind::kNullValues,
-                           "column '" + spec_.name +
-                               "' is null; its transforms need a value (start the chain with "
-                               "fill_null)");
-      } else {
-        status = chain.Apply(context, in, &value, &scratch, spec_.cached_ops);
-      }
-      if (!status.ok()) {
-        return Status(
-            status.code(),
-            item.where + ", row " + std::to_string(item.row_begin + row) + ": " + status.message(),
-            status.detail());
-      }
-      result = &value;
+    if (zero) {
+      for (size_t j = 0; j < outputs; ++j) column[j].valid.data[i] = 1;
     }
-    if (result->size_bytes() != row_bytes) {
-      return MakeError(ErrorKind::kCorruptFile,
-                       item.where + ", row " + std::to_string(item.row_begin + row) +
-                           ": the transforms of column '" + spec_.name + "' produced " +
-                           result->type().ToString() + " where a fixed shape is needed");
+    const transform::Value in = TransformInput(head, rows.Source(i, slot_), row);
+    transform::RowContext context;
+    context.seed = rows.seed;
+    context.epoch = static_cast<uint64_t>(rows.epoch);
+    context.row = static_cast<uint64_t>(item.first_row_id + row);
+    // The value every output continues from (after the shared ops), or why there is none.
+    const transform::Value* start = &in;
+    Status status;
+    if (in.is_null() && (cached >= head_chain.size() || !head_chain.op(cached).AcceptsNull())) {
+      status = MakeError(ErrorKind::kNullValues,
+                         "column '" + head.Field() +
+                             "' is null; its transforms need a value (start the chain with "
+                             "fill_null)");
+    } else if (shared > cached) {
+      status = head_chain.Apply(context, in, &common, &scratch, cached, shared);
+      start = &common;
     }
-    std::memcpy(out + i * row_bytes, result->data(), row_bytes);
+    if (!status.ok()) {
+      for (size_t j = 0; j < outputs; ++j) STOKER_RETURN_NOT_OK(fail(j, i, item, row, status));
+      continue;
+    }
+    for (size_t j = 0; j < outputs; ++j) {
+      const ColumnSpec& spec = specs_[j];
+      const transform::Value* result = start;
+      if (shared < spec.chain->size()) {
+        Status step = spec.chain->Apply(context, *start, &value, &scratch, shared);
+        ++applied;
+        if (!step.ok()) {
+          STOKER_RETURN_NOT_OK(fail(j, i, item, row, step));
+          continue;
+        }
+        result = &value;
+      }
+      if (result->is_null() || result->size_bytes() != row_bytes[j]) {
+        STOKER_RETURN_NOT_OK(
+            fail(j, i, item, row,
+                 MakeError(ErrorKind::kCorruptFile, "the transforms of column '" + spec.name +
+                                                        "' produced " + result->type().ToString() +
+                                                        " where a fixed shape is needed")));
+        continue;
+      }
+      std::memcpy(column[j].values.data + i * row_bytes[j], result->data(), row_bytes[j]);
+    }
+  }
+  if (head.counters) {
+    head.counters->batch_rows += applied;
+    head.counters->substituted_rows += substituted;
   }
   return Status::OK();
 }
@@ -458,7 +510,18 @@ ColumnWriters MakeColumnWriters(const OutputSpec& spec, const LoaderOptions& opt
     const int output = out.num_outputs++;
     if (column.layout == SourceLayout::kPartition) {
       add(std::make_unique<PartitionWriter>(column, c, output));
-    } else if (column.chain) {
+    } else if (column.group >= 0) {
+      // One writer for all the outputs of the group (adjacent columns and slots).
+      const int first_slot = c;
+      std::vector<ColumnSpec> members = {column};
+      while (c + 1 < num_columns && spec.columns[c + 1].group == column.group) {
+        members.push_back(spec.columns[++c]);
+        ++out.num_outputs;
+      }
+      add(std::make_unique<TransformWriter>(std::move(members), first_slot, output));
+      continue;
+    } else if (column.chain && column.layout != SourceLayout::kList) {
+      // A list's chain ran in the decoder: its writer is the list's own.
       add(std::make_unique<TransformWriter>(column, c, output));
     } else {
       switch (column.kind) {

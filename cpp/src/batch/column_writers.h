@@ -170,14 +170,21 @@ class FeaturesWriter final : public ColumnWriter {
 /// A column with a transform chain: dense [B, output shape...] of the chain's output dtype. Each
 /// row's source (the raw value, or the cached prefix's tensor) goes through the chain's remaining
 /// ops, random ones keyed by (seed, epoch, the row's global id, op index).
+///
+/// A column with several outputs (a group) has one writer for all of them: it writes the
+/// adjacent output columns `output() .. output() + specs.size() - 1`, running the ops the
+/// chains share once per row. Under on_error="zero" each output also gets `<name>_valid`.
 class TransformWriter final : public ColumnWriter {
  public:
-  TransformWriter(const ColumnSpec& spec, int slot, int output);
+  TransformWriter(const ColumnSpec& spec, int slot, int output)
+      : TransformWriter(std::vector<ColumnSpec>{spec}, slot, output) {}
+  /// `specs` read the same source; their slots are slot .. slot + specs.size() - 1.
+  TransformWriter(std::vector<ColumnSpec> specs, int slot, int output);
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
   Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 
  private:
-  const ColumnSpec spec_;
+  const std::vector<ColumnSpec> specs_;
   const int slot_;
 };
 

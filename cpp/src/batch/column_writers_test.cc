@@ -320,6 +320,61 @@ TEST(FeaturesWriter, PrepareTransposesThenFillCopiesRows) {
             (std::vector<float>{-2, 9.5, 10, 10.5, 11, 11.5, 69, 69.5, 0, 0.5}));
 }
 
+// A column whose chain is cast(int32 -> uint8): 300 does not fit, a null has no value.
+ColumnSpec CastSpec(bool zero) {
+  ColumnSpec spec =
+      Spec("x", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kUInt8);
+  std::vector<std::unique_ptr<transform::Op>> ops;
+  ops.push_back(*transform::MakeOp("cast", {{"dtype", ParamValue("uint8")}}));
+  spec.chain = std::make_shared<const transform::Chain>(*transform::Chain::Make(
+      "x", transform::ValueType::Tensor(transform::ElementType::kInt32, {}), std::move(ops)));
+  spec.options.on_error_zero = zero;
+  spec.counters = std::make_shared<TransformCounters>();
+  return spec;
+}
+
+TEST(TransformWriter, OnErrorZeroSubstitutesZerosAndFlagsTheRows) {
+  TwoItems items;
+  const int32_t a_values[] = {1, 300, 3, 4};
+  const int32_t b_values[] = {5, 6, 7};
+  const std::vector<uint8_t> b_valid = Bitmap({true, false, true});
+  items.a.sources[0].values = reinterpret_cast<const uint8_t*>(a_values);
+  items.b.sources[0].values = reinterpret_cast<const uint8_t*>(b_values);
+  items.b.sources[0].validity = b_valid.data();
+  const ColumnSpec spec = CastSpec(true);
+  const TransformWriter writer(spec, 0, 0);
+  const Written out =
+      Write(writer, {{&items.a, 0}, {&items.a, 1}, {&items.b, 1}, {&items.b, 2}, {&items.a, 3}});
+  EXPECT_TRUE(out.column.has_valid);
+  EXPECT_EQ(out.column.valid.shape, (std::vector<int64_t>{5}));
+  EXPECT_EQ(Values<uint8_t>(out.column.valid), (std::vector<uint8_t>{1, 0, 0, 1, 1}));
+  EXPECT_EQ(Values<uint8_t>(out.column.values), (std::vector<uint8_t>{1, 0, 0, 7, 4}));
+  EXPECT_EQ(spec.counters->substituted_rows, 2);
+  EXPECT_EQ(spec.counters->batch_rows, 4);  // the null never reaches the chain
+}
+
+TEST(TransformWriter, WithoutOnErrorARowThatFailsNamesWhereItIs) {
+  TwoItems items;
+  const int32_t a_values[] = {1, 300, 3, 4};
+  items.a.sources[0].values = reinterpret_cast<const uint8_t*>(a_values);
+  items.a.where = "f.parquet, row group 2";
+  items.a.row_begin = 10;
+  const TransformWriter writer(CastSpec(false), 0, 0);
+  static std::shared_ptr<SlabPool> pool = SlabPool::Make(0);
+  const BatchRows rows({{&items.a, 0}, {&items.a, 1}});
+  OutputColumn column;
+  SlabLayout layout;
+  writer.Size(rows, &column, &layout);
+  EXPECT_FALSE(column.has_valid);
+  auto slab = pool->Acquire(layout.total_bytes());
+  layout.Bind(slab);
+  const Status status = writer.Fill(rows, &column);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("f.parquet, row group 2, row 11"), std::string::npos)
+      << status.message();
+  EXPECT_NE(status.message().find("column 'x'"), std::string::npos) << status.message();
+}
+
 TEST(PaddingFlagWriter, CopiesEachItemsFlag) {
   TwoItems items;
   items.b.padding = true;

@@ -189,7 +189,17 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
     case arrow::Type::LIST:
     case arrow::Type::LARGE_LIST: {
       const auto& list = static_cast<const arrow::BaseListType&>(*type);
-      if (list.value_type()->id() == arrow::Type::BOOL) {
+      const arrow::Type::type value_id = list.value_type()->id();
+      if (value_id == arrow::Type::STRING || value_id == arrow::Type::LARGE_STRING ||
+          value_id == arrow::Type::BINARY || value_id == arrow::Type::LARGE_BINARY) {
+        // Only element-wise transforms make numbers of these (ResolveColumns checks).
+        spec->list_of_strings = true;
+        dtype = DType::kUInt8;
+        annotation = value_id == arrow::Type::STRING || value_id == arrow::Type::LARGE_STRING
+                         ? "utf8"
+                         : "binary";
+        spec->annotation = annotation;
+      } else if (value_id == arrow::Type::BOOL) {
         dtype = DType::kBool;  // unpacked from bits by its column writer
       } else if (!FixedWidthDType(*list.value_type(), &dtype, &annotation) ||
                  IsTemporal(annotation)) {
@@ -283,6 +293,15 @@ bool IsRepresentable(double value, DType dtype) {
       return integral_in(0, 0x1p64);
     case DType::kFloat64:
       return true;
+    case DType::kBFloat16: {
+      if (std::isnan(value) || std::isinf(value) || value == 0) return true;
+      if (std::fabs(value) > 0x1.fep127) return false;
+      // 8 significant bits; subnormals are multiples of 2**-133.
+      int exponent = 0;
+      std::frexp(value, &exponent);
+      const double scaled = std::ldexp(value, std::min(8 - exponent, 133));
+      return std::trunc(scaled) == scaled;
+    }
     case DType::kFloat32:
       return std::isnan(value) || static_cast<double>(static_cast<float>(value)) == value;
     case DType::kFloat16: {
@@ -301,7 +320,8 @@ bool IsRepresentable(double value, DType dtype) {
 bool IsLosslessCast(DType from, DType to) {
   if (from == to || from == DType::kBool) return true;
   auto is_float = [](DType t) {
-    return t == DType::kFloat16 || t == DType::kFloat32 || t == DType::kFloat64;
+    return t == DType::kFloat16 || t == DType::kFloat32 || t == DType::kFloat64 ||
+           t == DType::kBFloat16;
   };
   auto is_signed = [](DType t) {
     return t == DType::kInt8 || t == DType::kInt16 || t == DType::kInt32 || t == DType::kInt64;
@@ -311,7 +331,10 @@ bool IsLosslessCast(DType from, DType to) {
   if (to == DType::kBool) return false;
   if (is_float(from)) return is_float(to) && to_bits > from_bits;
   if (is_float(to)) {
-    const int mantissa = to == DType::kFloat16 ? 11 : to == DType::kFloat32 ? 24 : 53;
+    const int mantissa = to == DType::kFloat16    ? 11
+                         : to == DType::kBFloat16 ? 8
+                         : to == DType::kFloat32  ? 24
+                                                  : 53;
     const int magnitude_bits = is_signed(from) ? from_bits - 1 : from_bits;
     return magnitude_bits <= mantissa;
   }
@@ -321,12 +344,48 @@ bool IsLosslessCast(DType from, DType to) {
 
 // The transform chain of `spec`'s column: the ops built and type-checked against the column's
 // values, the cacheable prefix chosen, and the spec turned into the chain's dense output.
-Status ResolveChain(const std::vector<OpSpec>& specs, ColumnSpec* spec) {
+// Makes ops [0, cached) of `spec`'s chain its cached prefix: the spec then describes what the
+// decoder stores and the writer reads (fixed-shape tensors, or tensors with their shapes).
+void SetCachedPrefix(size_t cached, ColumnSpec* spec) {
+  spec->cached_ops = cached;
+  spec->cached_shapes = false;
+  if (cached == 0) return;
+  const transform::ValueType& type = spec->chain->types()[cached];
+  spec->source_dtype = *transform::ToDType(type.element);
+  spec->dictionary = false;  // the cached values are plain tensors
+  if (type.FixedShape()) {
+    spec->layout = SourceLayout::kFixed;
+    spec->inner_shape = type.shape;
+    spec->inner = 1;
+    for (int64_t dim : type.shape) spec->inner *= dim;
+  } else {
+    spec->layout = SourceLayout::kString;
+    spec->cached_shapes = true;
+    spec->inner_shape.clear();
+    spec->inner = 1;
+  }
+}
+
+Status ResolveChain(const std::vector<OpSpec>& specs, ColumnSpec* spec, bool allow_cache,
+                    bool variable_cache) {
   using transform::ValueType;
   ValueType input;
-  if (spec->layout == SourceLayout::kString) {
+  const bool list = spec->layout == SourceLayout::kList;
+  if (list) {
+    // Element-wise: the chain sees one list element at a time.
+    if (spec->list_of_strings) {
+      input = spec->annotation == "utf8" ? ValueType::String() : ValueType::Bytes();
+    } else if (spec->source_dtype == DType::kBool) {
+      return MakeError(ErrorKind::kUnsupportedType, "transforms on column '" + spec->name + "' (" +
+                                                        spec->arrow_type +
+                                                        "): lists of bool take no transforms");
+    } else {
+      input = ValueType::Tensor(transform::FromDType(spec->source_dtype), {});
+    }
+  } else if (spec->layout == SourceLayout::kString) {
     input = spec->annotation == "utf8" ? ValueType::String() : ValueType::Bytes();
-  } else if (spec->layout == SourceLayout::kFixed && !IsTemporal(spec->annotation)) {
+  } else if (spec->layout == SourceLayout::kFixed &&
+             (!IsTemporal(spec->annotation) || spec->annotation == "arrow.fixed_shape_tensor")) {
     input = ValueType::Tensor(transform::FromDType(spec->source_dtype),
                               spec->inner == 1 ? std::vector<int64_t>{} : spec->inner_shape);
   } else {
@@ -350,36 +409,118 @@ Status ResolveChain(const std::vector<OpSpec>& specs, ColumnSpec* spec) {
   const ValueType& output = chain.output_type();
   const auto output_dtype = transform::ToDType(output.element);
   if (output.kind != transform::ValueKind::kTensor || !output_dtype) {
-    return MakeError(ErrorKind::kUnsupportedType,
-                     "transforms['" + spec->name + "'] ends in " + output.ToString() +
-                         "; a chain must end in a tensor of a numpy dtype (bfloat16 output is "
-                         "not supported yet: use float16 or float32)");
+    return MakeError(ErrorKind::kUnsupportedType, "transforms['" + spec->name + "'] ends in " +
+                                                      output.ToString() +
+                                                      "; a chain must end in a tensor");
   }
-  // The cache stores the longest deterministic prefix whose output is a fixed-shape tensor.
-  size_t cached = chain.DeterministicPrefixLength();
+  if (list) {
+    // A list's chain runs whole in the decoder over the list's elements (so it is cached), and
+    // the column stays a list of the chain's output, padded or ragged as `lists=` says.
+    if (chain.DeterministicPrefixLength() != chain.size()) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "transforms['" + spec->name + "'] on list column '" + spec->name +
+                           "' has a random op; the ops of a list column apply to each element "
+                           "and must be deterministic");
+    }
+    if (!output.shape.empty() || *output_dtype == DType::kBool) {
+      return MakeError(ErrorKind::kUnsupportedType,
+                       "transforms['" + spec->name + "'] give " + output.ToString() +
+                           " per element of list column '" + spec->name +
+                           "'; the ops of a list column must give one number (not bool) per "
+                           "element");
+    }
+    spec->source_dtype = spec->dtype = *output_dtype;
+    spec->list_of_strings = false;
+    spec->dictionary = false;
+    spec->annotation.clear();
+    spec->output_shape = {};
+    spec->cached_ops = chain.size();
+    spec->chain = std::make_shared<const transform::Chain>(std::move(chain));
+    return Status::OK();
+  }
+  // The cache stores the longest deterministic prefix whose output is a fixed-shape tensor, or,
+  // with a cache_dir, any tensor (a decoded image of its own size): a warm epoch then decodes
+  // nothing. Without a cache_dir a variable-shape prefix would only move work between threads
+  // and split decode from the resize or crop that follows it, so the chain runs whole per batch.
+  size_t cached = allow_cache ? chain.DeterministicPrefixLength() : 0;
   while (cached > 0) {
     const ValueType& type = chain.types()[cached];
-    if (type.kind == transform::ValueKind::kTensor && type.FixedShape() &&
-        transform::ToDType(type.element)) {
+    if (type.kind == transform::ValueKind::kTensor && (type.FixedShape() || variable_cache)) {
       break;
     }
     --cached;
-  }
-  if (cached > 0) {
-    const ValueType& type = chain.types()[cached];
-    spec->layout = SourceLayout::kFixed;
-    spec->source_dtype = *transform::ToDType(type.element);
-    spec->inner_shape = type.shape;
-    spec->inner = 1;
-    for (int64_t dim : type.shape) spec->inner *= dim;
-    spec->dictionary = false;  // the cached values are plain tensors
   }
   spec->kind = ColumnKind::kDense;
   spec->dtype = *output_dtype;
   spec->output_shape = output.shape;
   spec->annotation.clear();
-  spec->cached_ops = cached;
   spec->chain = std::make_shared<const transform::Chain>(std::move(chain));
+  SetCachedPrefix(cached, spec);
+  return Status::OK();
+}
+
+// The outputs of one column with several chains (`group`): one dense ColumnSpec each, read from
+// the column, with the deterministic prefix the chains share run once per row.
+template <typename Lookup>
+Status ResolveOutputs(const std::vector<std::pair<std::string, std::vector<OpSpec>>>& outputs,
+                      const std::string& column, int group, bool cache, Lookup& lookup,
+                      std::set<std::string>* seen_outputs, OutputSpec* out) {
+  if (outputs.empty()) {
+    return MakeError(ErrorKind::kInvalidOption, "transforms['" + column + "'] names no outputs");
+  }
+  const size_t first = out->columns.size();
+  for (const auto& [name, ops] : outputs) {
+    if (name != column && !seen_outputs->insert(name).second) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "transforms['" + column + "'] output '" + name +
+                           "' clashes with another column or output of that name");
+    }
+    ColumnSpec spec;
+    STOKER_RETURN_NOT_OK(lookup(column, &spec));
+    if (spec.layout == SourceLayout::kPartition || spec.layout == SourceLayout::kList) {
+      return MakeError(ErrorKind::kUnsupportedType,
+                       "transforms['" + column +
+                           "']: several outputs need a binary, string, "
+                           "numeric or fixed-size list column");
+    }
+    if (spec.options.null_mask) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "null_mask for column '" + column +
+                           "', whose transforms give several outputs: start the chains with "
+                           "fill_null, or use on_error='zero'");
+    }
+    // The whole chain runs per batch; the shared prefix once per row for all outputs (cached
+    // instead with a cache_dir, below).
+    STOKER_RETURN_NOT_OK(ResolveChain(ops, &spec, /*allow_cache=*/false, false));
+    spec.name = name;
+    spec.field = column;
+    spec.group = group;
+    spec.counters = out->transform_counters;
+    out->columns.push_back(std::move(spec));
+  }
+  // Shared: the leading deterministic ops with equal fingerprints in every output's chain.
+  const transform::Chain& head = *out->columns[first].chain;
+  size_t shared = head.DeterministicPrefixLength();
+  for (size_t i = first + 1; i < out->columns.size(); ++i) {
+    const transform::Chain& chain = *out->columns[i].chain;
+    size_t same = 0;
+    while (same < shared && same < chain.size() &&
+           chain.op(same).Fingerprint() == head.op(same).Fingerprint()) {
+      ++same;
+    }
+    shared = same;
+  }
+  // With a cache_dir the shared prefix is the group's cached prefix: decoded once, before the
+  // cache, as long as it ends in a tensor.
+  size_t cached = 0;
+  if (cache) {
+    cached = shared;
+    while (cached > 0 && head.types()[cached].kind != transform::ValueKind::kTensor) --cached;
+  }
+  for (size_t i = first; i < out->columns.size(); ++i) {
+    out->columns[i].shared_ops = shared;
+    SetCachedPrefix(cached, &out->columns[i]);
+  }
   return Status::OK();
 }
 
@@ -417,6 +558,12 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
     }
     needed.insert(name);
     STOKER_RETURN_NOT_OK(Classify(name, schema.field(index)->type(), column_options, spec));
+    if (spec->list_of_strings && !options.transforms.count(name)) {
+      return Unsupported(name, *schema.field(index)->type(),
+                         " (list values must be numeric or bool; a list of strings needs "
+                         "transforms that make numbers of them, such as hash_bucket or "
+                         "vocabulary)");
+    }
     const bool plain_values = (spec->layout == SourceLayout::kFixed && spec->inner == 1) ||
                               spec->layout == SourceLayout::kString;
     if (spec->dictionary && !plain_values) {
@@ -430,33 +577,93 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
   if (columns.empty() && options.features.empty()) {
     for (const auto& field : schema.fields()) columns.push_back(field->name());
   }
+  int groups = 0;
   for (const auto& name : columns) {
     if (!seen_outputs.insert(name).second) {
       return MakeError(ErrorKind::kInvalidOption,
                        "column '" + name + "' is listed twice in columns");
     }
+    if (auto outputs = options.transform_outputs.find(name);
+        outputs != options.transform_outputs.end()) {
+      STOKER_RETURN_NOT_OK(ResolveOutputs(outputs->second, name, groups++,
+                                          !options.cache_dir.empty(), lookup, &seen_outputs, &out));
+      continue;
+    }
     ColumnSpec spec;
     STOKER_RETURN_NOT_OK(lookup(name, &spec));
-    STOKER_RETURN_NOT_OK(CheckOptionValues(spec));
     auto chain = options.transforms.find(name);
+    // A list's pad_value applies to the chain's output: checked after it.
+    if (chain == options.transforms.end() || spec.layout != SourceLayout::kList) {
+      STOKER_RETURN_NOT_OK(CheckOptionValues(spec));
+    }
     if (chain != options.transforms.end()) {
       if (spec.layout == SourceLayout::kPartition) {
         return MakeError(ErrorKind::kUnsupportedType,
                          "transforms['" + name + "']: partition columns take no transforms");
       }
-      STOKER_RETURN_NOT_OK(ResolveChain(chain->second, &spec));
+      STOKER_RETURN_NOT_OK(ResolveChain(chain->second, &spec, true, !options.cache_dir.empty()));
+      spec.counters = out.transform_counters;
+      if (spec.layout == SourceLayout::kList) {
+        STOKER_RETURN_NOT_OK(CheckOptionValues(spec));
+        if (spec.options.on_error_zero) {
+          return MakeError(ErrorKind::kInvalidOption,
+                           "on_error='zero' for column '" + name +
+                               "': its transforms give a list per row, whose length varies, so "
+                               "there is no zero tensor to substitute; give on_error per column "
+                               "(on_error={'image': 'zero'}) for the columns that need it");
+        }
+      }
+    }
+    if (spec.options.on_error_zero && !spec.chain && spec.explicit_options) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "on_error={'" + name + "': 'zero'}: column '" + name +
+                           "' has no transforms; on_error applies to columns with transforms");
+    }
+    if (spec.options.on_error_zero && spec.chain) {
+      // A zero tensor stands for a failed row only where every row has one shape.
+      for (int64_t dim : spec.output_shape) {
+        if (dim < 0) {
+          return MakeError(ErrorKind::kInvalidOption,
+                           "on_error='zero' for column '" + name +
+                               "': its transforms give a shape that varies per row, so there is "
+                               "no zero tensor to substitute; add a resize or crop to a fixed "
+                               "size");
+        }
+      }
     }
     out.columns.push_back(std::move(spec));
   }
-  for (const auto& [name, chain] : options.transforms) {
-    if (!seen_outputs.count(name)) {
+  const std::set<std::string> feature_names(options.features.begin(), options.features.end());
+  for (const auto& [name, outputs] : options.transform_outputs) {
+    if (std::find(columns.begin(), columns.end(), name) == columns.end()) {
+      return MakeError(ErrorKind::kInvalidOption, "transforms names column '" + name +
+                                                      "' with several outputs, which is "
+                                                      "not in columns");
+    }
+    if (options.transforms.count(name)) {
       return MakeError(ErrorKind::kInvalidOption,
-                       "transforms names column '" + name +
-                           "', which is not in columns (transforms apply to columns, not to "
-                           "stacked features)");
+                       "transforms gives column '" + name + "' both one chain and several");
+    }
+    if (feature_names.count(name)) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "column '" + name +
+                           "' has transforms with several outputs and is also in features; "
+                           "a feature takes one chain");
+    }
+  }
+  for (const auto& [name, chain] : options.transforms) {
+    if (!seen_outputs.count(name) && !feature_names.count(name)) {
+      return MakeError(ErrorKind::kInvalidOption, "transforms names column '" + name +
+                                                      "', which is not in columns or "
+                                                      "features");
     }
   }
   if (!options.features.empty()) {
+    if (options.features_dtype == DType::kBFloat16) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "features_dtype='bfloat16' is not supported; stack the features as "
+                       "float32 (or float16) and cast on the device");
+    }
     if (seen_outputs.count(options.features_name)) {
       return MakeError(ErrorKind::kInvalidOption,
                        "features_name '" + options.features_name + "' clashes with a column");
@@ -469,6 +676,46 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       }
       ColumnSpec spec;
       STOKER_RETURN_NOT_OK(lookup(name, &spec));
+      if (spec.options.on_error_zero && spec.explicit_options) {
+        return MakeError(ErrorKind::kInvalidOption,
+                         "on_error={'" + name + "': 'zero'}: feature column '" + name +
+                             "' has no <name>_valid in the stacked features; on_error applies "
+                             "to the columns in columns");
+      }
+      if (auto chain = options.transforms.find(name); chain != options.transforms.end()) {
+        // A feature's chain runs whole in the decoder (it is cached) and must give one number
+        // per row, which is then cast and stacked like any feature column.
+        if (spec.layout == SourceLayout::kPartition) {
+          return MakeError(ErrorKind::kUnsupportedType,
+                           "transforms['" + name + "']: partition columns take no transforms");
+        }
+        spec.options.on_error_zero = false;  // a stacked feature has no <name>_valid
+        STOKER_RETURN_NOT_OK(ResolveChain(chain->second, &spec, true, !options.cache_dir.empty()));
+        spec.counters = out.transform_counters;
+        if (!spec.output_shape.empty()) {
+          std::string shape;
+          for (int64_t dim : spec.output_shape) {
+            shape += (shape.empty() ? "" : ", ") + std::to_string(dim);
+          }
+          return MakeError(ErrorKind::kUnsupportedType,
+                           "transforms['" + name + "'] gives [" + shape +
+                               "] per row, but feature column '" + name +
+                               "' needs one number per row to stack into " + options.features_name);
+        }
+        if (spec.cached_ops != spec.chain->size()) {
+          return MakeError(ErrorKind::kInvalidOption,
+                           "transforms['" + name + "'] on feature column '" + name +
+                               "' has a random op; feature chains must be deterministic");
+        }
+        if (spec.dtype == DType::kBFloat16) {
+          return MakeError(ErrorKind::kUnsupportedType,
+                           "transforms['" + name + "'] gives bfloat16, which feature column '" +
+                               name + "' cannot stack; end the chain in another dtype");
+        }
+        // The writer reads the cached scalars and casts them to features_dtype.
+        spec.dtype = spec.source_dtype;
+        spec.kind = ColumnKind::kDense;
+      }
       const bool scalar =
           (spec.layout == SourceLayout::kFixed || spec.layout == SourceLayout::kBool) &&
           spec.inner == 1;

@@ -6,6 +6,8 @@
 
 #include <arrow/type_fwd.h>
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,8 +27,19 @@ enum class SourceLayout {
   kPartition,  // a hive partition value, constant per file
 };
 
+/// Live counters of the transform chains (TransformStats), shared by the decoder and the writers
+/// of one loader. Thread safety: atomics, updated by any worker.
+struct TransformCounters {
+  std::atomic<int64_t> prefix_rows{0};
+  std::atomic<int64_t> batch_rows{0};
+  std::atomic<int64_t> substituted_rows{0};
+};
+
 struct ColumnSpec {
   std::string name;
+  /// The column read, when it differs from `name`: an output of a several-output chain.
+  std::string field;
+  const std::string& Field() const { return field.empty() ? name : field; }
   int field_index = -1;  // in Catalog::schema()
   SourceLayout layout = SourceLayout::kFixed;
   ColumnKind kind = ColumnKind::kDense;
@@ -35,6 +48,9 @@ struct ColumnSpec {
   int64_t inner = 1;                   // elements per row (fixed-size lists)
   std::vector<int64_t> inner_shape;
   bool dictionary = false;
+  /// A list of strings or binaries (kList, `annotation` "utf8" or "binary"): only with a chain
+  /// that turns each element into a number (hash_bucket, vocabulary).
+  bool list_of_strings = false;
   ColumnOptions options;
   /// Whether `options` came from a per-column entry rather than the defaults for all columns.
   bool explicit_options = false;
@@ -47,7 +63,18 @@ struct ColumnSpec {
   /// tensors); `dtype` and `kind` what it writes (a dense tensor of the chain's output type).
   std::shared_ptr<const transform::Chain> chain;
   size_t cached_ops = 0;
+  /// The cached prefix ends in a tensor whose shape varies per row (only with a cache_dir): the
+  /// decoder stores each row as large_binary of its int64 shape then its data (padded to 8
+  /// bytes), `layout` kString; TransformInput reads it back as a tensor.
+  bool cached_shapes = false;
   std::vector<int64_t> output_shape;  // per-row shape of the chain's output
+  /// Several outputs of one column (LoaderOptions::transform_outputs) share a group number (-1:
+  /// none) and are adjacent in OutputSpec::columns; ops [cached_ops, shared_ops) are the same in
+  /// all of them and run once per row for the group.
+  int group = -1;
+  size_t shared_ops = 0;
+  /// The loader's transform counters (OutputSpec::transform_counters) for chained columns.
+  std::shared_ptr<TransformCounters> counters;
 };
 
 struct OutputSpec {
@@ -55,6 +82,7 @@ struct OutputSpec {
   std::vector<ColumnSpec> features;  // stacked into one [B, F] tensor
   /// Field names the decoder must read (file fields only), in schema order.
   std::vector<std::string> file_fields;
+  std::shared_ptr<TransformCounters> transform_counters = std::make_shared<TransformCounters>();
 };
 
 /// Resolves `options.columns` / `options.features` against the catalog's schema.

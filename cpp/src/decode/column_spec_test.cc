@@ -309,5 +309,90 @@ TEST_F(ResolveColumnsTest, LossyFeatureNamesColumnAndOption) {
   EXPECT_EQ(spec->features[1].dtype, DType::kFloat32);
 }
 
+TEST(IsRepresentable, BFloat16HasEightSignificantBits) {
+  EXPECT_TRUE(IsRepresentable(255, DType::kBFloat16));
+  EXPECT_FALSE(IsRepresentable(257, DType::kBFloat16));
+  EXPECT_TRUE(IsRepresentable(1e30 - std::fmod(1e30, 0x1p92), DType::kBFloat16));
+  EXPECT_TRUE(IsLosslessCast(DType::kUInt8, DType::kBFloat16));
+  EXPECT_FALSE(IsLosslessCast(DType::kInt16, DType::kBFloat16));
+  EXPECT_FALSE(IsLosslessCast(DType::kFloat16, DType::kBFloat16));
+  EXPECT_TRUE(IsLosslessCast(DType::kBFloat16, DType::kFloat32));
+}
+
+TEST_F(ResolveColumnsTest, ChainsOnListsFeaturesAndSeveralOutputs) {
+  LoaderOptions options;
+  options.sources = {path_};
+  options.columns = {"l", "s"};
+  options.features = {"s"};
+  options.default_column_options.list_mode = ListMode::kPadded;
+  options.transforms["l"] = {OpSpec{"log1p", {}}};
+  options.transforms["s"] = {OpSpec{"hash_bucket", {{"num_buckets", ParamValue(10)}}},
+                             OpSpec{"cast", {{"dtype", ParamValue("float32")}}}};
+  auto spec = ResolveColumns(*catalog_, options);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const ColumnSpec& list = spec->columns[0];
+  EXPECT_EQ(list.layout, SourceLayout::kList);  // still a list, of the chain's output
+  EXPECT_EQ(list.kind, ColumnKind::kPadded);
+  EXPECT_EQ(list.dtype, DType::kFloat32);
+  EXPECT_EQ(list.cached_ops, 1u);
+  const ColumnSpec& feature = spec->features[0];
+  EXPECT_EQ(feature.layout, SourceLayout::kFixed);  // the cached float32 ids
+  EXPECT_EQ(feature.source_dtype, DType::kFloat32);
+  EXPECT_EQ(feature.cached_ops, 2u);
+
+  // A feature chain must give one number per row.
+  options.columns = {};
+  options.features = {"t"};
+  options.transforms = {{"t", {OpSpec{"log1p", {}}}}};
+  spec = ResolveColumns(*catalog_, options);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("feature column 't'"), std::string::npos)
+      << spec.status().message();
+
+  // Several outputs of one column: adjacent specs of one group reading it, sharing log1p.
+  options.features = {};
+  options.columns = {"i8", "t"};
+  options.transforms.clear();
+  options.transform_outputs["t"] = {
+      {"t_log", {OpSpec{"log1p", {}}}},
+      {"t_log_std",
+       {OpSpec{"log1p", {}},
+        OpSpec{"standardize", {{"mean", ParamValue(1.0)}, {"std", ParamValue(2.0)}}}}}};
+  spec = ResolveColumns(*catalog_, options);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->columns.size(), 3u);
+  EXPECT_EQ(spec->columns[1].name, "t_log");
+  EXPECT_EQ(spec->columns[2].Field(), "t");
+  EXPECT_EQ(spec->columns[1].group, spec->columns[2].group);
+  EXPECT_EQ(spec->columns[2].shared_ops, 1u);
+  EXPECT_EQ(spec->columns[2].cached_ops, 0u);  // no cache_dir: the chains run per batch
+  options.cache_dir = "/nonexistent";          // resolution only: nothing is opened
+  spec = ResolveColumns(*catalog_, options);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->columns[2].cached_ops, 1u);  // with one, the shared prefix is cached
+
+  options.transform_outputs["t"].push_back({"i8", {OpSpec{"log1p", {}}}});
+  spec = ResolveColumns(*catalog_, options);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("'i8'"), std::string::npos) << spec.status().message();
+}
+
+TEST_F(ResolveColumnsTest, OnErrorZeroOnlyForColumnsWithTransforms) {
+  LoaderOptions options;
+  options.sources = {path_};
+  options.columns = {"i8"};
+  ColumnOptions zero;
+  zero.on_error_zero = true;
+  options.column_options["i8"] = zero;
+  auto spec = ResolveColumns(*catalog_, options);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(GetErrorKind(spec.status()), ErrorKind::kInvalidOption);
+  EXPECT_NE(spec.status().message().find("on_error"), std::string::npos);
+  options.transforms["i8"] = {OpSpec{"cast", {{"dtype", ParamValue("uint8")}}}};
+  spec = ResolveColumns(*catalog_, options);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(spec->columns[0].options.on_error_zero);
+}
+
 }  // namespace
 }  // namespace stoker

@@ -1,9 +1,11 @@
 #include "decode/decoder.h"
 
+#include <arrow/array.h>
 #include <arrow/array/concatenate.h>
 #include <arrow/buffer.h>
 #include <arrow/extension_type.h>
 #include <arrow/table.h>
+#include <arrow/util/bit_util.h>
 #include <arrow/util/byte_size.h>
 #include <arrow/util/logging.h>
 #include <parquet/arrow/reader.h>
@@ -46,6 +48,8 @@ std::shared_ptr<arrow::DataType> ArrowType(DType dtype) {
       return arrow::float32();
     case DType::kFloat64:
       return arrow::float64();
+    case DType::kBFloat16:
+      return arrow::uint16();  // Arrow has no bfloat16: the cache stores the bits
   }
   return arrow::uint8();
 }
@@ -68,7 +72,10 @@ Decoder::Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const O
 
 const ColumnSpec* Decoder::ChainedColumn(const std::string& field) const {
   for (const auto& column : spec_->columns) {
-    if (column.chain && column.name == field) return &column;
+    if (column.chain && column.Field() == field) return &column;
+  }
+  for (const auto& feature : spec_->features) {
+    if (feature.chain && feature.name == field) return &feature;
   }
   return nullptr;
 }
@@ -76,12 +83,24 @@ const ColumnSpec* Decoder::ChainedColumn(const std::string& field) const {
 std::string Decoder::CacheName(const std::string& field) const {
   const ColumnSpec* column = ChainedColumn(field);
   if (column == nullptr || column->cached_ops == 0) return field;
-  return field + "|" + column->chain->Fingerprint(column->cached_ops);
+  // Entries written under on_error="zero" hold failed rows as nulls: never serve them to a
+  // loader that must raise for those rows.
+  return field + "|" + column->chain->Fingerprint(column->cached_ops) +
+         (column->cached_shapes ? "|shaped-rows-v1" : "") +
+         (column->options.on_error_zero ? "|on_error=zero" : "");
 }
 
 transform::Value TransformInput(const ColumnSpec& spec, const ColumnSource& source, int64_t row) {
   using transform::Value;
   if (!source.IsValid(row)) return Value::Null();
+  if (spec.cached_shapes) {  // a cached row of its own shape: int64 dims, then the data
+    const transform::ValueType& type = spec.chain->types()[spec.cached_ops];
+    const uint8_t* bytes = source.values + source.Begin(row);
+    std::vector<int64_t> shape(type.shape.size());
+    std::memcpy(shape.data(), bytes, shape.size() * sizeof(int64_t));
+    return Value::TensorView(type.element, std::move(shape),
+                             bytes + type.shape.size() * sizeof(int64_t));
+  }
   if (spec.layout == SourceLayout::kString) {
     const int64_t begin = source.Begin(row);
     return Value::View(
@@ -100,10 +119,14 @@ transform::Value TransformInput(const ColumnSpec& spec, const ColumnSource& sour
 Result<std::shared_ptr<arrow::Array>> Decoder::ApplyCachedOps(
     const ColumnSpec& spec, const std::shared_ptr<arrow::Array>& array, int row_group,
     int64_t row_begin) const {
+  if (spec.layout == SourceLayout::kList) {
+    return ApplyListOps(spec, array, row_group, row_begin);
+  }
   const RowGroupRef& rg = catalog_->row_groups()[row_group];
   const transform::Chain& chain = *spec.chain;
   // Read the raw column as the chain's input: the spec before the transform describes it.
   ColumnSpec raw = spec;
+  raw.cached_shapes = false;
   const transform::ValueType& input = chain.input_type();
   if (input.kind == transform::ValueKind::kTensor) {
     raw.layout = SourceLayout::kFixed;
@@ -119,40 +142,216 @@ Result<std::shared_ptr<arrow::Array>> Decoder::ApplyCachedOps(
       PrepareSource(raw, Segment{row_group, row_begin, array->length(), false}, array, &source));
 
   const transform::ValueType& type = chain.types()[spec.cached_ops];
-  const int64_t row_bytes = spec.inner * DTypeSize(spec.source_dtype);
   const int64_t rows = array->length();
-  STOKER_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateBuffer(rows * row_bytes));
+  // Fixed-shape rows go into one buffer of `row_bytes` each; rows of their own shape into
+  // large_binary values, each its int64 shape then its data, padded to 8 bytes so that every
+  // row's data stays aligned.
+  const bool shaped = spec.cached_shapes;
+  const int64_t row_bytes = shaped ? 0 : spec.inner * DTypeSize(spec.source_dtype);
+  const int64_t header = static_cast<int64_t>(type.shape.size() * sizeof(int64_t));
+  std::shared_ptr<arrow::ResizableBuffer> buffer;
+  STOKER_ASSIGN_OR_RAISE(buffer, arrow::AllocateResizableBuffer(rows * row_bytes));
+  std::shared_ptr<arrow::Buffer> offsets;
+  int64_t* row_offsets = nullptr;
+  if (shaped) {
+    STOKER_ASSIGN_OR_RAISE(offsets, arrow::AllocateBuffer((rows + 1) * sizeof(int64_t)));
+    row_offsets = reinterpret_cast<int64_t*>(offsets->mutable_data());
+    row_offsets[0] = 0;
+  }
+  int64_t used = 0;  // bytes of `buffer` written (shaped rows)
+  // Under on_error="zero" a row the prefix cannot transform becomes a null (zeros, or an empty
+  // shaped row) of the cached array, so the cache remembers it and the writer substitutes it.
+  std::shared_ptr<arrow::Buffer> validity;
+  int64_t null_count = 0;
+  auto fail_row = [&](int64_t row) -> Status {
+    if (!validity) {
+      STOKER_ASSIGN_OR_RAISE(validity, arrow::AllocateBitmap(rows));
+      std::memset(validity->mutable_data(), 0xff, validity->size());
+    }
+    arrow::bit_util::ClearBit(validity->mutable_data(), row);
+    if (shaped) {
+      row_offsets[row + 1] = used;
+    } else {
+      std::memset(buffer->mutable_data() + row * row_bytes, 0, row_bytes);
+    }
+    ++null_count;
+    return Status::OK();
+  };
+  const bool zero = spec.options.on_error_zero;
   transform::Value out;
   transform::Value scratch;
+  int64_t applied = 0;
   for (int64_t row = 0; row < rows; ++row) {
     const transform::Value in = TransformInput(raw, source, row);
     if (in.is_null() && !chain.op(0).AcceptsNull()) {
+      if (zero) {
+        STOKER_RETURN_NOT_OK(fail_row(row));
+        continue;
+      }
       return MakeError(ErrorKind::kNullValues,
-                       "column '" + spec.name + "' is null in " + catalog_->Where(rg) + ", row " +
-                           std::to_string(row_begin + row) +
+                       "column '" + spec.Field() + "' is null in " + catalog_->Where(rg) +
+                           ", row " + std::to_string(row_begin + row) +
                            "; its transforms need a value (start the chain with fill_null)");
     }
     transform::RowContext context;  // the cached ops are deterministic: no random keys needed
-    const Status status = chain.Apply(context, in, &out, &scratch, 0, spec.cached_ops);
+    Status status = chain.Apply(context, in, &out, &scratch, 0, spec.cached_ops);
+    ++applied;
+    if (status.ok() &&
+        (out.is_null() || (!shaped && out.size_bytes() != row_bytes) ||
+         (shaped && (out.kind() != transform::ValueKind::kTensor ||
+                     static_cast<int64_t>(out.shape().size() * sizeof(int64_t)) != header)))) {
+      status = MakeError(ErrorKind::kCorruptFile,
+                         "column '" + spec.Field() + "': the transforms produced " +
+                             out.type().ToString() + ", not " + type.ToString());
+    }
     if (!status.ok()) {
+      if (zero) {
+        STOKER_RETURN_NOT_OK(fail_row(row));
+        continue;
+      }
       return Status(status.code(),
                     catalog_->Where(rg) + ", row " + std::to_string(row_begin + row) + ": " +
                         status.message(),
                     status.detail());
     }
-    if (out.size_bytes() != row_bytes) {
-      return MakeError(ErrorKind::kCorruptFile,
-                       "column '" + spec.name + "' in " + catalog_->Where(rg) + ", row " +
-                           std::to_string(row_begin + row) + ": the transforms produced " +
-                           out.type().ToString() + ", not " + type.ToString());
+    if (shaped) {
+      const int64_t size = (header + out.size_bytes() + 7) / 8 * 8;
+      if (used + size > buffer->size()) {
+        STOKER_RETURN_NOT_OK(buffer->Resize(std::max(used + size, buffer->size() * 2), false));
+      }
+      uint8_t* to = buffer->mutable_data() + used;
+      std::memcpy(to, out.shape().data(), header);
+      std::memcpy(to + header, out.data(), out.size_bytes());
+      std::memset(to + header + out.size_bytes(), 0, size - header - out.size_bytes());
+      used += size;
+      row_offsets[row + 1] = used;
+    } else {
+      std::memcpy(buffer->mutable_data() + row * row_bytes, out.data(), row_bytes);
     }
-    std::memcpy(buffer->mutable_data() + row * row_bytes, out.data(), row_bytes);
+  }
+  if (spec.counters) spec.counters->prefix_rows += applied;
+  if (shaped) {
+    STOKER_RETURN_NOT_OK(buffer->Resize(used, true));
+    return std::make_shared<arrow::LargeBinaryArray>(
+        rows, offsets, buffer, null_count > 0 ? validity : nullptr, null_count);
   }
   auto element = ArrowType(spec.source_dtype);
   auto values = arrow::MakeArray(arrow::ArrayData::Make(
       element, rows * spec.inner, {nullptr, std::shared_ptr<arrow::Buffer>(std::move(buffer))}));
   return std::make_shared<arrow::FixedSizeListArray>(
-      arrow::fixed_size_list(element, static_cast<int32_t>(spec.inner)), rows, values);
+      arrow::fixed_size_list(element, static_cast<int32_t>(spec.inner)), rows, values,
+      null_count > 0 ? validity : nullptr, null_count);
+}
+
+namespace {
+
+// Offsets and elements of a list or large_list array, whatever its offset width and element
+// kind, read through one interface.
+struct ListView {
+  const arrow::Array* list = nullptr;
+  const int32_t* offsets32 = nullptr;
+  const int64_t* offsets64 = nullptr;
+  std::shared_ptr<arrow::Array> values;
+
+  int64_t Begin(int64_t row) const { return offsets32 ? offsets32[row] : offsets64[row]; }
+  int64_t End(int64_t row) const { return offsets32 ? offsets32[row + 1] : offsets64[row + 1]; }
+};
+
+ListView ViewList(const std::shared_ptr<arrow::Array>& array) {
+  ListView view;
+  view.list = array.get();
+  if (array->type_id() == arrow::Type::LARGE_LIST) {
+    const auto& list = static_cast<const arrow::LargeListArray&>(*array);
+    view.offsets64 = list.raw_value_offsets();
+    view.values = list.values();
+  } else {
+    const auto& list = static_cast<const arrow::ListArray&>(*array);
+    view.offsets32 = list.raw_value_offsets();
+    view.values = list.values();
+  }
+  return view;
+}
+
+// Element `index` of a list's values as a transform input.
+transform::Value ElementInput(const arrow::Array& values, int64_t index,
+                              const transform::ValueType& type) {
+  using transform::Value;
+  if (values.IsNull(index)) return Value::Null();
+  if (type.kind == transform::ValueKind::kTensor) {
+    const int size = transform::ElementSize(type.element);
+    const arrow::ArrayData& data = *values.data();
+    return Value::TensorView(type.element, {},
+                             data.buffers[1]->data() + (data.offset + index) * size);
+  }
+  std::string_view bytes;
+  if (values.type_id() == arrow::Type::LARGE_STRING ||
+      values.type_id() == arrow::Type::LARGE_BINARY) {
+    bytes = static_cast<const arrow::LargeBinaryArray&>(values).GetView(index);
+  } else {
+    bytes = static_cast<const arrow::BinaryArray&>(values).GetView(index);
+  }
+  return Value::View(type.kind, bytes.data(), static_cast<int64_t>(bytes.size()));
+}
+
+}  // namespace
+
+Result<std::shared_ptr<arrow::Array>> Decoder::ApplyListOps(
+    const ColumnSpec& spec, const std::shared_ptr<arrow::Array>& array, int row_group,
+    int64_t row_begin) const {
+  const RowGroupRef& rg = catalog_->row_groups()[row_group];
+  const transform::Chain& chain = *spec.chain;
+  const ListView list = ViewList(array);
+  const int64_t rows = array->length();
+  const int64_t width = DTypeSize(spec.source_dtype);
+  int64_t total = 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    if (array->IsValid(row)) total += list.End(row) - list.Begin(row);
+  }
+  STOKER_ASSIGN_OR_RAISE(auto offsets, arrow::AllocateBuffer((rows + 1) * sizeof(int64_t)));
+  STOKER_ASSIGN_OR_RAISE(auto values, arrow::AllocateBuffer(total * width));
+  auto* out_offsets = reinterpret_cast<int64_t*>(offsets->mutable_data());
+  std::shared_ptr<arrow::Buffer> validity;
+  if (array->null_count() > 0) {
+    STOKER_ASSIGN_OR_RAISE(validity, arrow::AllocateBitmap(rows));
+    std::memset(validity->mutable_data(), 0, validity->size());
+  }
+  const transform::ValueType& input = chain.input_type();
+  transform::Value out;
+  transform::Value scratch;
+  int64_t position = 0;
+  out_offsets[0] = 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    if (array->IsValid(row)) {
+      if (validity) arrow::bit_util::SetBit(validity->mutable_data(), row);
+      for (int64_t k = list.Begin(row); k < list.End(row); ++k) {
+        const transform::Value in = ElementInput(*list.values, k, input);
+        transform::RowContext context;  // list chains are deterministic
+        Status status = chain.Apply(context, in, &out, &scratch);
+        if (status.ok() && out.size_bytes() != width) {
+          status = MakeError(ErrorKind::kCorruptFile, "the transforms produced " +
+                                                          out.type().ToString() +
+                                                          " for an element, not one number");
+        }
+        if (!status.ok()) {
+          return Status(status.code(),
+                        catalog_->Where(rg) + ", row " + std::to_string(row_begin + row) +
+                            ", element " + std::to_string(k - list.Begin(row)) + ": " +
+                            status.message(),
+                        status.detail());
+        }
+        std::memcpy(values->mutable_data() + position * width, out.data(), width);
+        ++position;
+      }
+    }
+    out_offsets[row + 1] = position;
+  }
+  if (spec.counters) spec.counters->prefix_rows += rows;
+  auto element = ArrowType(spec.source_dtype);
+  auto child = arrow::MakeArray(arrow::ArrayData::Make(
+      element, total, {nullptr, std::shared_ptr<arrow::Buffer>(std::move(values))}));
+  return std::make_shared<arrow::LargeListArray>(arrow::large_list(element), rows,
+                                                 std::shared_ptr<arrow::Buffer>(std::move(offsets)),
+                                                 child, validity, array->null_count());
 }
 
 std::vector<DecodeTask> Decoder::MakeTasks(const Plan& plan, int segment,
@@ -288,7 +487,8 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
       spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
   const bool nulls_allowed = spec.options.null_mask ||
                              (spec.options.has_fill_null && !variable_length) ||
-                             (spec.chain && spec.chain->op(0).AcceptsNull());
+                             (spec.chain && spec.layout != SourceLayout::kList &&
+                              (spec.options.on_error_zero || spec.chain->op(0).AcceptsNull()));
   if (array->null_count() > 0 && !nulls_allowed) {
     const std::string advice =
         variable_length ? "; pass null_mask=['" + spec.name +
@@ -405,7 +605,7 @@ Result<std::shared_ptr<DecodedItem>> Decoder::Assemble(const Plan& plan, int seg
       source.partition_text = value;
       if (spec.kind == ColumnKind::kDense) source.partition_int = std::stoll(value);
     } else {
-      auto array = find(spec.name);
+      auto array = find(spec.Field());
       ARROW_DCHECK(array);
       STOKER_RETURN_NOT_OK(PrepareSource(spec, seg, array, &source));
     }

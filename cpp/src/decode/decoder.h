@@ -108,6 +108,11 @@ class Decoder {
   Result<std::shared_ptr<arrow::Array>> ApplyCachedOps(const ColumnSpec& spec,
                                                        const std::shared_ptr<arrow::Array>& array,
                                                        int row_group, int64_t row_begin) const;
+  /// Runs the chain of a list column over every element of `array`: a large_list array of the
+  /// chain's output, with the same row lengths and row nulls.
+  Result<std::shared_ptr<arrow::Array>> ApplyListOps(const ColumnSpec& spec,
+                                                     const std::shared_ptr<arrow::Array>& array,
+                                                     int row_group, int64_t row_begin) const;
   /// The spec of an output column read from `field`, when it has a transform chain.
   const ColumnSpec* ChainedColumn(const std::string& field) const;
 

@@ -94,24 +94,32 @@ void SetProduced(const ColumnSpec& spec, ColumnDescription* column) {
   column->annotation = info.annotation;
 }
 
-// Resolves `name` alone, as a column or as a feature, with the options' choices for it.
-Result<ColumnSpec> ResolveOne(const Catalog& catalog, const LoaderOptions& options,
-                              const std::string& name, bool feature) {
+// Resolves `name` alone, as a column or as a feature, with the options' choices for it: one spec,
+// or one per output of a column whose transforms give several.
+Result<std::vector<ColumnSpec>> ResolveOne(const Catalog& catalog, const LoaderOptions& options,
+                                           const std::string& name, bool feature) {
   LoaderOptions one = options;
   one.columns.clear();
   one.features.clear();
   (feature ? one.features : one.columns).push_back(name);
   // Only this column's transform chain: what the chain produces is part of its description.
   one.transforms.clear();
-  if (auto chain = options.transforms.find(name); chain != options.transforms.end() && !feature) {
+  if (auto chain = options.transforms.find(name); chain != options.transforms.end()) {
     one.transforms.insert(*chain);
   }
+  one.transform_outputs.clear();
+  if (auto outputs = options.transform_outputs.find(name);
+      outputs != options.transform_outputs.end() && !feature) {
+    one.transform_outputs.insert(*outputs);
+  }
   STOKER_ASSIGN_OR_RAISE(OutputSpec spec, ResolveColumns(catalog, one));
-  return feature ? spec.features.front() : spec.columns.front();
+  return feature ? spec.features : spec.columns;
 }
 
-ColumnDescription DescribeColumn(const Catalog& catalog, const LoaderOptions& options,
-                                 const std::string& name, bool feature) {
+// What the loader makes of column `name`: one description, or one per output of its transforms
+// (each named after its output, with the column's footer facts).
+std::vector<ColumnDescription> DescribeColumn(const Catalog& catalog, const LoaderOptions& options,
+                                              const std::string& name, bool feature) {
   ColumnDescription column;
   column.name = name;
   const arrow::Schema& schema = *catalog.schema();
@@ -133,8 +141,13 @@ ColumnDescription DescribeColumn(const Catalog& catalog, const LoaderOptions& op
   auto resolved = ResolveOne(catalog, options, name, feature);
   if (resolved.ok()) {
     column.ok = true;
-    SetProduced(*resolved, &column);
-    return column;
+    std::vector<ColumnDescription> out;
+    for (const ColumnSpec& spec : *resolved) {
+      out.push_back(column);
+      out.back().name = spec.name;
+      SetProduced(spec, &out.back());
+    }
+    return out;
   }
   const auto kind = GetErrorKind(resolved.status());
   column.error_kind = kind ? ErrorKindName(*kind) : "internal";
@@ -149,12 +162,12 @@ ColumnDescription DescribeColumn(const Catalog& catalog, const LoaderOptions& op
     with_mode.list_mode = ListMode::kRagged;
     ragged.column_options[name] = with_mode;
     auto as_ragged = ResolveOne(catalog, ragged, name, feature);
-    if (as_ragged.ok() && as_ragged->layout == SourceLayout::kList) {
+    if (as_ragged.ok() && as_ragged->front().layout == SourceLayout::kList) {
       column.needs_list_mode = true;
-      SetProduced(*as_ragged, &column);
+      SetProduced(as_ragged->front(), &column);
     }
   }
-  return column;
+  return {column};
 }
 
 }  // namespace
@@ -196,14 +209,20 @@ Result<DatasetDescription> Describe(const LoaderOptions& options) {
 
   if (options.columns.empty() && options.features.empty()) {
     for (const auto& field : catalog->schema()->fields()) {
-      out.columns.push_back(DescribeColumn(*catalog, options, field->name(), false));
+      for (auto& column : DescribeColumn(*catalog, options, field->name(), false)) {
+        out.columns.push_back(std::move(column));
+      }
     }
   } else {
     for (const auto& name : options.columns) {
-      out.columns.push_back(DescribeColumn(*catalog, options, name, false));
+      for (auto& column : DescribeColumn(*catalog, options, name, false)) {
+        out.columns.push_back(std::move(column));
+      }
     }
     for (const auto& name : options.features) {
-      out.columns.push_back(DescribeColumn(*catalog, options, name, true));
+      for (auto& column : DescribeColumn(*catalog, options, name, true)) {
+        out.columns.push_back(std::move(column));
+      }
     }
   }
   return out;

@@ -323,6 +323,10 @@ LoaderStats Loader::Stats() const {
       stats.storage.backoff_s += storage->backoff_s;
     }
   }
+  const TransformCounters& t = *impl_->spec->transform_counters;
+  stats.transforms.prefix_rows = t.prefix_rows;
+  stats.transforms.batch_rows = t.batch_rows;
+  stats.transforms.substituted_rows = t.substituted_rows;
   stats.batches = c.batches;
   stats.rows = c.rows;
   stats.consumer_wait_s = static_cast<double>(c.consumer_wait_ns.load()) * 1e-9;

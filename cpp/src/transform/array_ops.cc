@@ -356,6 +356,24 @@ class ReinterpretOp : public OpBase {
   DeclaredArray declared_;
 };
 
+// The int64 shape of a tensor (an image's [height, width, channels] before a crop).
+class ShapeOp : public OpBase {
+ public:
+  explicit ShapeOp(const ParamReader& params) : OpBase(params, 1) {}
+
+  Result<ValueType> Resolve(const ValueType& input) const override {
+    if (input.kind != ValueKind::kTensor) return WrongInput(Name(), "a tensor", input);
+    return ValueType::Tensor(ElementType::kInt64, {static_cast<int64_t>(input.shape.size())});
+  }
+
+  Status Apply(const RowContext&, const Value& in, Value* out) const override {
+    const std::vector<int64_t>& shape = in.shape();
+    uint8_t* data = out->Allocate(ElementType::kInt64, {static_cast<int64_t>(shape.size())});
+    std::memcpy(data, shape.data(), shape.size() * sizeof(int64_t));
+    return Status::OK();
+  }
+};
+
 }  // namespace
 
 Result<std::unique_ptr<Op>> MakeDecodeNpy(ParamReader* params) {
@@ -375,6 +393,10 @@ Result<std::unique_ptr<Op>> MakeReinterpret(ParamReader* params) {
     return params->Error("shape", "may have at most one -1 (inferred from the byte count)");
   }
   return std::make_unique<ReinterpretOp>(*params, std::move(declared));
+}
+
+Result<std::unique_ptr<Op>> MakeShape(ParamReader* params) {
+  return std::make_unique<ShapeOp>(*params);
 }
 
 }  // namespace internal

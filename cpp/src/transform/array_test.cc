@@ -100,6 +100,21 @@ Status ApplyTo(const std::string& op, Params params, const std::string& bytes, V
   return RunChain(*chain, Value::View(ValueKind::kBytes, bytes.data(), bytes.size()), out);
 }
 
+TEST(Shape, GivesTheInt64ShapeOfEachRow) {
+  ASSERT_OK_AND_ASSIGN(
+      const Chain chain,
+      MakeChain(ValueType::Tensor(ElementType::kUInt8, {kVariableDim, kVariableDim, 3}),
+                {{"shape", {}}}));
+  EXPECT_EQ(chain.output_type(), ValueType::Tensor(ElementType::kInt64, {3}));
+  const uint8_t pixels[2 * 5 * 3] = {};
+  Value out;
+  ASSERT_OK(RunChain(chain, Value::TensorView(ElementType::kUInt8, {2, 5, 3}, pixels), &out));
+  ASSERT_EQ(out.shape(), (std::vector<int64_t>{3}));
+  EXPECT_EQ(std::vector<int64_t>(out.as<int64_t>(), out.as<int64_t>() + 3),
+            (std::vector<int64_t>{2, 5, 3}));
+  EXPECT_FALSE(MakeChain(ValueType::Bytes(), {{"shape", {}}}).ok());  // decode first
+}
+
 TEST(DecodeNpy, CFortranAndBigEndian) {
   const float values[6] = {1, 2, 3, 4, 5, 6};
   Value out;

@@ -35,6 +35,7 @@ constexpr Registered kOps[] = {
     {"random_resized_crop", internal::MakeRandomResizedCrop},
     {"reinterpret", internal::MakeReinterpret},
     {"resize", internal::MakeResize},
+    {"shape", internal::MakeShape},
     {"standardize", internal::MakeStandardize},
     {"to_chw", internal::MakeToChw},
     {"vertical_flip", internal::MakeVerticalFlip},

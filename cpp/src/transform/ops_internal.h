@@ -26,6 +26,7 @@ Result<std::unique_ptr<Op>> MakeToChw(ParamReader* params);
 Result<std::unique_ptr<Op>> MakeDecodeNpy(ParamReader* params);
 Result<std::unique_ptr<Op>> MakeDecodeNpz(ParamReader* params);
 Result<std::unique_ptr<Op>> MakeReinterpret(ParamReader* params);
+Result<std::unique_ptr<Op>> MakeShape(ParamReader* params);
 
 // feature_ops.cc
 Result<std::unique_ptr<Op>> MakeCast(ParamReader* params);

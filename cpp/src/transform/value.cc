@@ -34,10 +34,7 @@ std::optional<ElementType> ParseElementType(std::string_view name) {
   return std::nullopt;
 }
 
-std::optional<DType> ToDType(ElementType type) {
-  if (type == ElementType::kBFloat16) return std::nullopt;
-  return static_cast<DType>(type);
-}
+std::optional<DType> ToDType(ElementType type) { return static_cast<DType>(type); }
 
 bool IsInteger(ElementType type) {
   return type != ElementType::kBool &&

@@ -20,8 +20,7 @@
 
 namespace stoker::transform {
 
-/// Element types a transform can produce: stoker::DType with the same numbering, plus bfloat16,
-/// which the public DType does not have yet (the integration adds it there).
+/// Element types a transform can produce: stoker::DType with the same numbering.
 enum class ElementType : uint8_t {
   kBool,
   kInt8,
@@ -43,7 +42,7 @@ int ElementSize(ElementType type);
 const char* ElementName(ElementType type);
 std::optional<ElementType> ParseElementType(std::string_view name);
 inline ElementType FromDType(DType dtype) { return static_cast<ElementType>(dtype); }
-/// The public dtype of `type`; nullopt for bfloat16.
+/// The public dtype of `type` (every element type has one).
 std::optional<DType> ToDType(ElementType type);
 bool IsInteger(ElementType type);
 bool IsFloat(ElementType type);  // float16, float32, float64, bfloat16

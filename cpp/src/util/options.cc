@@ -16,6 +16,7 @@ void HashColumnOptions(const ColumnOptions& options, Fnv1a* hash) {
   hash->AddInt(options.has_fill_null);
   hash->AddDouble(options.has_fill_null ? options.fill_null : 0);
   hash->AddInt(options.null_mask);
+  if (options.on_error_zero) hash->Add("on_error=zero");  // older fingerprints stay as they were
 }
 
 }  // namespace
@@ -101,6 +102,19 @@ uint64_t LoaderOptions::Fingerprint(bool with_shard) const {
       for (const auto& [name, value] : op.params) {
         hash.Add(name);
         hash.Add(value.ToString());
+      }
+    }
+  }
+  for (const auto& [column, outputs] : transform_outputs) {
+    hash.Add("outputs:" + column);
+    for (const auto& [output, chain] : outputs) {
+      hash.Add(output);
+      for (const auto& op : chain) {
+        hash.Add(op.op);
+        for (const auto& [name, value] : op.params) {
+          hash.Add(name);
+          hash.Add(value.ToString());
+        }
       }
     }
   }
