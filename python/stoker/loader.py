@@ -11,12 +11,16 @@ import os
 import time
 import weakref
 import zlib
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Union
+
+import numpy as np
 
 from . import _stoker
 from ._convert import to_python
 from ._device import DeviceFeeder, parse_device
 from ._distributed import agree_on_seed, default_num_threads, resolve_rank
+from ._pyworkers import make_runner
+from ._user_transform import TransformGlue, user_transform
 from ._options import (Source, check_int, column_options, normalise_sources, parse_size,
                        storage_value, transform_chains)
 from .errors import InvalidOptionError, LoaderClosedError, LoaderStateError, StateMismatchError
@@ -99,6 +103,19 @@ class Loader:
         transforms: ``{column: [op, ...]}`` with ops from :mod:`stoker.ops`, run in C++ on the
             workers; the column becomes a dense tensor of the chain's output. The deterministic
             prefix is cached with ``cache_dir``; random ops are keyed by (seed, epoch, row id).
+        transform: Your own function ``fn(dict[str, np.ndarray]) -> dict[str, np.ndarray]``, run
+            on the engine's worker threads once per decoded row group (its whole rows), before
+            the cache: with ``cache_dir``, later epochs read its output from the cache without
+            calling it. The keys it returns are the dataset's columns for every other option
+            (``columns``, ``features``, ``transforms``, ``lists``, ``fill_null``, ...). It is
+            called once at open on the first rows to learn its output keys, dtypes and inner
+            shapes; every later call must match them. A :class:`stoker.TransformSpec` (or
+            Petastorm's) is accepted too. Python holds the GIL: pure-Python work runs one row
+            group at a time. See the user guide, "User code: transform=".
+        transform_columns: The file columns ``transform`` receives (default: all).
+        transform_version: A string that is part of the transform's cache key and resume
+            fingerprint; change it when code the function calls changes (stoker fingerprints
+            the function's own code, defaults and plain-data closure values only).
     """
 
     def __init__(
@@ -135,6 +152,9 @@ class Loader:
         cache_bytes: Union[int, str] = "50GiB",
         cache_min_free_bytes: Union[int, str] = "1GiB",
         transforms: Optional[Mapping[str, Sequence[Mapping[str, Any]]]] = None,
+        transform: Optional[Callable[[Dict[str, np.ndarray]], Mapping[str, Any]]] = None,
+        transform_columns: Optional[Sequence[str]] = None,
+        transform_version: Optional[str] = None,
     ) -> None:
         if output not in ("numpy", "torch"):
             raise InvalidOptionError(f"output must be 'numpy' or 'torch', got {output!r}")
@@ -218,10 +238,30 @@ class Loader:
         self._transforms = transform_chains(transforms) if transforms is not None else {}
         if transforms is not None:
             opts.set_transforms(self._transforms)
+        self._runner = None
+        self._transform_fingerprint = ""
+        if transform is not None:
+            fn, self._transform_fingerprint = user_transform(transform, transform_version)
+            if transform_columns is not None:
+                if isinstance(transform_columns, str) or not all(
+                        isinstance(name, str) for name in transform_columns):
+                    raise InvalidOptionError("transform_columns takes a list of column names")
+                if not transform_columns:
+                    raise InvalidOptionError("transform_columns is empty: name at least one "
+                                             "column, or pass None for all")
+                opts.transform_columns = list(transform_columns)
+            self._runner = make_runner({"transform": fn}, 0)
+            opts.set_user_transform(TransformGlue(self._runner), self._transform_fingerprint)
+        elif transform_columns is not None or transform_version is not None:
+            raise InvalidOptionError("transform_columns and transform_version need transform=")
         opts.default_column_options, opts.column_options = column_options(
             lists, pad_value, fill_null, null_mask, opts.columns + opts.features)
         self._options = opts
-        self._engine = _stoker.Engine.open(opts)
+        try:
+            self._engine = _stoker.Engine.open(opts)
+        except BaseException:
+            self._close_runner()
+            raise
         self._columns = {info.name: info for info in self._engine.columns()}
         self._check_output_names()
         _LIVE_ENGINES.add(self)
@@ -461,6 +501,9 @@ class Loader:
                                   sorted((k, column_options(v))
                                          for k, v in opts.column_options.items())),
             "transforms": crc(self._transforms),
+            # Only with transform=, so states of loaders without one are unchanged.
+            **({"transform": crc(self._transform_fingerprint, list(opts.transform_columns))}
+               if self._runner is not None else {}),
         }
 
     def _differences(self, state: Mapping[str, Any]) -> str:
@@ -575,6 +618,12 @@ class Loader:
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()  # permanent: an iter() racing this close cannot start an epoch
+        self._close_runner()
+
+    def _close_runner(self) -> None:
+        runner, self._runner = getattr(self, "_runner", None), None
+        if runner is not None:
+            runner.close()  # after the engine: its workers are joined, none is in a call
 
     def _live(self):
         engine = self._engine

@@ -13,6 +13,7 @@
 
 #include "catalog/catalog.h"
 #include "decode/column_spec.h"
+#include "decode/user_code.h"
 
 namespace stoker {
 namespace {
@@ -96,6 +97,7 @@ void SetProduced(const ColumnSpec& spec, ColumnDescription* column) {
 
 // Resolves `name` alone, as a column or as a feature, with the options' choices for it.
 Result<ColumnSpec> ResolveOne(const Catalog& catalog, const LoaderOptions& options,
+                              const std::shared_ptr<arrow::Schema>& transform_schema,
                               const std::string& name, bool feature) {
   LoaderOptions one = options;
   one.columns.clear();
@@ -106,17 +108,22 @@ Result<ColumnSpec> ResolveOne(const Catalog& catalog, const LoaderOptions& optio
   if (auto chain = options.transforms.find(name); chain != options.transforms.end() && !feature) {
     one.transforms.insert(*chain);
   }
-  STOKER_ASSIGN_OR_RAISE(OutputSpec spec, ResolveColumns(catalog, one));
+  STOKER_ASSIGN_OR_RAISE(OutputSpec spec, ResolveColumns(catalog, one, transform_schema));
   return feature ? spec.features.front() : spec.columns.front();
 }
 
 ColumnDescription DescribeColumn(const Catalog& catalog, const LoaderOptions& options,
+                                 const std::shared_ptr<arrow::Schema>& transform_schema,
                                  const std::string& name, bool feature) {
   ColumnDescription column;
   column.name = name;
   const arrow::Schema& schema = *catalog.schema();
   const int index = schema.GetFieldIndex(name);
-  if (index >= 0) {
+  // A user transform's output: what it returned at open (no footer facts of its own).
+  const int output = transform_schema ? transform_schema->GetFieldIndex(name) : -1;
+  if (output >= 0) {
+    column.arrow_type = transform_schema->field(output)->type()->ToString();
+  } else if (index >= 0) {
     column.arrow_type = schema.field(index)->type()->ToString();
     column.partition = index >= catalog.num_file_fields();
     if (!column.partition) {
@@ -130,7 +137,7 @@ ColumnDescription DescribeColumn(const Catalog& catalog, const LoaderOptions& op
       column.null_count_known = facts.null_count_known;
     }
   }
-  auto resolved = ResolveOne(catalog, options, name, feature);
+  auto resolved = ResolveOne(catalog, options, transform_schema, name, feature);
   if (resolved.ok()) {
     column.ok = true;
     SetProduced(*resolved, &column);
@@ -148,7 +155,7 @@ ColumnDescription DescribeColumn(const Catalog& catalog, const LoaderOptions& op
     ColumnOptions with_mode = chosen;
     with_mode.list_mode = ListMode::kRagged;
     ragged.column_options[name] = with_mode;
-    auto as_ragged = ResolveOne(catalog, ragged, name, feature);
+    auto as_ragged = ResolveOne(catalog, ragged, transform_schema, name, feature);
     if (as_ragged.ok() && as_ragged->layout == SourceLayout::kList) {
       column.needs_list_mode = true;
       SetProduced(*as_ragged, &column);
@@ -194,16 +201,30 @@ Result<DatasetDescription> Describe(const LoaderOptions& options) {
     }
   }
 
+  // A user transform is run once, on the first rows: its outputs are the columns.
+  std::shared_ptr<arrow::Schema> transform_schema;
+  if (options.user_transform) {
+    STOKER_ASSIGN_OR_RAISE(transform_schema, ProbeUserTransform(*catalog, options));
+  }
   if (options.columns.empty() && options.features.empty()) {
-    for (const auto& field : catalog->schema()->fields()) {
-      out.columns.push_back(DescribeColumn(*catalog, options, field->name(), false));
+    std::vector<std::string> names;
+    if (transform_schema) {
+      for (const auto& field : transform_schema->fields()) names.push_back(field->name());
+      for (int i = catalog->num_file_fields(); i < catalog->schema()->num_fields(); ++i) {
+        names.push_back(catalog->schema()->field(i)->name());
+      }
+    } else {
+      for (const auto& field : catalog->schema()->fields()) names.push_back(field->name());
+    }
+    for (const auto& name : names) {
+      out.columns.push_back(DescribeColumn(*catalog, options, transform_schema, name, false));
     }
   } else {
     for (const auto& name : options.columns) {
-      out.columns.push_back(DescribeColumn(*catalog, options, name, false));
+      out.columns.push_back(DescribeColumn(*catalog, options, transform_schema, name, false));
     }
     for (const auto& name : options.features) {
-      out.columns.push_back(DescribeColumn(*catalog, options, name, true));
+      out.columns.push_back(DescribeColumn(*catalog, options, transform_schema, name, true));
     }
   }
   return out;
