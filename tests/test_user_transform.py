@@ -417,6 +417,44 @@ def test_interpreter_exit_with_slow_fn_in_flight(dataset):
                             timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "exiting" in result.stdout
+    assert "nanobind: leaked" not in result.stderr, result.stderr[-2000:]
+
+
+def test_fork_mid_epoch_child_gets_closed_error_parent_continues(dataset, tmp_path):
+    script = tmp_path / "fork_scenario.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys, stoker
+        from stoker.errors import LoaderClosedError
+
+        def fn(arrays):
+            return {{"id": arrays["id"], "twice": arrays["id"] * 2}}
+
+        loader = stoker.Loader({dataset!r}, transform=fn, batch_size=10, shuffle=False,
+                               num_threads=2)
+        it = iter(loader)
+        first = next(it)
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                next(it)
+            except LoaderClosedError as error:
+                code = 0 if "inherited through fork()" in str(error) else 4
+            # A loader made in the child runs its own transform.
+            with stoker.Loader({dataset!r}, transform=fn, batch_size=10, shuffle=False) as own:
+                batch = next(iter(own))
+                if batch["twice"].tolist() != [2 * i for i in batch["id"].tolist()]:
+                    code = 5
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        rows = len(first["id"]) + sum(len(b["id"]) for b in it)
+        print("RESULT", os.waitstatus_to_exitcode(status), rows, flush=True)
+    """))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=90)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "nanobind: leaked" not in result.stderr, result.stderr[-2000:]
+    assert f"RESULT 0 {sum(ROWS_PER_FILE)}" in result.stdout, result.stdout + result.stderr
 
 
 def _ids_fn(arrays):

@@ -35,11 +35,23 @@ void DeleteArrayCapsule(PyObject* capsule) noexcept {
 
 class PyUserTransform final : public UserTransform {
  public:
-  PyUserTransform(nb::object apply, std::string fingerprint)
-      : apply_(std::move(apply)), fingerprint_(std::move(fingerprint)) {}
+  // Holds `apply` weakly: its owner is the Python Loader. A strong reference from C++ would hide
+  // the usual cycle (a module-level loader whose transform's globals reach it) from Python's
+  // collector, and the loader would outlive the interpreter.
+  PyUserTransform(nb::handle apply, std::string fingerprint)
+      : apply_(nb::steal(PyWeakref_NewRef(apply.ptr(), nullptr))),
+        fingerprint_(std::move(fingerprint)) {
+    if (!apply_.is_valid()) throw nb::python_error();
+  }
 
   ~PyUserTransform() override {
-    // Dropping the Python reference needs the GIL; at interpreter exit it is leaked instead.
+    // Dropping the Python reference needs the GIL. The usual case: the options die with their
+    // Python object, on a thread that holds it (also during finalization). A thread without it
+    // may not ask for it once the interpreter is exiting: the reference is leaked then.
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      apply_.reset();
+      return;
+    }
     if (!Py_IsInitialized() || PythonFinalizing()) {
       (void)apply_.release();
       return;
@@ -63,8 +75,12 @@ class PyUserTransform final : public UserTransform {
         nb::steal(PyCapsule_New(schema.release(), "arrow_schema", DeleteSchemaCapsule));
     nb::object array_capsule =
         nb::steal(PyCapsule_New(array.release(), "arrow_array", DeleteArrayCapsule));
+    nb::object apply = nb::borrow(PyWeakref_GetObject(apply_.ptr()));
+    if (apply.is_none()) {
+      return MakeError(ErrorKind::kClosed, where + ": the loader that owns transform= is gone");
+    }
     try {
-      nb::object returned = apply_(schema_capsule, array_capsule, where);
+      nb::object returned = apply(schema_capsule, array_capsule, where);
       nb::tuple pair = nb::cast<nb::tuple>(returned);
       if (nb::isinstance<nb::str>(pair[0])) {  // (kind, message): the glue caught an error
         const std::string kind = nb::cast<std::string>(pair[0]);
@@ -97,7 +113,7 @@ class PyUserTransform final : public UserTransform {
     return ErrorKind::kTransform;
   }
 
-  nb::object apply_;
+  nb::object apply_;  // a weakref.ref to the glue
   const std::string fingerprint_;
 };
 
@@ -109,13 +125,13 @@ void RegisterUserTransform(nb::module_& m) {
   options
       .def(
           "set_user_transform",
-          [](LoaderOptions& self, nb::object apply, std::string fingerprint) {
-            self.user_transform =
-                std::make_shared<PyUserTransform>(std::move(apply), std::move(fingerprint));
+          [](LoaderOptions& self, nb::handle apply, std::string fingerprint) {
+            self.user_transform = std::make_shared<PyUserTransform>(apply, std::move(fingerprint));
           },
           nb::arg("apply"), nb::arg("fingerprint"),
           "apply(schema_capsule, array_capsule, where) -> (schema_capsule, array_capsule) or "
-          "(kind, message); called on the engine's worker threads with the GIL held.")
+          "(kind, message); called on the engine's worker threads with the GIL held. Held "
+          "weakly: the caller keeps it alive as long as the loader.")
       .def_prop_ro("has_user_transform",
                    [](const LoaderOptions& self) { return self.user_transform != nullptr; })
       .def_rw("transform_columns", &LoaderOptions::transform_columns);

@@ -251,7 +251,9 @@ class Loader:
                                              "column, or pass None for all")
                 opts.transform_columns = list(transform_columns)
             self._runner = make_runner({"transform": fn}, 0)
-            opts.set_user_transform(TransformGlue(self._runner), self._transform_fingerprint)
+            # The engine holds the glue weakly: this loader owns it (see the binding).
+            self._transform_glue = TransformGlue(self._runner)
+            opts.set_user_transform(self._transform_glue, self._transform_fingerprint)
         elif transform_columns is not None or transform_version is not None:
             raise InvalidOptionError("transform_columns and transform_version need transform=")
         opts.default_column_options, opts.column_options = column_options(
