@@ -558,3 +558,47 @@ def test_transform_spec_selected_fields_and_errors(dataset):
         edit_fields=[("g", np.float32, (2,), False)])
     with pytest.raises(TransformError, match="'g'.*shape"):
         Loader(dataset, transform=wrong_shape)
+
+
+def test_list_outputs_take_the_lists_option(dataset):
+    def fn(arrays):
+        runs = np.empty(len(arrays["id"]), dtype=object)
+        for row, i in enumerate(arrays["id"]):
+            runs[row] = np.arange(i % 3, dtype=np.int16)
+        return {"id": arrays["id"], "runs": runs}
+
+    with pytest.raises(stoker.errors.UnsupportedTypeError, match="'runs'.*lists="):
+        Loader(dataset, transform=fn)
+    with Loader(dataset, transform=fn, lists={"runs": "padded"}, shuffle=False,
+                batch_size=100, drop_last=False) as loader:
+        got = collect(loader, ["id", "runs", "runs_lengths"])
+    assert got["runs_lengths"].tolist() == (got["id"] % 3).tolist()
+    assert got["runs"].dtype == np.int16 and got["runs"].shape[1] == 2
+
+
+class _CrashingRunner:
+    def __init__(self, error):
+        self.error = error
+        self.closed = False
+
+    def call(self, name, arrays, where, rng_key=None):
+        raise self.error(f"{where}: the worker process died")
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("error", [stoker.errors.WorkerCrashedError, LoaderClosedError])
+def test_a_runner_error_keeps_its_kind(dataset, monkeypatch, error):
+    import stoker.loader as loader_module
+
+    runners = []
+
+    def make_runner(functions, python_workers=0):
+        runners.append(_CrashingRunner(error))
+        return runners[-1]
+
+    monkeypatch.setattr(loader_module, "make_runner", make_runner)
+    with pytest.raises(error, match="part-0.parquet.*row group 0.*worker process died"):
+        Loader(dataset, transform=lambda a: a)
+    assert runners[0].closed  # a failed open closes the runner

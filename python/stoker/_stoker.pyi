@@ -227,7 +227,7 @@ class LoaderOptions:
 
     def set_user_transform(self, apply: object, fingerprint: str) -> None:
         """
-        apply(schema_capsule, array_capsule, where) -> (schema_capsule, array_capsule) or (kind, message); called on the engine's worker threads with the GIL held.
+        apply(schema_capsule, array_capsule, where) -> (schema_capsule, array_capsule) or (kind, message); called on the engine's worker threads with the GIL held. Held weakly: the caller keeps it alive as long as the loader.
         """
 
     @property
