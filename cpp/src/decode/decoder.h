@@ -99,7 +99,8 @@ class Decoder {
 
   /// The row-group-level entry point: `fields` of catalog row group `row_group`, rows
   /// [row_begin, row_begin + num_rows), with extension types unwrapped and dictionaries resolved.
-  /// Errors name the file, row group and columns.
+  /// Errors name the file, row group and columns. With a user transform, `fields` (then always
+  /// its inputs) are read for the whole row group and its outputs (DecodedNames) come back.
   Result<DecodedColumns> DecodeRows(int row_group, const std::vector<std::string>& fields,
                                     int64_t row_begin, int64_t num_rows) const;
 
