@@ -97,6 +97,8 @@ ReleaseGil::~ReleaseGil() {
   threads_in_engine.fetch_sub(1);
 }
 
+bool PythonFinalizing() { return Finalizing(); }
+
 void NoteIterating(bool done) {
   const unsigned long me = PyThread_get_thread_ident();
   std::lock_guard<std::mutex> lock(consumers_mutex);

@@ -11,5 +11,6 @@ NB_MODULE(_stoker, m) {
   stoker::python::RegisterCache(m);
   stoker::python::RegisterDescribe(m);
   stoker::python::RegisterTransform(m);
+  stoker::python::RegisterUserTransform(m);
   stoker::python::RegisterExitHook(m);
 }

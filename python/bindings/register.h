@@ -35,6 +35,9 @@ class ReleaseGil {
 /// references. Callable with or without the GIL.
 void NoteIterating(bool done);
 
+/// Whether the interpreter is finalizing: no thread may then ask for the GIL.
+bool PythonFinalizing();
+
 /// Runs `call` (returning Status or Result<T>) with the GIL released, then raises on error;
 /// returns the T of a Result.
 template <typename Call>
@@ -67,5 +70,6 @@ void RegisterCache(nanobind::module_& m);
 void RegisterDescribe(nanobind::module_& m);
 void RegisterExitHook(nanobind::module_& m);
 void RegisterTransform(nanobind::module_& m);
+void RegisterUserTransform(nanobind::module_& m);  // after RegisterOptions
 
 }  // namespace stoker::python

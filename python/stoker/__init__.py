@@ -7,6 +7,7 @@ from .cache import cache_usage, clear_cache
 from ._describe import describe
 from ._redact import redact_uri
 from ._ragged import Ragged, to_pylist
+from ._user_transform import TransformSpec
 from .errors import StokerError
 from .loader import Loader
 
@@ -23,6 +24,6 @@ def __getattr__(name):
 
 
 __all__ = [
-    "IterableDataset", "Loader", "Ragged", "StokerError", "cache_usage", "clear_cache", "describe",
+    "IterableDataset", "Loader", "Ragged", "StokerError", "TransformSpec", "cache_usage", "clear_cache", "describe",
     "errors", "ops", "redact_uri", "to_pylist", "__version__",
 ]

@@ -233,6 +233,20 @@ class LoaderOptions:
 
     def fingerprint(self, arg: bool, /) -> int: ...
 
+    def set_user_transform(self, apply: object, fingerprint: str) -> None:
+        """
+        apply(schema_capsule, array_capsule, where) -> (schema_capsule, array_capsule) or (kind, message); called on the engine's worker threads with the GIL held. Held weakly: the caller keeps it alive as long as the loader.
+        """
+
+    @property
+    def has_user_transform(self) -> bool: ...
+
+    @property
+    def transform_columns(self) -> list[str]: ...
+
+    @transform_columns.setter
+    def transform_columns(self, arg: Sequence[str], /) -> None: ...
+
 class ColumnKind(enum.Enum):
     dense = 0
 

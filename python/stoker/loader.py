@@ -13,11 +13,15 @@ import weakref
 import zlib
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Union
 
+import numpy as np
+
 from . import _stoker
 from ._augment import AugmentStage, numpy_to_torch
 from ._convert import to_python
 from ._device import DeviceFeeder, parse_device
 from ._distributed import agree_on_seed, default_num_threads, resolve_rank
+from ._pyworkers import make_runner
+from ._user_transform import TransformGlue, user_transform
 from ._options import (Source, check_int, column_options, normalise_sources, parse_size,
                        output_columns, set_transforms, storage_value, transform_chains)
 from ._pyworkers import check_python_options, make_runner
@@ -119,12 +123,25 @@ class Loader:
             ``python_workers``, the cache or a resume, and a different one next epoch. Runs a
             few batches ahead of the training loop on background threads (or processes). The
             output's keys, dtypes and per-row shapes must match the first batch's output.
-        python_workers: Run the Python callables (``augment``) in this many worker processes
+        python_workers: Run the Python callables (``transform``, ``augment``) in this many worker processes
             instead of threads: pure-Python code then runs in parallel, free of the GIL. The
             callables must be picklable (module-level functions); arrays move through shared
             memory. ``0`` (default): threads.
         python_start_method: How the worker processes start: ``"spawn"`` (default) or
             ``"forkserver"`` (never ``"fork"``: the loader runs C++ threads).
+        transform: Your own function ``fn(dict[str, np.ndarray]) -> dict[str, np.ndarray]``, run
+            on the engine's worker threads once per decoded row group (its whole rows), before
+            the cache: with ``cache_dir``, later epochs read its output from the cache without
+            calling it. The keys it returns are the dataset's columns for every other option
+            (``columns``, ``features``, ``transforms``, ``lists``, ``fill_null``, ...). It is
+            called once at open on the first rows to learn its output keys, dtypes and inner
+            shapes; every later call must match them. A :class:`stoker.TransformSpec` (or
+            Petastorm's) is accepted too. Python holds the GIL: pure-Python work runs one row
+            group at a time. See the user guide, "User code: transform=".
+        transform_columns: The file columns ``transform`` receives (default: all).
+        transform_version: A string that is part of the transform's cache key and resume
+            fingerprint; change it when code the function calls changes (stoker fingerprints
+            the function's own code, defaults and plain-data closure values only).
     """
 
     def __init__(
@@ -165,6 +182,9 @@ class Loader:
         augment: Optional[Callable[[Dict[str, Any], Any], Mapping[str, Any]]] = None,
         python_workers: int = 0,
         python_start_method: str = "spawn",
+        transform: Optional[Callable[[Dict[str, np.ndarray]], Mapping[str, Any]]] = None,
+        transform_columns: Optional[Sequence[str]] = None,
+        transform_version: Optional[str] = None,
     ) -> None:
         if output not in ("numpy", "torch"):
             raise InvalidOptionError(f"output must be 'numpy' or 'torch', got {output!r}")
@@ -186,6 +206,13 @@ class Loader:
             raise InvalidOptionError(
                 f"augment must be a callable fn(batch, rng) -> dict, got {type(augment).__name__}")
         functions = {"augment": augment} if augment is not None else {}
+        transform_fn, self._transform_fingerprint = None, ""
+        if transform is not None:
+            transform_fn, self._transform_fingerprint = user_transform(transform,
+                                                                       transform_version)
+            functions["transform"] = transform_fn
+        elif transform_columns is not None or transform_version is not None:
+            raise InvalidOptionError("transform_columns and transform_version need transform=")
         if python_workers and not functions:
             raise InvalidOptionError(
                 f"python_workers={python_workers} has nothing to run: it runs augment= (or "
@@ -259,6 +286,14 @@ class Loader:
         self._transforms = transform_chains(transforms) if transforms is not None else {}
         if transforms is not None:
             set_transforms(opts, self._transforms)
+        if transform_fn is not None and transform_columns is not None:
+            if isinstance(transform_columns, str) or not all(
+                    isinstance(name, str) for name in transform_columns):
+                raise InvalidOptionError("transform_columns takes a list of column names")
+            if not transform_columns:
+                raise InvalidOptionError("transform_columns is empty: name at least one "
+                                         "column, or pass None for all")
+            opts.transform_columns = list(transform_columns)
         opts.default_column_options, opts.column_options = column_options(
             lists, pad_value, fill_null, null_mask, opts.columns + opts.features, on_error)
         self._options = opts
@@ -266,6 +301,10 @@ class Loader:
         self._runner = make_runner(functions, python_workers, python_start_method) \
             if functions else None
         try:
+            if transform_fn is not None:
+                # The engine holds the glue weakly: this loader owns it (see the binding).
+                self._transform_glue = TransformGlue(self._runner)
+                opts.set_user_transform(self._transform_glue, self._transform_fingerprint)
             if augment is not None:
                 self._augment = AugmentStage(self._runner, python_workers or 2)
             self._engine = _stoker.Engine.open(opts)
@@ -555,6 +594,9 @@ class Loader:
                                   sorted((k, column_options(v))
                                          for k, v in opts.column_options.items())),
             "transforms": crc(self._transforms),
+            # Only with transform=, so states of loaders without one are unchanged.
+            **({"transform": crc(self._transform_fingerprint, list(opts.transform_columns))}
+               if self._runner is not None else {}),
         }
 
     def _differences(self, state: Mapping[str, Any]) -> str:
@@ -670,6 +712,9 @@ class Loader:
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()  # permanent: an iter() racing this close cannot start an epoch
+        self._close_runner()
+
+    def _close_runner(self) -> None:
         runner, self._runner = getattr(self, "_runner", None), None
         if runner is not None:
             runner.close()  # a call in flight raises LoaderClosedError

@@ -33,6 +33,8 @@ enum class ErrorKind {
   kStateMismatch,    // a resume state does not match the loader's options
   kStorage,          // an I/O error from the storage layer
   kClosed,           // the loader was closed (possibly by another thread), or used after fork
+  kTransform,        // a user transform (transform=) raised, or broke its output schema
+  kWorkerCrashed,    // a process running a user transform died
 };
 
 /// Returns a Status carrying `kind`; the message is what the user reads.

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "stoker/error.h"
 #include "stoker/tensor.h"
 #include "stoker/transform_spec.h"
+#include "stoker/user_transform.h"
 
 namespace stoker {
 
@@ -61,6 +63,11 @@ struct LoaderOptions {
   /// source, and a deterministic prefix the chains share runs once per row.
   std::map<std::string, std::vector<std::pair<std::string, std::vector<OpSpec>>>> transform_outputs;
   ColumnOptions default_column_options;
+  /// User code run on each decoded row group before the cache (stoker/user_transform.h); null:
+  /// none. Its output columns replace the file's columns for every option above.
+  std::shared_ptr<UserTransform> user_transform;
+  /// The file columns the user transform receives; empty: every file column.
+  std::vector<std::string> transform_columns;
 
   int64_t batch_size = 1024;
   bool shuffle = true;

@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include "decode/user_code.h"
+
 namespace stoker {
 namespace {
 
@@ -524,25 +526,53 @@ Status ResolveOutputs(const std::vector<std::pair<std::string, std::vector<OpSpe
   return Status::OK();
 }
 
-Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options) {
-  const arrow::Schema& schema = *catalog.schema();
+Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options,
+                                  std::shared_ptr<arrow::Schema> transform_schema) {
   OutputSpec out;
+  // The columns the options name: the file's, or the user transform's outputs; partition
+  // columns follow either way.
+  std::shared_ptr<arrow::Schema> dataset_schema = catalog.schema();
+  int num_regular = catalog.num_file_fields();
+  if (options.user_transform) {
+    STOKER_ASSIGN_OR_RAISE(out.file_fields, TransformInputs(catalog, options));
+    if (!transform_schema) {
+      STOKER_ASSIGN_OR_RAISE(transform_schema, ProbeUserTransform(catalog, options));
+    }
+    std::vector<std::shared_ptr<arrow::Field>> fields = transform_schema->fields();
+    for (int i = catalog.num_file_fields(); i < catalog.schema()->num_fields(); ++i) {
+      const auto& partition = catalog.schema()->field(i);
+      if (transform_schema->GetFieldIndex(partition->name()) >= 0) {
+        return MakeError(ErrorKind::kTransform,
+                         "transform= returns key '" + partition->name() +
+                             "', which is also a partition column of the dataset; rename it");
+      }
+      fields.push_back(partition);
+    }
+    num_regular = transform_schema->num_fields();
+    dataset_schema = arrow::schema(fields);
+    out.user_transform = options.user_transform;
+    out.transform_schema = transform_schema;
+  }
+  const arrow::Schema& schema = *dataset_schema;
   std::set<std::string> needed;
   std::set<std::string> seen_outputs;
 
   auto lookup = [&](const std::string& name, ColumnSpec* spec) -> Status {
     const int index = schema.GetFieldIndex(name);
     if (index < 0) {
-      return MakeError(
-          ErrorKind::kColumnNotFound,
-          "column '" + name + "' is not in the dataset; available columns: " + Available(schema));
+      return MakeError(ErrorKind::kColumnNotFound,
+                       "column '" + name + "' is not in the dataset" +
+                           (options.user_transform ? " (the outputs of transform=)" : "") +
+                           "; available columns: " + Available(schema));
     }
     auto it = options.column_options.find(name);
     const ColumnOptions& column_options =
         it == options.column_options.end() ? options.default_column_options : it->second;
-    spec->field_index = index;
+    // Partition columns keep their index in the catalog's schema.
+    spec->field_index = index >= num_regular ? catalog.num_file_fields() + (index - num_regular)
+                                             : (options.user_transform ? -1 : index);
     spec->explicit_options = it != options.column_options.end();
-    if (index >= catalog.num_file_fields()) {
+    if (index >= num_regular) {
       spec->name = name;
       spec->options = column_options;
       spec->arrow_type = schema.field(index)->type()->ToString();
@@ -741,9 +771,16 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       out.features.push_back(std::move(spec));
     }
   }
+  if (options.user_transform) {
+    for (const auto& field : transform_schema->fields()) {
+      if (needed.count(field->name())) out.decoded_fields.push_back(field->name());
+    }
+    return out;
+  }
   for (const auto& field : schema.fields()) {
     if (needed.count(field->name())) out.file_fields.push_back(field->name());
   }
+  out.decoded_fields = out.file_fields;
   return out;
 }
 

@@ -80,13 +80,23 @@ struct ColumnSpec {
 struct OutputSpec {
   std::vector<ColumnSpec> columns;   // one output tensor group each
   std::vector<ColumnSpec> features;  // stacked into one [B, F] tensor
-  /// Field names the decoder must read (file fields only), in schema order.
+  /// Field names the decoder must read (file fields only), in schema order. With a user
+  /// transform: the transform's inputs.
   std::vector<std::string> file_fields;
   std::shared_ptr<TransformCounters> transform_counters = std::make_shared<TransformCounters>();
+  /// Names of the arrays a decode task delivers: file_fields, or with a user transform the
+  /// transform outputs that columns and features read, in the transform's output order.
+  std::vector<std::string> decoded_fields;
+  /// LoaderOptions::user_transform (or null) and its output schema, learned at open.
+  std::shared_ptr<UserTransform> user_transform;
+  std::shared_ptr<arrow::Schema> transform_schema;
 };
 
-/// Resolves `options.columns` / `options.features` against the catalog's schema.
-Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options);
+/// Resolves `options.columns` / `options.features` against the catalog's schema or, with a user
+/// transform, against its output schema (plus the partition columns). `transform_schema`: that
+/// schema when already learned (ProbeUserTransform); null: learned here by calling the transform.
+Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options,
+                                  std::shared_ptr<arrow::Schema> transform_schema = nullptr);
 
 /// Whether nulls of this column are replaced by its fill_null value (numeric and bool columns
 /// with fill_null set; strings and lists need null_mask instead).

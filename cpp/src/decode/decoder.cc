@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "decode/dictionary.h"
+#include "decode/user_code.h"
 #include "io/filesystem.h"
 
 namespace stoker {
@@ -365,7 +366,9 @@ std::vector<DecodeTask> Decoder::MakeTasks(const Plan& plan, int segment,
   for (const auto& field : spec_->file_fields) {
     // The whole row group is decoded even for a slice; its size is what the task costs.
     const int64_t bytes = catalog_->FieldBytes(rg, field);
-    if (!current.fields.empty() && current.estimated_bytes + bytes > task_bytes) {
+    // A user transform sees all its inputs at once: one task.
+    if (!current.fields.empty() && current.estimated_bytes + bytes > task_bytes &&
+        !spec_->user_transform) {
       tasks.push_back(std::move(current));
       current = DecodeTask{};
       current.segment = segment;
@@ -382,12 +385,10 @@ Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task)
   return DecodeRows(seg.row_group, task.fields, seg.row_begin, seg.num_rows);
 }
 
-Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std::string>& fields,
-                                           int64_t row_begin, int64_t num_rows) const {
-  DecodedColumns out;
-  if (fields.empty()) return out;
-  const RowGroupRef& rg = catalog_->row_groups()[row_group];
-  const CatalogFile& file = catalog_->files()[rg.file];
+Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, int row_group,
+                                                        const std::vector<std::string>& fields) {
+  const RowGroupRef& rg = catalog.row_groups()[row_group];
+  const CatalogFile& file = catalog.files()[rg.file];
 
   std::vector<int> leaves;
   for (const auto& field : fields) {
@@ -399,7 +400,7 @@ Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std:
   auto input = file.Open();
   if (!input.ok()) {
     return MakeError(ErrorKind::kStorage,
-                     "cannot open " + catalog_->Where(rg) + ": " + input.status().message());
+                     "cannot open " + catalog.Where(rg) + ": " + input.status().message());
   }
   std::shared_ptr<arrow::Table> table;
   Status failure;
@@ -432,9 +433,77 @@ Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std:
     const ErrorKind kind = ReadFailureKind(failure);
     return MakeError(
         kind, std::string(kind == ErrorKind::kCorruptFile ? "cannot decode" : "cannot read") +
-                  " column(s) " + columns + " of " + catalog_->Where(rg) + ": " +
-                  failure.message());
+                  " column(s) " + columns + " of " + catalog.Where(rg) + ": " + failure.message());
   }
+  return table;
+}
+
+Result<std::shared_ptr<arrow::Array>> FlattenColumn(const arrow::ChunkedArray& column,
+                                                    bool keep_extensions, const std::string& field,
+                                                    const std::string& where) {
+  // Dictionaries and extensions are unwrapped chunk by chunk (chunks may carry different
+  // dictionaries).
+  std::vector<std::shared_ptr<arrow::Array>> chunks;
+  for (auto chunk : column.chunks()) {
+    if (chunk->type_id() == arrow::Type::EXTENSION && !keep_extensions) {
+      chunk = static_cast<const arrow::ExtensionArray&>(*chunk).storage();
+    }
+    if (chunk->type_id() == arrow::Type::DICTIONARY) {
+      ARROW_ASSIGN_OR_RAISE(
+          chunk,
+          MaterializeDictionary(static_cast<const arrow::DictionaryArray&>(*chunk), field, where));
+    }
+    chunks.push_back(std::move(chunk));
+  }
+  if (chunks.size() == 1) return std::move(chunks[0]);
+  if (chunks.empty()) return arrow::MakeEmptyArray(column.type());
+  return arrow::Concatenate(chunks);
+}
+
+Result<DecodedColumns> Decoder::DecodeTransformed(int row_group, int64_t row_begin,
+                                                  int64_t num_rows) const {
+  const RowGroupRef& rg = catalog_->row_groups()[row_group];
+  const std::string where = catalog_->Where(rg);
+  // The transform sees the whole row group, whatever part of it the segment is: its output is
+  // what the cache stores, and a function of the row group alone.
+  STOKER_ASSIGN_OR_RAISE(auto input, ReadTransformInput(*catalog_, row_group, spec_->file_fields));
+  STOKER_ASSIGN_OR_RAISE(
+      auto output,
+      RunUserTransform(*spec_->user_transform, spec_->transform_schema.get(), input, where));
+  DecodedColumns out;
+  for (const auto& field : spec_->decoded_fields) {
+    auto column = output->GetColumnByName(field);
+    ARROW_DCHECK(column);  // RunUserTransform checked the schema
+    STOKER_ASSIGN_OR_RAISE(auto array,
+                           FlattenColumn(arrow::ChunkedArray(column->Slice(row_begin, num_rows)),
+                                         /*keep_extensions=*/false, field, where));
+    if (const ColumnSpec* chained = ChainedColumn(field); chained && chained->cached_ops > 0) {
+      STOKER_ASSIGN_OR_RAISE(array, ApplyCachedOps(*chained, array, row_group, row_begin));
+    }
+    out.bytes += arrow::util::TotalBufferSize(*array->data());
+    out.arrays.emplace_back(field, std::move(array));
+  }
+  return out;
+}
+
+std::vector<std::string> Decoder::DecodedNames(const std::vector<std::string>& fields) const {
+  return spec_->user_transform ? spec_->decoded_fields : fields;
+}
+
+std::string Decoder::CachePrefix() const {
+  if (!spec_->user_transform) return "";
+  std::string prefix = "transform=" + spec_->user_transform->Fingerprint() + "(";
+  for (const auto& field : spec_->file_fields) prefix += field + ",";
+  return prefix + ")";
+}
+
+Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std::string>& fields,
+                                           int64_t row_begin, int64_t num_rows) const {
+  if (spec_->user_transform) return DecodeTransformed(row_group, row_begin, num_rows);
+  DecodedColumns out;
+  if (fields.empty()) return out;
+  const RowGroupRef& rg = catalog_->row_groups()[row_group];
+  STOKER_ASSIGN_OR_RAISE(auto table, ReadRowGroupTable(*catalog_, row_group, fields));
   for (const auto& field : fields) {
     auto chunked = table->GetColumnByName(field);
     if (!chunked) {
@@ -447,29 +516,10 @@ Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std:
                                                     " values, the footer says " +
                                                     std::to_string(rg.num_rows));
     }
-    // Slice first so dictionaries are resolved for the segment's rows only; dictionaries and
-    // extensions are unwrapped chunk by chunk (chunks may carry different dictionaries).
-    const std::shared_ptr<arrow::ChunkedArray> sliced = chunked->Slice(row_begin, num_rows);
-    std::vector<std::shared_ptr<arrow::Array>> chunks;
-    for (auto chunk : sliced->chunks()) {
-      if (chunk->type_id() == arrow::Type::EXTENSION) {
-        chunk = static_cast<const arrow::ExtensionArray&>(*chunk).storage();
-      }
-      if (chunk->type_id() == arrow::Type::DICTIONARY) {
-        ARROW_ASSIGN_OR_RAISE(
-            chunk, MaterializeDictionary(static_cast<const arrow::DictionaryArray&>(*chunk), field,
-                                         catalog_->Where(rg)));
-      }
-      chunks.push_back(std::move(chunk));
-    }
-    std::shared_ptr<arrow::Array> array;
-    if (chunks.size() == 1) {
-      array = std::move(chunks[0]);
-    } else if (chunks.empty()) {
-      ARROW_ASSIGN_OR_RAISE(array, arrow::MakeEmptyArray(chunked->type()));
-    } else {
-      ARROW_ASSIGN_OR_RAISE(array, arrow::Concatenate(chunks));
-    }
+    // Slice first so dictionaries are resolved for the segment's rows only.
+    STOKER_ASSIGN_OR_RAISE(auto array,
+                           FlattenColumn(*chunked->Slice(row_begin, num_rows),
+                                         /*keep_extensions=*/false, field, catalog_->Where(rg)));
     if (const ColumnSpec* chained = ChainedColumn(field); chained && chained->cached_ops > 0) {
       STOKER_ASSIGN_OR_RAISE(array, ApplyCachedOps(*chained, array, row_group, row_begin));
     }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <arrow/array.h>
+#include <arrow/table.h>
 
 #include <cstdint>
 #include <memory>
@@ -75,6 +76,17 @@ struct DecodedItem {
 /// `source` (laid out as `spec` describes), or a null Value.
 transform::Value TransformInput(const ColumnSpec& spec, const ColumnSource& source, int64_t row);
 
+/// Reads `fields` of catalog row group `row_group`, whole, through Arrow's Parquet reader.
+/// Errors name the file, row group and columns.
+Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, int row_group,
+                                                        const std::vector<std::string>& fields);
+
+/// One array of `column`'s chunks with dictionaries resolved and, unless `keep_extensions`,
+/// extension types replaced by their storage. `field` and `where` name it in errors.
+Result<std::shared_ptr<arrow::Array>> FlattenColumn(const arrow::ChunkedArray& column,
+                                                    bool keep_extensions, const std::string& field,
+                                                    const std::string& where);
+
 class Decoder {
  public:
   Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const OutputSpec> spec);
@@ -87,13 +99,21 @@ class Decoder {
 
   /// The row-group-level entry point: `fields` of catalog row group `row_group`, rows
   /// [row_begin, row_begin + num_rows), with extension types unwrapped and dictionaries resolved.
-  /// Errors name the file, row group and columns.
+  /// Errors name the file, row group and columns. With a user transform, `fields` (then always
+  /// its inputs) are read for the whole row group and its outputs (DecodedNames) come back.
   Result<DecodedColumns> DecodeRows(int row_group, const std::vector<std::string>& fields,
                                     int64_t row_begin, int64_t num_rows) const;
 
   /// The name a field's decoded arrays are cached under: the field, plus the fingerprint of the
   /// transform ops applied before the cache (so changing a transform never serves stale entries).
   std::string CacheName(const std::string& field) const;
+
+  /// The names of the arrays DecodeRows returns for `fields`: `fields`, or with a user transform
+  /// its outputs that the loader reads.
+  std::vector<std::string> DecodedNames(const std::vector<std::string>& fields) const;
+
+  /// What the cache key adds for a user transform (its fingerprint and inputs); empty without.
+  std::string CachePrefix() const;
 
   /// Builds the item from every task's columns of one segment; checks nulls against options.
   Result<std::shared_ptr<DecodedItem>> Assemble(const Plan& plan, int segment,
@@ -113,6 +133,10 @@ class Decoder {
   Result<std::shared_ptr<arrow::Array>> ApplyListOps(const ColumnSpec& spec,
                                                      const std::shared_ptr<arrow::Array>& array,
                                                      int row_group, int64_t row_begin) const;
+  /// DecodeRows with a user transform: reads its inputs of the whole row group, runs it, then
+  /// slices its outputs to the rows and runs their chains' cached prefixes.
+  Result<DecodedColumns> DecodeTransformed(int row_group, int64_t row_begin,
+                                           int64_t num_rows) const;
   /// The spec of an output column read from `field`, when it has a transform chain.
   const ColumnSpec* ChainedColumn(const std::string& field) const;
 

@@ -110,12 +110,15 @@ Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& p
     *keep_alive = serialized;
     return Status::OK();
   };
-  // A transformed field is cached under its name and the fingerprint of the ops applied.
+  // A transformed field is cached under its name and the fingerprint of the ops applied; with a
+  // user transform, the entry holds its outputs, keyed also by its fingerprint and inputs.
+  const std::vector<std::string> stored = decoder.DecodedNames(task.fields);
   std::vector<std::string> names;
-  for (const auto& field : task.fields) names.push_back(decoder.CacheName(field));
+  if (std::string prefix = decoder.CachePrefix(); !prefix.empty()) names.push_back(prefix);
+  for (const auto& field : stored) names.push_back(decoder.CacheName(field));
   STOKER_ASSIGN_OR_RAISE(auto entry, cache_->GetOrFill(kNamespace, Key(rg, names), fill));
   if (!filled) {
-    auto cached = Deserialize(std::move(entry), task.fields);
+    auto cached = Deserialize(std::move(entry), stored);
     if (cached.ok()) {
       *hit = true;
       arrays = std::move(*cached);

@@ -13,6 +13,7 @@
 
 #include "catalog/catalog.h"
 #include "decode/column_spec.h"
+#include "decode/user_code.h"
 
 namespace stoker {
 namespace {
@@ -97,6 +98,7 @@ void SetProduced(const ColumnSpec& spec, ColumnDescription* column) {
 // Resolves `name` alone, as a column or as a feature, with the options' choices for it: one spec,
 // or one per output of a column whose transforms give several.
 Result<std::vector<ColumnSpec>> ResolveOne(const Catalog& catalog, const LoaderOptions& options,
+                                           const std::shared_ptr<arrow::Schema>& transform_schema,
                                            const std::string& name, bool feature) {
   LoaderOptions one = options;
   one.columns.clear();
@@ -112,19 +114,24 @@ Result<std::vector<ColumnSpec>> ResolveOne(const Catalog& catalog, const LoaderO
       outputs != options.transform_outputs.end() && !feature) {
     one.transform_outputs.insert(*outputs);
   }
-  STOKER_ASSIGN_OR_RAISE(OutputSpec spec, ResolveColumns(catalog, one));
+  STOKER_ASSIGN_OR_RAISE(OutputSpec spec, ResolveColumns(catalog, one, transform_schema));
   return feature ? spec.features : spec.columns;
 }
 
 // What the loader makes of column `name`: one description, or one per output of its transforms
 // (each named after its output, with the column's footer facts).
 std::vector<ColumnDescription> DescribeColumn(const Catalog& catalog, const LoaderOptions& options,
+                                              const std::shared_ptr<arrow::Schema>& transform_schema,
                                               const std::string& name, bool feature) {
   ColumnDescription column;
   column.name = name;
   const arrow::Schema& schema = *catalog.schema();
   const int index = schema.GetFieldIndex(name);
-  if (index >= 0) {
+  // A user transform's output: what it returned at open (no footer facts of its own).
+  const int output = transform_schema ? transform_schema->GetFieldIndex(name) : -1;
+  if (output >= 0) {
+    column.arrow_type = transform_schema->field(output)->type()->ToString();
+  } else if (index >= 0) {
     column.arrow_type = schema.field(index)->type()->ToString();
     column.partition = index >= catalog.num_file_fields();
     if (!column.partition) {
@@ -138,7 +145,7 @@ std::vector<ColumnDescription> DescribeColumn(const Catalog& catalog, const Load
       column.null_count_known = facts.null_count_known;
     }
   }
-  auto resolved = ResolveOne(catalog, options, name, feature);
+  auto resolved = ResolveOne(catalog, options, transform_schema, name, feature);
   if (resolved.ok()) {
     column.ok = true;
     std::vector<ColumnDescription> out;
@@ -161,7 +168,7 @@ std::vector<ColumnDescription> DescribeColumn(const Catalog& catalog, const Load
     ColumnOptions with_mode = chosen;
     with_mode.list_mode = ListMode::kRagged;
     ragged.column_options[name] = with_mode;
-    auto as_ragged = ResolveOne(catalog, ragged, name, feature);
+    auto as_ragged = ResolveOne(catalog, ragged, transform_schema, name, feature);
     if (as_ragged.ok() && as_ragged->front().layout == SourceLayout::kList) {
       column.needs_list_mode = true;
       SetProduced(as_ragged->front(), &column);
@@ -207,20 +214,34 @@ Result<DatasetDescription> Describe(const LoaderOptions& options) {
     }
   }
 
+  // A user transform is run once, on the first rows: its outputs are the columns.
+  std::shared_ptr<arrow::Schema> transform_schema;
+  if (options.user_transform) {
+    STOKER_ASSIGN_OR_RAISE(transform_schema, ProbeUserTransform(*catalog, options));
+  }
   if (options.columns.empty() && options.features.empty()) {
-    for (const auto& field : catalog->schema()->fields()) {
-      for (auto& column : DescribeColumn(*catalog, options, field->name(), false)) {
+    std::vector<std::string> names;
+    if (transform_schema) {
+      for (const auto& field : transform_schema->fields()) names.push_back(field->name());
+      for (int i = catalog->num_file_fields(); i < catalog->schema()->num_fields(); ++i) {
+        names.push_back(catalog->schema()->field(i)->name());
+      }
+    } else {
+      for (const auto& field : catalog->schema()->fields()) names.push_back(field->name());
+    }
+    for (const auto& name : names) {
+      for (auto& column : DescribeColumn(*catalog, options, transform_schema, name, false)) {
         out.columns.push_back(std::move(column));
       }
     }
   } else {
     for (const auto& name : options.columns) {
-      for (auto& column : DescribeColumn(*catalog, options, name, false)) {
+      for (auto& column : DescribeColumn(*catalog, options, transform_schema, name, false)) {
         out.columns.push_back(std::move(column));
       }
     }
     for (const auto& name : options.features) {
-      for (auto& column : DescribeColumn(*catalog, options, name, true)) {
+      for (auto& column : DescribeColumn(*catalog, options, transform_schema, name, true)) {
         out.columns.push_back(std::move(column));
       }
     }

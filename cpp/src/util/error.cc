@@ -79,6 +79,10 @@ const char* ErrorKindName(ErrorKind kind) {
       return "storage";
     case ErrorKind::kClosed:
       return "closed";
+    case ErrorKind::kTransform:
+      return "transform";
+    case ErrorKind::kWorkerCrashed:
+      return "worker_crashed";
   }
   return "unknown";
 }

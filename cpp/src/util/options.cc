@@ -69,6 +69,9 @@ Status LoaderOptions::Validate() const {
                    " is not supported; use a float32/float64 or integer dtype");
   }
   if (features_name.empty()) return Invalid("features_name must not be empty");
+  if (!transform_columns.empty() && !user_transform) {
+    return Invalid("transform_columns needs transform=");
+  }
   return Status::OK();
 }
 
@@ -117,6 +120,13 @@ uint64_t LoaderOptions::Fingerprint(bool with_shard) const {
         }
       }
     }
+  }
+  // Only when set, so fingerprints of loaders without user code are unchanged.
+  if (user_transform) {
+    hash.Add("user-transform");
+    hash.Add(user_transform->Fingerprint());
+    hash.AddInt(transform_columns.size());
+    for (const auto& column : transform_columns) hash.Add(column);
   }
   hash.AddInt(batch_size);
   hash.AddInt(shuffle);
