@@ -576,29 +576,62 @@ def test_list_outputs_take_the_lists_option(dataset):
     assert got["runs"].dtype == np.int16 and got["runs"].shape[1] == 2
 
 
-class _CrashingRunner:
-    def __init__(self, error):
-        self.error = error
-        self.closed = False
-
-    def call(self, name, arrays, where, rng_key=None):
-        raise self.error(f"{where}: the worker process died")
-
-    def close(self):
-        self.closed = True
+def kill_on_row_group_3(arrays):
+    """Kills its worker process on the row group whose first id is 192 (file 0, row group 3)."""
+    if len(arrays["id"]) > 1 and int(arrays["id"][0]) == 3 * ROW_GROUP:
+        os.kill(os.getpid(), 9)
+    return features_fn(arrays)
 
 
-@pytest.mark.parametrize("error", [stoker.errors.WorkerCrashedError, LoaderClosedError])
-def test_a_runner_error_keeps_its_kind(dataset, monkeypatch, error):
-    import stoker.loader as loader_module
+def raise_on_row_group_2(arrays):
+    if len(arrays["id"]) > 1 and int(arrays["id"][0]) == 2 * ROW_GROUP:
+        raise ValueError("no good")
+    return features_fn(arrays)
 
-    runners = []
 
-    def make_runner(functions, python_workers=0):
-        runners.append(_CrashingRunner(error))
-        return runners[-1]
+@pytest.mark.timeout(180)
+def test_process_mode_gives_thread_mode_bytes_and_cache(dataset, tmp_path):
+    keys = ["id", "y", "img", "label", "n_tags"]
+    options = dict(transform=features_fn, seed=5, shuffle_window=100, num_threads=2,
+                   drop_last=False)
+    with Loader(dataset, **options) as loader:
+        threads = collect(loader, keys)
+    cache = str(tmp_path / "cache")
+    with Loader(dataset, python_workers=2, cache_dir=cache, **options) as loader:
+        processes = collect(loader, keys)
+        warm = collect(loader, keys)  # epoch 1 from the cache: another order, the same rows
+    for key in ("id", "y", "img", "n_tags"):
+        assert processes[key].tobytes() == threads[key].tobytes(), key
+    assert processes["label"] == threads["label"]
+    assert sorted(warm["id"].tolist()) == sorted(threads["id"].tolist())
+    # A thread-mode loader reads the process-mode entries: one cache, the same fingerprint.
+    with Loader(dataset, cache_dir=cache, **options) as loader:
+        assert collect(loader, ["y"])["y"].tobytes() == threads["y"].tobytes()
+        assert loader.stats()["cache"]["misses"] == 0
 
-    monkeypatch.setattr(loader_module, "make_runner", make_runner)
-    with pytest.raises(error, match="part-0.parquet.*row group 0.*worker process died"):
-        Loader(dataset, transform=lambda a: a)
-    assert runners[0].closed  # a failed open closes the runner
+
+@pytest.mark.timeout(180)
+def test_process_mode_worker_crash_names_file_and_row_group(dataset):
+    from stoker.errors import WorkerCrashedError
+
+    loader = Loader(dataset, transform=kill_on_row_group_3, python_workers=2, shuffle=False)
+    started = time.monotonic()
+    with pytest.raises(WorkerCrashedError, match=r"part-0\.parquet.*row group 3.*SIGKILL"):
+        for _ in loader:
+            pass
+    assert time.monotonic() - started < 60
+    loader.close()
+
+
+@pytest.mark.timeout(180)
+def test_process_mode_exception_names_row_group_and_traceback(dataset):
+    with Loader(dataset, transform=raise_on_row_group_2, python_workers=2,
+                shuffle=False) as loader:
+        with pytest.raises(TransformError, match=r"part-0\.parquet.*row group 2.*ValueError: no good"):
+            for _ in loader:
+                pass
+
+
+def test_process_mode_refuses_a_lambda(dataset):
+    with pytest.raises(InvalidOptionError, match="python_workers=2 needs transform= to be picklable"):
+        Loader(dataset, transform=lambda a: a, python_workers=2)
