@@ -179,6 +179,28 @@ Result<std::shared_ptr<arrow::Array>> Decoder::ApplyCachedOps(
     return Status::OK();
   };
   const bool zero = spec.options.on_error_zero;
+  auto fixed_rows = [&]() -> std::shared_ptr<arrow::Array> {
+    auto element = ArrowType(spec.source_dtype);
+    auto values = arrow::MakeArray(arrow::ArrayData::Make(
+        element, rows * spec.inner, {nullptr, std::shared_ptr<arrow::Buffer>(buffer)}));
+    return std::make_shared<arrow::FixedSizeListArray>(
+        arrow::fixed_size_list(element, static_cast<int32_t>(spec.inner)), rows, values,
+        null_count > 0 ? validity : nullptr, null_count);
+  };
+  // Element-wise numeric prefixes (standardize, clip, cast...) without nulls run as one columnar
+  // pass with the same arithmetic: the per-row Value overhead dominates on scalar columns. On an
+  // error the rows are re-run one by one below, which names the row (or zeroes it).
+  const bool bits =
+      input.kind == transform::ValueKind::kTensor && input.element == transform::ElementType::kBool;
+  if (!shaped && !bits && array->null_count() == 0 && chain.SupportsColumn(0, spec.cached_ops)) {
+    std::vector<uint8_t> column_scratch;
+    const transform::ColumnInput column{source.values, source.offsets32, source.offsets64};
+    if (chain.ApplyColumn(column, rows, buffer->mutable_data(), &column_scratch, 0, spec.cached_ops)
+            .ok()) {
+      if (spec.counters) spec.counters->prefix_rows += rows;
+      return fixed_rows();
+    }
+  }
   transform::Value out;
   transform::Value scratch;
   int64_t applied = 0;
@@ -236,12 +258,7 @@ Result<std::shared_ptr<arrow::Array>> Decoder::ApplyCachedOps(
     return std::make_shared<arrow::LargeBinaryArray>(
         rows, offsets, buffer, null_count > 0 ? validity : nullptr, null_count);
   }
-  auto element = ArrowType(spec.source_dtype);
-  auto values = arrow::MakeArray(arrow::ArrayData::Make(
-      element, rows * spec.inner, {nullptr, std::shared_ptr<arrow::Buffer>(std::move(buffer))}));
-  return std::make_shared<arrow::FixedSizeListArray>(
-      arrow::fixed_size_list(element, static_cast<int32_t>(spec.inner)), rows, values,
-      null_count > 0 ? validity : nullptr, null_count);
+  return fixed_rows();
 }
 
 namespace {

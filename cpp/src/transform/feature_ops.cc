@@ -83,6 +83,25 @@ class ElementwiseOp : public OpBase {
     return Status::OK();
   }
 
+  bool SupportsColumn(const ValueType& input) const override {
+    return IsNumericTensor(input) && OutputElement(input.element).ok();
+  }
+
+  // The same per-element arithmetic as Apply, over every element of every row.
+  Status ApplyColumn(const ValueType& input, const ColumnInput& in, int64_t rows,
+                     uint8_t* out) const override {
+    const ElementType out_element = OutputElement(input.element).ValueOrDie();
+    const int in_size = ElementSize(input.element), out_size = ElementSize(out_element);
+    int64_t count = rows;
+    for (int64_t dim : input.shape) count *= dim;
+    for (int64_t i = 0; i < count; ++i) {
+      long double value = LoadValue(input.element, in.values + i * in_size);
+      STOKER_RETURN_NOT_OK(Compute(&value));
+      StoreValue(out_element, out + i * out_size, value);
+    }
+    return Status::OK();
+  }
+
  protected:
   virtual Result<ElementType> OutputElement(ElementType input) const = 0;
   virtual Status Compute(long double* value) const = 0;
@@ -239,6 +258,31 @@ class LookupOp : public OpBase {
     for (int64_t i = 0; i < count; ++i) {
       const int64_t id = LookupInteger(LoadInt64(in.element(), in.data() + i * size));
       std::memcpy(dst + i * 8, &id, 8);
+    }
+    return Status::OK();
+  }
+
+  bool SupportsColumn(const ValueType& input) const override { return Resolve(input).ok(); }
+
+  // The same lookups as Apply, over a whole column.
+  Status ApplyColumn(const ValueType& input, const ColumnInput& in, int64_t rows,
+                     uint8_t* out) const override {
+    if (input.kind != ValueKind::kTensor) {
+      for (int64_t row = 0; row < rows; ++row) {
+        const int64_t begin = in.offsets32 ? in.offsets32[row] : in.offsets64[row];
+        const int64_t end = in.offsets32 ? in.offsets32[row + 1] : in.offsets64[row + 1];
+        const int64_t id = LookupText(std::string_view(
+            reinterpret_cast<const char*>(in.values) + begin, static_cast<size_t>(end - begin)));
+        std::memcpy(out + row * 8, &id, 8);
+      }
+      return Status::OK();
+    }
+    const int size = ElementSize(input.element);
+    int64_t count = rows;
+    for (int64_t dim : input.shape) count *= dim;
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t id = LookupInteger(LoadInt64(input.element, in.values + i * size));
+      std::memcpy(out + i * 8, &id, 8);
     }
     return Status::OK();
   }

@@ -183,4 +183,47 @@ Status Chain::Apply(RowContext ctx, const Value& in, Value* out, Value* scratch,
   return Status::OK();
 }
 
+Status Op::ApplyColumn(const ValueType&, const ColumnInput&, int64_t, uint8_t*) const {
+  return Status::NotImplemented(Name() + " has no columnar kernel");
+}
+
+bool Chain::SupportsColumn(size_t begin, size_t end) const {
+  end = std::min(end, ops_.size());
+  if (begin >= end) return false;
+  for (size_t i = begin; i < end; ++i) {
+    const ValueType& input = types_[i];
+    const bool text = input.kind != ValueKind::kTensor;
+    if ((text && i != begin) || (!text && !input.FixedShape()) || !ops_[i]->SupportsColumn(input)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Status Chain::ApplyColumn(const ColumnInput& in, int64_t rows, uint8_t* out,
+                          std::vector<uint8_t>* scratch, size_t begin, size_t end) const {
+  end = std::min(end, ops_.size());
+  // Ping-pong between `out` and two halves of `scratch` so that the last op writes `out`.
+  int64_t largest = 0;
+  for (size_t i = begin + 1; i < end; ++i) {
+    int64_t elements = 1;
+    for (int64_t dim : types_[i].shape) elements *= dim;
+    largest = std::max(largest, elements * ElementSize(types_[i].element));
+  }
+  scratch->resize(static_cast<size_t>(2 * largest * rows));
+  uint8_t* halves[2] = {scratch->data(), scratch->data() + largest * rows};
+  ColumnInput source = in;
+  for (size_t i = begin; i < end; ++i) {
+    uint8_t* target = i + 1 == end ? out : halves[(i - begin) % 2];
+    const Status status = ops_[i]->ApplyColumn(types_[i], source, rows, target);
+    if (!status.ok()) {
+      const auto kind = GetErrorKind(status).value_or(ErrorKind::kCorruptFile);
+      return MakeError(kind, ops_[i]->Name() + " (op " + std::to_string(i) + " of column '" +
+                                 column_ + "'): " + status.message());
+    }
+    source = ColumnInput{target};
+  }
+  return Status::OK();
+}
+
 }  // namespace stoker::transform

@@ -38,6 +38,14 @@ struct RowContext {
   PhiloxStream Stream() const;
 };
 
+/// The rows of a whole column for columnar kernels: tensors stored back to back in `values`, or
+/// strings/bytes as Arrow stores them (`values` plus 32- or 64-bit offsets of row 0).
+struct ColumnInput {
+  const uint8_t* values = nullptr;
+  const int32_t* offsets32 = nullptr;
+  const int64_t* offsets64 = nullptr;
+};
+
 /// Uniform double in [0, 1) with 53 random bits.
 double UniformDouble(PhiloxStream* stream);
 
@@ -61,6 +69,16 @@ class Op {
   /// Applies the op to one row. `in` has the resolved input type (with the variable dimensions
   /// filled in); `out` is reused across rows and never aliases `in`.
   virtual Status Apply(const RowContext& ctx, const Value& in, Value* out) const = 0;
+  /// Optional columnar kernel, for deterministic ops whose output row depends only on its input
+  /// row and whose fixed-shape output has as many elements as `input` (element-wise feature
+  /// ops): applies the op to `rows` rows stored back to back, with exactly the arithmetic of
+  /// `Apply`, so both paths give the same bytes. Saves the per-row Value overhead, which
+  /// dominates for scalar columns. Returns false when the op has no kernel for `input`.
+  /// A text input (string or bytes) comes with its offsets.
+  virtual bool SupportsColumn(const ValueType& input) const { return false; }
+  /// Errors carry the reason only: the caller re-runs the rows one by one to name the row.
+  virtual Status ApplyColumn(const ValueType& input, const ColumnInput& in, int64_t rows,
+                             uint8_t* out) const;
 };
 
 /// Base that stores the name and fingerprint made by ParamReader.
@@ -121,6 +139,15 @@ class Chain {
   /// and reused. An op's error comes back as "<op> (op i of column 'c'): <reason>" with its kind.
   Status Apply(RowContext ctx, const Value& in, Value* out, Value* scratch, size_t begin = 0,
                size_t end = SIZE_MAX) const;
+
+  /// True when every op in [begin, end) has a columnar kernel for its input type, and every
+  /// type after `begin` is a tensor of fixed shape: ApplyColumn may then replace Apply row by row.
+  bool SupportsColumn(size_t begin, size_t end) const;
+  /// Runs ops [begin, end) over `rows` rows of types()[begin] (`in`), writing the rows of
+  /// types()[end] back to back to `out`. `scratch` is caller-owned and reused. On an error no row
+  /// is named: re-run the rows with Apply to find it.
+  Status ApplyColumn(const ColumnInput& in, int64_t rows, uint8_t* out,
+                     std::vector<uint8_t>* scratch, size_t begin, size_t end) const;
 
  private:
   Chain() = default;
