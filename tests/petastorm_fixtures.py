@@ -93,6 +93,9 @@ def petastorm_rows(url: str, **kwargs) -> List[Any]:
     from petastorm import make_reader
 
     kwargs.setdefault("num_epochs", 1)
+    # The thread pool of Petastorm 0.13.1 intermittently ends a small dataset's epoch with no
+    # rows at all; the dummy (synchronous) pool reads every row.
+    kwargs.setdefault("reader_pool_type", "dummy")
     with make_reader(url, **kwargs) as reader:
         return [row for row in reader]
 
@@ -102,6 +105,7 @@ def petastorm_batches(url: str, **kwargs) -> List[Any]:
     from petastorm import make_batch_reader
 
     kwargs.setdefault("num_epochs", 1)
+    kwargs.setdefault("reader_pool_type", "dummy")
     with make_batch_reader(url, **kwargs) as reader:
         return [batch for batch in reader]
 
@@ -113,12 +117,22 @@ def value_key(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return ("nd", value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, np.generic):
-        return ("np", type(value).__name__, value.item())
+        item = value.item()
+        return ("np", type(value).__name__, "nan" if item != item else item)
     return ("py", type(value).__name__, value)
 
 
 def row_key(row: Any) -> tuple:
-    return tuple((name, value_key(getattr(row, name))) for name in row._fields)
+    """Hashable row, fields by name (Petastorm orders a schema view's fields by a set's order,
+    which changes between runs); a null string is None (Petastorm 0.13.1 on pandas 3 says
+    'nan')."""
+    out = []
+    for name in row._fields:
+        value = getattr(row, name)
+        if isinstance(value, np.str_) and value == "nan":
+            value = None
+        out.append((name, value_key(value)))
+    return tuple(sorted(out))
 
 
 def scratch() -> str:

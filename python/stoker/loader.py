@@ -99,6 +99,9 @@ class Loader:
         transforms: ``{column: [op, ...]}`` with ops from :mod:`stoker.ops`, run in C++ on the
             workers; the column becomes a dense tensor of the chain's output. The deterministic
             prefix is cached with ``cache_dir``; random ops are keyed by (seed, epoch, row id).
+        petastorm: A Petastorm store (a Unischema in ``_common_metadata``, read by a restricted
+            unpickler) has its codec fields decoded on the workers into the arrays Petastorm's
+            reader returns. ``False`` reads every column as stored (encoded bytes).
     """
 
     def __init__(
@@ -135,6 +138,7 @@ class Loader:
         cache_bytes: Union[int, str] = "50GiB",
         cache_min_free_bytes: Union[int, str] = "1GiB",
         transforms: Optional[Mapping[str, Sequence[Mapping[str, Any]]]] = None,
+        petastorm: bool = True,
     ) -> None:
         if output not in ("numpy", "torch"):
             raise InvalidOptionError(f"output must be 'numpy' or 'torch', got {output!r}")
@@ -216,7 +220,20 @@ class Loader:
         opts.cache_bytes = parse_size(cache_bytes, "cache_bytes")
         opts.cache_min_free_bytes = parse_size(cache_min_free_bytes, "cache_min_free_bytes")
         self._transforms = transform_chains(transforms) if transforms is not None else {}
-        if transforms is not None:
+        # A Petastorm store's codec fields become decode ops; plain Parquet is left alone.
+        self._petastorm_store = None
+        self._reshape: Dict[str, tuple] = {}
+        if not isinstance(petastorm, bool):
+            raise InvalidOptionError(f"petastorm must be True or False, got {petastorm!r}")
+        if petastorm:
+            from ._petastorm import detect, plan_columns
+
+            self._petastorm_store = detect(opts.sources, storage_options)
+            if self._petastorm_store is not None:
+                wanted = None if columns is None else list(columns)
+                self._transforms, self._reshape = plan_columns(
+                    self._petastorm_store, wanted, self._transforms)
+        if self._transforms:
             opts.set_transforms(self._transforms)
         opts.default_column_options, opts.column_options = column_options(
             lists, pad_value, fill_null, null_mask, opts.columns + opts.features)
@@ -380,7 +397,11 @@ class Loader:
                     return
                 continue  # timeout: lets Python deliver signals (Ctrl-C)
             self._check_generation(generation)  # ended while this batch was in flight
-            yield to_python(batch, self._output)
+            out = to_python(batch, self._output)
+            for name, shape in self._reshape.items():  # e.g. Petastorm's [H, W] gray images
+                if name in out:
+                    out[name] = out[name].reshape((len(out[name]),) + shape)
+            yield out
 
     def _iterate(self, engine: Any, generation: int) -> Iterator[Dict[str, Any]]:
         # The position counts batches handed to the caller, here at the outermost yield (the
