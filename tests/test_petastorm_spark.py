@@ -123,11 +123,14 @@ def test_make_batch_reader_scalars_equal_petastorms(datasets):
     want = pf.petastorm_batches(url, schema_fields=fields)
     with make_batch_reader(url, schema_fields=fields, seed=1) as reader:
         got = list(reader)
+    order_a = np.argsort(np.concatenate([b.id for b in got]))
+    order_b = np.argsort(np.concatenate([b.id for b in want]))
     for name in fields:
         a = np.concatenate([getattr(b, name) for b in got])
         b = np.concatenate([getattr(b, name) for b in want])
-        order_a = np.argsort(np.concatenate([b.id for b in got]))
-        order_b = np.argsort(np.concatenate([b.id for b in want]))
+        if name == "name":  # a null string: None in stoker, 'nan' in Petastorm on pandas 3
+            assert a.dtype == object and sum(v is None for v in a) == 3
+            a = np.array(["nan" if v is None else v for v in a])
         assert a.dtype == b.dtype, name
         np.testing.assert_array_equal(a[order_a], b[order_b])
 
