@@ -146,49 +146,12 @@ def remove(path: str) -> None:
 def write_with_helpers(path: str, schema, rows: List[Dict[str, Any]], row_group_rows: int = 8,
                        files: int = 2) -> str:
     """The on-disk format of materialize_dataset without Spark: rows encoded by the Unischema's
-    codecs, Parquet written by pyarrow, the metadata added by Petastorm's own functions."""
+    codecs, Parquet written by pyarrow, the metadata added by Petastorm's own functions
+    (bench.petastorm_format.write_store); returns the file:// URL."""
     apply_compat()
-    import json
+    from bench.petastorm_format import write_store
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from petastorm.etl import dataset_metadata
-    from petastorm.utils import add_to_dataset_metadata
-
-    os.makedirs(path, exist_ok=True)
-    columns: Dict[str, list] = {name: [] for name in schema.fields}
-    for row in rows:
-        for name, field in schema.fields.items():
-            value = row.get(name)
-            if value is not None and field.codec is not None and \
-                    type(field.codec).__name__ != "ScalarCodec":
-                value = bytes(field.codec.encode(field, value))
-            elif value is not None and isinstance(value, np.generic):
-                value = value.item()
-            columns[name].append(value)
-    fields = []
-    for name, field in schema.fields.items():
-        if field.codec is not None and type(field.codec).__name__ != "ScalarCodec":
-            fields.append(pa.field(name, pa.binary(), nullable=True))
-        elif field.numpy_dtype in (np.str_, str):
-            fields.append(pa.field(name, pa.string(), nullable=True))
-        else:
-            fields.append(pa.field(name, pa.from_numpy_dtype(np.dtype(field.numpy_dtype)),
-                                   nullable=True))
-    table = pa.Table.from_pydict(columns, schema=pa.schema(fields))
-    per_file = -(-len(rows) // files)
-    for i in range(files):
-        part = table.slice(i * per_file, per_file)
-        pq.write_table(part, os.path.join(path, f"part-{i:05d}.parquet"),
-                       row_group_size=row_group_rows)
-    from pyarrow import parquet as legacy_pq
-
-    dataset = legacy_pq.ParquetDataset(path, validate_schema=False)
-    dataset_metadata._generate_unischema_metadata(dataset, schema)
-    counts = {os.path.relpath(piece.path, path): piece.get_metadata().num_row_groups
-              for piece in dataset.pieces}
-    add_to_dataset_metadata(legacy_pq.ParquetDataset(path, validate_schema=False),
-                            dataset_metadata.ROW_GROUPS_PER_FILE_KEY, json.dumps(counts))
+    write_store(path, schema, rows, row_group_rows, files)
     return "file://" + path
 
 

@@ -27,7 +27,6 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from .._petastorm import PetastormStore, codec_kind, detect, field_chain
-from .._options import normalise_sources
 from .._unischema import Field, Schema
 from ..errors import InvalidOptionError, UnsupportedTypeError
 from ..loader import Loader
@@ -274,22 +273,29 @@ class Reader:
                 and n not in self._plan.transforms]
 
     def _schema_types(self, sources: List[str], storage_options: Any) -> Dict[str, Any]:
+        """Arrow types and nullability of the dataset's columns, from stoker's own listing (the
+        files a Loader reads) and the first file's footer."""
         if self._types is None:
-            import pyarrow.dataset as ds
+            import pyarrow.parquet as pq
 
-            sources = normalise_sources(sources)
-            filesystem = None
-            paths: Any = sources
-            if storage_options and sources[0].startswith("s3://"):
+            from .. import describe
+
+            listing = describe(sources, storage_options=storage_options)
+            first = listing.files[0].path
+            if "://" in first:
                 import pyarrow.fs as pafs
 
-                filesystem = pafs.S3FileSystem(**dict(storage_options))
-                paths = [s[len("s3://"):] for s in sources]
-            dataset = ds.dataset(paths if len(paths) > 1 else paths[0], format="parquet",
-                                 filesystem=filesystem, ignore_prefixes=[".", "_"])
-            self._types = {f.name: f.type for f in dataset.schema}
-            self._nullable_flags = {f.name: f.nullable for f in dataset.schema}
-            self._dataset_rows = dataset.count_rows()
+                if first.startswith("s3://") and storage_options:
+                    filesystem, path = pafs.S3FileSystem(**dict(storage_options)), first[5:]
+                else:
+                    filesystem, path = pafs.FileSystem.from_uri(first)
+                with filesystem.open_input_file(path) as handle:
+                    arrow = pq.read_schema(handle)
+            else:
+                arrow = pq.read_schema(first)
+            self._types = {f.name: f.type for f in arrow}
+            self._nullable_flags = {f.name: f.nullable for f in arrow}
+            self._dataset_rows = int(listing.rows)
         return self._types
 
     def _view_schema(self) -> Optional[Schema]:
