@@ -324,3 +324,41 @@ def test_transform_spec_runs_through_loader_transform(store):
     with make_reader(store, schema_fields=["id"], seed=1, shuffle_row_groups=False,
                      transform_spec=TransformSpec(add_one)) as reader:
         assert sorted(int(r.id) for r in reader) == list(range(1, ROWS + 1))
+
+
+def test_make_batch_reader_on_plain_parquet_matches_petastorm(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stoker.petastorm import make_batch_reader
+
+    table = pa.table({
+        "id": pa.array(np.arange(10, dtype=np.int64)),
+        "x": pa.array([1.5, None, 2.5, 3, 4, 5, 6, 7, 8, 9], pa.float32()),
+        "k": pa.array([1, 2, None, 4, 5, 6, 7, 8, 9, 10], pa.int32()),
+        "tags": pa.array([[i, i + 1] for i in range(10)], pa.list_(pa.int64())),
+    })
+    pq.write_table(table, str(tmp_path / "a.parquet"), row_group_size=5)
+    url = "file://" + str(tmp_path)
+    want = pf.petastorm_batches(url, shuffle_row_groups=False)
+    with make_batch_reader(url, shuffle_row_groups=False) as reader:
+        got = list(reader)
+    for name in ("id", "x", "k", "tags"):
+        a = np.concatenate([getattr(b, name) for b in got])
+        b = np.concatenate([getattr(b, name) for b in want])
+        assert a.dtype == b.dtype and a.shape == b.shape, name  # ints with nulls: float64 NaN
+        np.testing.assert_array_equal(a, b)
+
+
+def test_stop_from_another_thread_ends_the_iteration(store):
+    import threading
+
+    from stoker.petastorm import make_reader
+
+    reader = make_reader(store, schema_fields=["id", "png_rgb"], num_epochs=None, seed=1)
+    next(reader)
+    stopper = threading.Timer(0.2, reader.stop)
+    stopper.start()
+    count = sum(1 for _ in reader)  # would never end without stop()
+    stopper.join()
+    assert count > 0

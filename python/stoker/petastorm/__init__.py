@@ -28,7 +28,7 @@ import numpy as np
 
 from .._petastorm import PetastormStore, codec_kind, detect, field_chain
 from .._unischema import Field, Schema
-from ..errors import InvalidOptionError, UnsupportedTypeError
+from ..errors import InvalidOptionError, LoaderClosedError
 from ..loader import Loader
 
 __all__ = ["make_reader", "make_batch_reader", "Reader", "TransformSpec"]
@@ -317,8 +317,9 @@ class Reader:
             value = batch[name]
             if hasattr(value, "tolist") and not isinstance(value, np.ndarray):
                 value = value.tolist()  # Ragged: str / bytes / lists of numbers
-                if self._loader.columns[name].kind == "ragged":
-                    value = [np.asarray(v, dtype=self._loader.columns[name].dtype) for v in value]
+                info = self._loader.columns[name]
+                if info.kind.name == "ragged":
+                    value = [np.asarray(v, dtype=info.dtype) for v in value]
             if name in self._plan.reshape:  # e.g. Petastorm's [H, W] gray images
                 value = value.reshape((len(value),) + self._plan.reshape[name])
             mask = batch.get(name + "_mask")
@@ -390,6 +391,10 @@ class Reader:
             return next(self._it)
         except StopIteration:
             self.last_row_consumed = True
+            raise
+        except LoaderClosedError:
+            if self._stopped:  # stop() from another thread: the iteration ends
+                raise StopIteration from None
             raise
 
     next = __next__
