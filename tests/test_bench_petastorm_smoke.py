@@ -19,10 +19,12 @@ def test_petastorm_format_bench_smoke(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(
         [sys.executable, "-m", "bench.petastorm_format", "--profile", "smoke", "--repeats", "2",
-         "--threads", "2", "--data-dir", str(tmp_path / "data"), "--out-dir", str(tmp_path / "out")],
+         "--threads", "2", "--data-dir", str(tmp_path / "data"),
+         "--out-dir", str(tmp_path / "out")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=270)
     report = json.load(open(tmp_path / "out" / "petastorm-format-smoke.json"))
-    systems = report["systems"]
+    assert list(report["workloads"]) == ["32"]
+    systems = report["workloads"]["32"]["systems"]
     assert set(systems) == {"petastorm_make_reader", "petastorm_make_batch_reader",
                             "stoker_petastorm_make_reader", "stoker_loader"}
     for key in ("stoker_petastorm_make_reader", "stoker_loader"):

@@ -7,7 +7,6 @@ Marked slow (Spark's start-up); CI runs it. Skipped where Java or pyspark is mis
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import sys

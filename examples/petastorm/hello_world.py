@@ -31,7 +31,7 @@ def hello_world_schema():
 
 
 def row_generator(x):
-    """Returns a single entry in the generated dataset. Return a bunch of random values as an example."""
+    """Returns a single entry in the generated dataset (random values, seeded by x)."""
     rng = np.random.default_rng(x)
     return {'id': x,
             'image1': rng.integers(0, 255, dtype=np.uint8, size=(32, 64, 3)),

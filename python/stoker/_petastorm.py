@@ -64,7 +64,8 @@ def _read_local(path: str) -> Optional[Dict[bytes, bytes]]:
     return pq.read_schema(path).metadata
 
 
-def _read_remote(uri: str, storage_options: Optional[Mapping[str, Any]]) -> Optional[Dict[bytes, bytes]]:
+def _read_remote(uri: str, storage_options: Optional[Mapping[str, Any]]
+                 ) -> Optional[Dict[bytes, bytes]]:
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 

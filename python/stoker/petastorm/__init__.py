@@ -1,7 +1,7 @@
 """Petastorm's reader API on stoker: change one import.
 
     from stoker.petastorm import make_reader          # was: from petastorm import make_reader
-    from stoker.petastorm.pytorch import DataLoader   # was: from petastorm.pytorch import DataLoader
+    from stoker.petastorm.pytorch import DataLoader   # was: from petastorm.pytorch import ...
 
 ``make_reader`` yields one namedtuple of numpy values per row, ``make_batch_reader`` one namedtuple
 of column arrays per batch, as Petastorm's readers do; underneath, a :class:`stoker.Loader` reads
@@ -46,7 +46,8 @@ def _warn_once(names: Sequence[str], why: str) -> None:
     warnings.warn(f"stoker.petastorm ignores {', '.join(names)}: {why}", UserWarning, stacklevel=3)
 
 
-def TransformSpec(func=None, edit_fields=None, removed_fields=None, selected_fields=None):  # noqa: N802
+def TransformSpec(func=None, edit_fields=None, removed_fields=None,  # noqa: N802
+                  selected_fields=None):
     """Petastorm's ``TransformSpec``: stoker's own when present (``stoker.TransformSpec``)."""
     import stoker
 
@@ -65,7 +66,8 @@ def _url_to_source(url: Any) -> List[str]:
     out = []
     for item in urls:
         if not isinstance(item, str):
-            raise InvalidOptionError(f"dataset_url must be a URL string or a list of them, got {item!r}")
+            raise InvalidOptionError(
+                f"dataset_url must be a URL string or a list of them, got {item!r}")
         if item.startswith("file://"):
             item = item[len("file://"):]
         elif item.startswith(("hdfs://", "viewfs://")):
@@ -184,7 +186,8 @@ class Reader:
                  batch_size: int) -> None:
         if num_epochs is not None and (isinstance(num_epochs, bool) or
                                        not isinstance(num_epochs, int) or num_epochs < 1):
-            raise InvalidOptionError(f"num_epochs must be a positive integer or None, got {num_epochs!r}")
+            raise InvalidOptionError(
+                f"num_epochs must be a positive integer or None, got {num_epochs!r}")
         if (cur_shard is None) != (shard_count is None):
             raise InvalidOptionError("cur_shard and shard_count must be given together")
         if shard_count is not None and not (isinstance(shard_count, int) and shard_count >= 1 and
@@ -266,7 +269,8 @@ class Reader:
         return {n: "ragged" for n in read if n in types and
                 (pa.types.is_list(types[n]) or pa.types.is_large_list(types[n]))} or None
 
-    def _nullable_columns(self, sources: List[str], read: Sequence[str], storage_options: Any) -> List[str]:
+    def _nullable_columns(self, sources: List[str], read: Sequence[str],
+                          storage_options: Any) -> List[str]:
         types = self._schema_types(sources, storage_options)
         # Every column Arrow declares nullable gets a mask: nulls become None, as in Petastorm.
         return [n for n in read if n in types and self._nullable_flags.get(n, True)
@@ -439,7 +443,8 @@ def _as_batch_array(value: Any) -> Any:
         return value
     values = list(value)
     present = [v for v in values if v is not None]
-    if present and all(isinstance(v, (str, bytes)) for v in present) and len(present) == len(values):
+    if present and len(present) == len(values) and \
+            all(isinstance(v, (str, bytes)) for v in present):
         return np.array(values)
     if present and all(isinstance(v, (np.number, np.bool_, int, float)) for v in present):
         return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
