@@ -10,7 +10,8 @@ across the systems), every system decoding every field unless noted:
 - Petastorm ``make_batch_reader`` (row groups as columns; it does not decode Petastorm codecs, so
   it hands out the encoded bytes: a bound on its speed, not a like-for-like reader);
 - ``stoker.petastorm.make_reader`` (the migration shim: namedtuples of numpy per row);
-- the native ``stoker.Loader`` (batches of decoded tensors).
+- the native ``stoker.Loader`` (batches of decoded tensors);
+- the limit: the image column's JPEG decode alone, on the same threads.
 
 Writes bench/results/petastorm-format.{json,md}.
 """
@@ -168,12 +169,28 @@ def _native(path: str, threads: int) -> Iterator[int]:
     loader.close()
 
 
+def _decode_limit(path: str, threads: int) -> Iterator[int]:
+    """The JPEG decode alone on the same threads: the ceiling of any reader of this data."""
+    import stoker
+    from stoker import ops
+
+    side = int(os.path.basename(path).rsplit("-", 1)[1])
+    loader = stoker.Loader(path, columns=["image"], batch_size=256, shuffle=False,
+                           num_threads=threads, drop_last=False, petastorm=False,
+                           transforms={"image": [ops.decode_image(shape=[side, side])]})
+    for batch in loader:
+        yield len(batch["image"])
+    loader.close()
+
+
 SYSTEMS = (
     ("petastorm_make_reader", "Petastorm make_reader (rows)", _petastorm_rows),
     ("petastorm_make_batch_reader", "Petastorm make_batch_reader (columns, codecs NOT decoded)",
      _petastorm_batches),
     ("stoker_petastorm_make_reader", "stoker.petastorm.make_reader (rows)", _shim_rows),
-    ("stoker_loader", "stoker.Loader (batches of 256)", _native),
+    ("stoker_loader", "stoker.Loader (batches of 256, rows shuffled across the dataset)", _native),
+    ("decode_limit", "limit: the JPEG decode alone (stoker, no shuffle, no other field)",
+     _decode_limit),
 )
 
 

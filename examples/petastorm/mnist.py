@@ -88,4 +88,5 @@ def main(dataset_url, epochs=2, batch_size=16, seed=0):
         train(model, device, train_loader, optimizer)
     with DataLoader(make_reader('{}/test'.format(dataset_url), num_epochs=1),
                     batch_size=batch_size) as test_loader:
-        return evaluate(model, device, test_loader)
+        test_loss, correct, count = evaluate(model, device, test_loader)
+    return test_loss, correct, count

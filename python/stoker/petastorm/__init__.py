@@ -258,6 +258,8 @@ class Reader:
             **options)
         self.seed = self._loader.seed
         self._row_type = _row_type(self.schema.name if self.schema else "Row", self._fields)
+        self._transformed = transform_spec is not None
+        self._fields_from_batch = False
         self._epochs_done = 0
         self._it: Optional[Iterator[Any]] = None
         self._stopped = False
@@ -316,6 +318,14 @@ class Reader:
         """One engine batch -> {field: array or list} of the kept rows (padding and predicate
         rows dropped); None when no row is kept."""
         keep = ~np.asarray(batch["__padding__"])
+        if self._transformed and not self._fields_from_batch:
+            # A transform_spec decides the output fields (edit/remove): take them from the batch.
+            extra = {k for k in batch if k.endswith(("_mask", "_lengths")) and
+                     k.rsplit("_", 1)[0] in batch}
+            self._fields = [k for k in batch if k != "__padding__" and k not in extra]
+            self._read = list(self._fields)
+            self._row_type = _row_type(self.schema.name if self.schema else "Row", self._fields)
+            self._fields_from_batch = True
         out: Dict[str, Any] = {}
         for name in self._read:
             value = batch[name]
@@ -373,15 +383,13 @@ class Reader:
             self._epochs_done += 1
 
     def _rows(self) -> Iterator[Any]:
-        make = self._row_type._make
         for columns in self._column_batches():
             values = [list(columns[n]) for n in self._fields]
-            yield from map(make, zip(*values))
+            yield from map(self._row_type._make, zip(*values))
 
     def _batches(self) -> Iterator[Any]:
-        make = self._row_type
         for columns in self._column_batches():
-            yield make(**{n: _as_batch_array(v) for n, v in columns.items()})
+            yield self._row_type(**{n: _as_batch_array(v) for n, v in columns.items()})
 
     def __iter__(self) -> "Reader":
         return self
