@@ -362,3 +362,17 @@ def test_stop_from_another_thread_ends_the_iteration(store):
     count = sum(1 for _ in reader)  # would never end without stop()
     stopper.join()
     assert count > 0
+
+
+def test_dataloader_over_a_batch_reader_cuts_rows_like_petastorm(store):
+    from stoker.petastorm import make_batch_reader
+    from stoker.petastorm.pytorch import DataLoader
+
+    loader = DataLoader(make_batch_reader(store, schema_fields=["id", "zmat"], seed=2),
+                        batch_size=7)
+    sizes, ids = [], []
+    for batch in loader:
+        sizes.append(len(batch["id"]))
+        ids += batch["id"].tolist()
+        assert tuple(batch["zmat"].shape[1:]) == (2, 5)
+    assert sizes == [7] * 5 + [5] and sorted(ids) == list(range(ROWS))

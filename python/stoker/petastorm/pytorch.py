@@ -190,16 +190,13 @@ class _Base:
 
 class DataLoader(_Base):
     """``petastorm.pytorch.DataLoader(reader, batch_size=1, collate_fn=decimal_friendly_collate,
-    shuffling_queue_capacity=0)`` over a ``stoker.petastorm.make_reader`` reader."""
+    shuffling_queue_capacity=0)`` over a ``stoker.petastorm`` reader."""
 
     def __init__(self, reader: Reader, batch_size: int = 1,
                  collate_fn: Callable[[List[Any]], Any] = decimal_friendly_collate,
                  shuffling_queue_capacity: int = 0) -> None:
         super().__init__(reader, batch_size, shuffling_queue_capacity)
-        if reader.batched_output:
-            raise InvalidOptionError(
-                "DataLoader takes a make_reader reader; use BatchedDataLoader with "
-                "make_batch_reader")
+        # A make_batch_reader reader works too: its batches are cut into rows, as in Petastorm.
         self.collate_fn = collate_fn
 
     def _iter_impl(self) -> Iterator[Any]:
