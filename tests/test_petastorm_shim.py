@@ -376,3 +376,11 @@ def test_dataloader_over_a_batch_reader_cuts_rows_like_petastorm(store):
         ids += batch["id"].tolist()
         assert tuple(batch["zmat"].shape[1:]) == (2, 5)
     assert sizes == [7] * 5 + [5] and sorted(ids) == list(range(ROWS))
+
+
+def test_describe_shows_the_decoded_fields(store):
+    described = {c.name: c for c in stoker.describe(store[len("file://"):]).columns}
+    assert list(described["mat"].inner_shape) == [3, 4] and described["mat"].dtype == "float32"
+    assert list(described["png_rgb"].inner_shape) == [12, 16, 3]
+    raw = {c.name: c for c in stoker.describe(store[len("file://"):], petastorm=False).columns}
+    assert raw["mat"].annotation == "binary"
