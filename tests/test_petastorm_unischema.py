@@ -135,3 +135,42 @@ def test_row_group_counts_are_read_and_checked(tmp_path):
     assert schema is None and counts == {"part-0.parquet": 3}
     with pytest.raises(errors.CorruptFileError, match="num_row_groups_per_file"):
         read_unischema({ROW_GROUPS_KEY: b"[1, 2"}, "x")
+
+
+def _field(name, dtype, shape, codec_kind, **state):
+    from stoker._unischema import _CODEC_CLASSES, Field
+
+    codec = _CODEC_CLASSES[codec_kind]()
+    codec.__dict__.update(state)
+    return Field(name, dtype, shape, codec, False)
+
+
+@pytest.mark.parametrize("field, needle", [
+    (_field("img", np.uint16, (8, 8, 3), "CompressedImageCodec", _image_codec=".png"),
+     r"'img'.*uint16"),
+    (_field("img", np.uint8, (8, 8, 4), "CompressedImageCodec", _image_codec=".png"),
+     r"'img'.*\(8, 8, 4\)"),
+    (_field("img", np.uint8, (8, 8, 3), "CompressedImageCodec", _image_codec=".bmp"),
+     r"'img'.*'bmp'"),
+    (_field("arr", np.float32, (None, 3), "NdarrayCodec"), r"'arr'.*\(None, 3\).*petastorm=False"),
+    (_field("obj", object, (3,), "NdarrayCodec"), r"'obj'.*numpy_dtype"),
+])
+def test_fields_stoker_cannot_decode_are_typed_errors_naming_them(field, needle):
+    from stoker._petastorm import field_chain
+
+    with pytest.raises(errors.UnsupportedTypeError, match=needle):
+        field_chain(field)
+
+
+def test_each_codec_maps_to_its_op():
+    from stoker._petastorm import field_chain
+
+    chain, shape = field_chain(_field("g", np.uint8, (4, 5), "CompressedImageCodec",
+                                      _image_codec=".jpeg"))
+    assert chain == [{"op": "decode_image", "mode": "L", "exif": False, "shape": [4, 5]}]
+    assert shape == (4, 5)
+    chain, _ = field_chain(_field("z", np.int16, (2, 5), "CompressedNdarrayCodec"))
+    assert chain == [{"op": "decode_npz", "dtype": "int16", "shape": [2, 5], "key": "arr"}]
+    chain, _ = field_chain(_field("n", np.float64, (3,), "NdarrayCodec"))
+    assert chain == [{"op": "decode_npy", "dtype": "float64", "shape": [3]}]
+    assert field_chain(_field("s", np.int32, (), "ScalarCodec")) == ([], None)

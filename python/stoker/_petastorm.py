@@ -106,11 +106,14 @@ def detect(sources: Sequence[str], storage_options: Optional[Mapping[str, Any]] 
 
 def _dtype_name(field: Field) -> str:
     try:
-        return np.dtype(field.numpy_dtype).name
+        dtype = np.dtype(field.numpy_dtype)
     except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind not in "biuf":
         raise UnsupportedTypeError(
-            f"Petastorm field {field.name!r}: numpy_dtype {field.numpy_dtype!r} is not a numpy "
-            "dtype an array op can produce") from None
+            f"Petastorm field {field.name!r}: numpy_dtype {field.numpy_dtype!r} is not a numeric "
+            "or bool dtype an array op can produce")
+    return dtype.name
 
 
 def codec_kind(field: Field) -> str:

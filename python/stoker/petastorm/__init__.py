@@ -28,7 +28,7 @@ import numpy as np
 
 from .._petastorm import PetastormStore, codec_kind, detect, field_chain
 from .._unischema import Field, Schema
-from ..errors import InvalidOptionError, LoaderClosedError
+from ..errors import InvalidOptionError, LoaderClosedError, UnsupportedTypeError
 from ..loader import Loader
 
 __all__ = ["make_reader", "make_batch_reader", "Reader", "TransformSpec"]
@@ -169,7 +169,13 @@ class _Plan:
                 # Null rows and per-row shapes cannot be a dense tensor: decode these here.
                 self.python[name] = _python_decoder(field)
                 continue
-            chain, shape = field_chain(field)
+            try:
+                chain, shape = field_chain(field)
+            except UnsupportedTypeError:
+                # Beyond the ops (a uint16 PNG, a dtype they do not make): decoded here, as
+                # Petastorm's codec would.
+                self.python[name] = _python_decoder(field)
+                continue
             self.transforms[name] = chain
             if shape is not None:
                 self.reshape[name] = shape
