@@ -34,6 +34,9 @@ from ..loader import Loader
 __all__ = ["make_reader", "make_batch_reader", "Reader", "TransformSpec"]
 
 _WARNED: set = set()
+# numpy's C long long types and the np.int64 / np.uint64 of the same size (where they differ).
+_LONG_LONG = {np.dtype(c).char: np.dtype(t) for c, t in (("q", np.int64), ("Q", np.uint64))
+              if np.dtype(c).type is not np.dtype(t).type}
 # Rows per engine batch behind the row reader (the reader hands out rows; any size works).
 _ROWS_PER_BATCH = 256
 
@@ -340,6 +343,9 @@ class Reader:
                 info = self._loader.columns[name]
                 if info.kind.name == "ragged":
                     value = [np.asarray(v, dtype=info.dtype) for v in value]
+            if isinstance(value, np.ndarray) and value.dtype.char in _LONG_LONG:
+                # int64 arrives as C long long, which numpy keeps apart from np.int64 (long).
+                value = value.view(_LONG_LONG[value.dtype.char])
             if name in self._plan.reshape:  # e.g. Petastorm's [H, W] gray images
                 value = value.reshape((len(value),) + self._plan.reshape[name])
             mask = batch.get(name + "_mask")
@@ -350,9 +356,7 @@ class Reader:
                 mask = None
             elif name in self._plan.scalar_dtype and isinstance(value, np.ndarray) and \
                     value.dtype.type is not self._plan.scalar_dtype[name].type:
-                want = self._plan.scalar_dtype[name]
-                # int64 arrives as C long long, which numpy keeps apart from np.int64 (long).
-                value = value.view(want) if value.dtype == want else value.astype(want)
+                value = value.astype(self._plan.scalar_dtype[name])
             elif name in self._plan.scalar_type:
                 cast = self._plan.scalar_type[name]
                 value = [cast(v) for v in value]
