@@ -52,7 +52,8 @@ def _options(moto):
 def test_loader_detects_a_petastorm_store_on_s3(moto):
     columns = ["id", "png_rgb", "jpg_gray", "mat", "zmat"]
     kwargs = dict(columns=columns, batch_size=8, seed=4, drop_last=False)
-    remote = list(stoker.Loader(f"s3://{BUCKET}/store", storage_options=_options(moto), **kwargs))
+    remote = list(stoker.Loader(f"s3://{BUCKET}/store", storage_options=_options(moto),
+                                petastorm=True, **kwargs))
     local = list(stoker.Loader(moto.local_dir, **kwargs))
     assert len(remote) == len(local) == 3
     for a, b in zip(remote, local):
@@ -60,6 +61,10 @@ def test_loader_detects_a_petastorm_store_on_s3(moto):
             assert a[name].shape == b[name].shape and a[name].dtype == b[name].dtype
             np.testing.assert_array_equal(a[name], b[name])
     assert remote[0]["jpg_gray"].shape == (8, 16, 16)
+    # Without petastorm=True a remote source is read as stored: no request before the Loader
+    # has checked its options.
+    raw = stoker.Loader(f"s3://{BUCKET}/store", storage_options=_options(moto), **kwargs)
+    assert next(iter(raw))["png_rgb"].kind == "binary"
 
 
 @pytest.mark.timeout(120)

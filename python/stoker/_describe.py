@@ -90,20 +90,21 @@ def describe(source: Source, columns: Optional[Sequence[str]] = None,
         kw["lists"], kw["pad_value"], kw["fill_null"], kw["null_mask"],
         opts.columns + opts.features)
     transforms = transform_chains(kw["transforms"]) if kw["transforms"] is not None else {}
-    if kw["petastorm"]:
-        transforms = _petastorm_transforms(opts.sources, storage_options, columns, transforms)
+    if kw["petastorm"] is not False:
+        transforms = _petastorm_transforms(opts.sources, storage_options, columns, transforms,
+                                           remote=kw["petastorm"] is True)
     if transforms:
         opts.set_transforms(transforms)
     return _stoker.describe(opts)
 
 
-def _petastorm_transforms(sources, storage_options, columns, transforms):
+def _petastorm_transforms(sources, storage_options, columns, transforms, remote):
     """A Petastorm store's codec fields described as the Loader decodes them; a field the Loader
     refuses (a None dimension) is described as stored."""
     from ._petastorm import detect, plan_columns
     from .errors import UnsupportedTypeError
 
-    store = detect(sources, storage_options)
+    store = detect(sources, storage_options, remote=remote)
     if store is None:
         return transforms
     out = dict(transforms)

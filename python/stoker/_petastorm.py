@@ -87,12 +87,16 @@ def _read_remote(uri: str, storage_options: Optional[Mapping[str, Any]]
         return None
 
 
-def detect(sources: Sequence[str], storage_options: Optional[Mapping[str, Any]] = None
-           ) -> Optional[PetastormStore]:
-    """The Petastorm store the sources belong to, or ``None`` for plain Parquet."""
+def detect(sources: Sequence[str], storage_options: Optional[Mapping[str, Any]] = None,
+           remote: bool = True) -> Optional[PetastormStore]:
+    """The Petastorm store the sources belong to, or ``None`` for plain Parquet. ``remote=False``
+    looks at local sources only (no request to a store before the Loader checks its options)."""
     for root in _dataset_roots(sources):
+        is_remote = "://" in root and not root.startswith("file://")
+        if is_remote and not remote:
+            continue
         for name in ("_common_metadata", "_metadata"):
-            if "://" in root and not root.startswith("file://"):
+            if is_remote:
                 path = root + "/" + name
                 metadata = _read_remote(path, storage_options)
             else:

@@ -101,7 +101,8 @@ class Loader:
             prefix is cached with ``cache_dir``; random ops are keyed by (seed, epoch, row id).
         petastorm: A Petastorm store (a Unischema in ``_common_metadata``, read by a restricted
             unpickler) has its codec fields decoded on the workers into the arrays Petastorm's
-            reader returns. ``False`` reads every column as stored (encoded bytes).
+            reader returns. ``None``: detected on local sources; ``True``: on remote sources
+            too (one more request, for ``_common_metadata``); ``False``: every column as stored.
     """
 
     def __init__(
@@ -138,7 +139,7 @@ class Loader:
         cache_bytes: Union[int, str] = "50GiB",
         cache_min_free_bytes: Union[int, str] = "1GiB",
         transforms: Optional[Mapping[str, Sequence[Mapping[str, Any]]]] = None,
-        petastorm: bool = True,
+        petastorm: Optional[bool] = None,
     ) -> None:
         if output not in ("numpy", "torch"):
             raise InvalidOptionError(f"output must be 'numpy' or 'torch', got {output!r}")
@@ -223,12 +224,13 @@ class Loader:
         # A Petastorm store's codec fields become decode ops; plain Parquet is left alone.
         self._petastorm_store = None
         self._reshape: Dict[str, tuple] = {}
-        if not isinstance(petastorm, bool):
-            raise InvalidOptionError(f"petastorm must be True or False, got {petastorm!r}")
-        if petastorm:
+        if petastorm is not None and not isinstance(petastorm, bool):
+            raise InvalidOptionError(f"petastorm must be None, True or False, got {petastorm!r}")
+        if petastorm is not False:
             from ._petastorm import detect, plan_columns
 
-            self._petastorm_store = detect(opts.sources, storage_options)
+            self._petastorm_store = detect(opts.sources, storage_options,
+                                           remote=petastorm is True)
             if self._petastorm_store is not None:
                 wanted = None if columns is None else list(columns)
                 self._transforms, self._reshape = plan_columns(

@@ -295,7 +295,7 @@ class Reader:
 
             from .. import describe
 
-            listing = describe(sources, storage_options=storage_options)
+            listing = describe(sources, storage_options=storage_options, petastorm=False)
             first = listing.files[0].path
             if "://" in first:
                 import pyarrow.fs as pafs
