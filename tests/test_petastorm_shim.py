@@ -384,3 +384,24 @@ def test_describe_shows_the_decoded_fields(store):
     assert list(described["png_rgb"].inner_shape) == [12, 16, 3]
     raw = {c.name: c for c in stoker.describe(store[len("file://"):], petastorm=False).columns}
     assert raw["mat"].annotation == "binary"
+
+
+def test_lists_makes_a_varying_first_dimension_ragged_or_padded(store, reference):
+    path = store[len("file://"):]
+    ragged = stoker.Loader(path, columns=["id", "var", "cloud"], batch_size=8, shuffle=False,
+                           lists={"var": "ragged", "cloud": "ragged"})
+    padded = stoker.Loader(path, columns=["id", "var", "cloud"], batch_size=8, shuffle=False,
+                           lists="padded", pad_value={"var": -1, "cloud": 0})
+    for a, b in zip(ragged, padded):
+        for j, i in enumerate(a["id"].tolist()):
+            want = reference[i]
+            np.testing.assert_array_equal(a["var"][j], want.var)
+            np.testing.assert_array_equal(a["cloud"][j], want.cloud)
+            n = len(want.var)
+            assert b["var_lengths"][j] == n and (b["var"][j, n:] == -1).all()
+            np.testing.assert_array_equal(b["var"][j, :n], want.var)
+            np.testing.assert_array_equal(b["cloud"][j, :len(want.cloud)], want.cloud)
+        assert a["cloud"].values.shape[1:] == (3,) and b["cloud"].shape[2:] == (3,)
+    torch_batch = next(iter(stoker.Loader(path, columns=["var"], batch_size=8, shuffle=False,
+                                          lists="padded", output="torch")))
+    assert str(torch_batch["var"].dtype) == "torch.int64" and "var_lengths" in torch_batch

@@ -110,7 +110,7 @@ def _petastorm_transforms(sources, storage_options, columns, transforms, remote)
     out = dict(transforms)
     for name in (columns if columns is not None else list(store.fields)):
         try:
-            planned, _ = plan_columns(store, [name], {name: out[name]} if name in out else {})
+            planned, _, _ = plan_columns(store, [name], {name: out[name]} if name in out else {})
         except UnsupportedTypeError:
             continue
         out.update(planned)

@@ -17,9 +17,10 @@ import numpy as np
 
 from . import ops
 from ._unischema import Field, Schema, read_unischema
-from .errors import UnsupportedTypeError
+from .errors import InvalidOptionError, UnsupportedTypeError
 
-__all__ = ["PetastormStore", "detect", "field_chain", "DECODE_OPS"]
+__all__ = ["PetastormStore", "detect", "field_chain", "plan_columns", "decode_variable",
+           "DECODE_OPS"]
 
 # Ops that take encoded bytes: a user chain that starts with one replaces the codec's decode.
 DECODE_OPS = ("decode_image", "decode_npy", "decode_npz", "reinterpret")
@@ -145,11 +146,13 @@ def field_chain(field: Field, variable_ok: bool = False
     if any(d is None for d in dims) and not variable_ok:
         raise UnsupportedTypeError(
             f"Petastorm field {field.name!r} ({field.codec!r}) has shape {tuple(field.shape)!r}: "
-            "a dimension of variable size cannot become a dense batch tensor. Choose one: leave "
-            f"it out of columns=, give transforms={{{field.name!r}: [...]}} ending in a fixed "
-            "shape (e.g. ops.decode_image(), ops.resize([h, w])), pass petastorm=False to read "
-            "its encoded bytes, or use stoker.petastorm.make_reader(), which returns each row's "
-            "array as stored")
+            "a dimension of variable size cannot become a dense batch tensor. Choose one: "
+            + (f"lists={{{field.name!r}: 'ragged'}} or 'padded' (a first dimension that varies, "
+               "as for list columns), " if kind != "image" else "")
+            + f"leave it out of columns=, give transforms={{{field.name!r}: [...]}} ending in a "
+            "fixed shape (e.g. ops.decode_image(), ops.resize([h, w])), pass petastorm=False to "
+            "read its encoded bytes, or use stoker.petastorm.make_reader(), which returns each "
+            "row's array as stored")
     if kind == "image":
         if _dtype_name(field) != "uint8":
             raise UnsupportedTypeError(
@@ -177,15 +180,18 @@ def field_chain(field: Field, variable_ok: bool = False
 
 
 def plan_columns(store: PetastormStore, columns: Optional[Sequence[str]],
-                 transforms: Optional[Mapping[str, Any]]
-                 ) -> Tuple[Dict[str, List[Dict[str, Any]]], Dict[str, Tuple[int, ...]]]:
-    """The Loader's ``transforms`` with every selected codec field decoded, and the reshapes.
+                 transforms: Optional[Mapping[str, Any]], lists: Any = None
+                 ) -> Tuple[Dict[str, List[Dict[str, Any]]], Dict[str, Tuple[int, ...]],
+                            Dict[str, Tuple[str, Field]]]:
+    """The Loader's ``transforms`` with every selected codec field decoded, the reshapes, and
+    the array fields whose first dimension varies that ``lists`` makes ragged or padded.
 
     A user chain that starts with a decode op is kept as it is (the user decodes); any other
     user chain runs after the codec's decode.
     """
     out: Dict[str, List[Dict[str, Any]]] = {k: list(v) for k, v in (transforms or {}).items()}
     reshape: Dict[str, Tuple[int, ...]] = {}
+    variable: Dict[str, Tuple[str, Field]] = {}
     names = list(columns) if columns is not None else list(store.fields)
     for name in names:
         field = store.fields.get(name)
@@ -194,10 +200,64 @@ def plan_columns(store: PetastormStore, columns: Optional[Sequence[str]],
         user = out.get(name, [])
         if user and user[0].get("op") in DECODE_OPS:
             continue
+        mode = lists.get(name) if isinstance(lists, Mapping) else lists
+        if not user and mode is not None and codec_kind(field) in ("npy", "npz") and \
+                None in tuple(field.shape):
+            if mode not in ("ragged", "padded"):
+                raise InvalidOptionError(f"lists[{name!r}] must be 'padded' or 'ragged', got "
+                                         f"{mode!r}")
+            if field.shape[0] is not None or None in tuple(field.shape)[1:]:
+                raise UnsupportedTypeError(
+                    f"Petastorm field {name!r} has shape {tuple(field.shape)!r}: lists= makes "
+                    "rows whose first dimension varies ragged or padded; here another dimension "
+                    "varies. Use stoker.petastorm.make_reader(), which returns each row's array "
+                    "as stored, or petastorm=False for its bytes")
+            _dtype_name(field)
+            variable[name] = (mode, field)
+            continue
         # With a user chain after the decode, a variable shape is fine when the chain ends in a
         # fixed one (the engine checks that and names the column).
         chain, shape = field_chain(field, variable_ok=bool(user))
         out[name] = chain + user
         if shape is not None and not user:
             reshape[name] = shape
-    return out, reshape
+    return out, reshape, variable
+
+
+def decode_variable(name: str, column: Any, mask: Any, mode: str, field: Field,
+                    pad_value: float) -> Tuple[Any, Optional[np.ndarray]]:
+    """A batch's encoded rows of a field whose first dimension varies -> a ``Ragged`` (rows
+    concatenated along that dimension) or a padded ``[B, L, ...]`` array and the lengths."""
+    import io
+
+    from ._ragged import Ragged
+    from .errors import CorruptFileError
+
+    dtype = np.dtype(field.numpy_dtype)
+    rest = tuple(int(d) for d in tuple(field.shape)[1:])
+    npz = codec_kind(field) == "npz"
+    arrays = []
+    for i, data in enumerate(column.tolist()):
+        if mask is not None and not mask[i]:
+            arrays.append(np.zeros((0,) + rest, dtype))
+            continue
+        try:
+            array = np.load(io.BytesIO(data))
+            array = array["arr"] if npz else array
+        except Exception as error:  # noqa: BLE001 - any undecodable row
+            raise CorruptFileError(f"Petastorm field {name!r}: row {i} of the batch cannot be "
+                                   f"decoded: {type(error).__name__}: {error}") from None
+        if array.dtype != dtype or array.ndim != 1 + len(rest) or array.shape[1:] != rest:
+            raise CorruptFileError(
+                f"Petastorm field {name!r}: row {i} of the batch holds {array.dtype} "
+                f"{array.shape}, not {dtype} {tuple(field.shape)} as the Unischema declares")
+        arrays.append(array)
+    lengths = np.array([len(a) for a in arrays], dtype=np.int64)
+    if mode == "ragged":
+        values = np.concatenate(arrays) if arrays else np.zeros((0,) + rest, dtype)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return Ragged(values, offsets, "list"), None
+    padded = np.full((len(arrays), int(lengths.max(initial=0))) + rest, pad_value, dtype)
+    for i, array in enumerate(arrays):
+        padded[i, :len(array)] = array
+    return padded, lengths

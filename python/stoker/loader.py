@@ -224,6 +224,7 @@ class Loader:
         # A Petastorm store's codec fields become decode ops; plain Parquet is left alone.
         self._petastorm_store = None
         self._reshape: Dict[str, tuple] = {}
+        self._variable: Dict[str, tuple] = {}  # Petastorm arrays made ragged/padded here
         if petastorm is not None and not isinstance(petastorm, bool):
             raise InvalidOptionError(f"petastorm must be None, True or False, got {petastorm!r}")
         if petastorm is not False:
@@ -233,8 +234,9 @@ class Loader:
                                            remote=petastorm is True)
             if self._petastorm_store is not None:
                 wanted = None if columns is None else list(columns)
-                self._transforms, self._reshape = plan_columns(
-                    self._petastorm_store, wanted, self._transforms)
+                self._transforms, self._reshape, self._variable = plan_columns(
+                    self._petastorm_store, wanted, self._transforms, lists)
+                self._pad_value = pad_value
         if self._transforms:
             opts.set_transforms(self._transforms)
         opts.default_column_options, opts.column_options = column_options(
@@ -403,7 +405,36 @@ class Loader:
             for name, shape in self._reshape.items():  # e.g. Petastorm's [H, W] gray images
                 if name in out:
                     out[name] = out[name].reshape((len(out[name]),) + shape)
+            if self._variable:
+                out = self._decode_variable(out)
             yield out
+
+    def _decode_variable(self, out: Dict[str, Any]) -> Dict[str, Any]:
+        """Petastorm array fields whose first dimension varies, as ``lists`` asks (decoded here,
+        in Python: the workers' ops make fixed shapes only)."""
+        from ._petastorm import decode_variable
+        from ._ragged import Ragged
+
+        result = {}
+        for key, value in out.items():
+            if key not in self._variable:
+                result[key] = value
+                continue
+            mode, field = self._variable[key]
+            pad = self._pad_value.get(key, 0) if isinstance(self._pad_value, Mapping) \
+                else self._pad_value
+            value, lengths = decode_variable(key, value, out.get(key + "_mask"), mode, field,
+                                             pad)
+            if self._output == "torch":
+                import torch
+
+                value = Ragged(torch.from_numpy(value.values), torch.from_numpy(value.offsets),
+                               "list") if isinstance(value, Ragged) else torch.from_numpy(value)
+                lengths = torch.from_numpy(lengths) if lengths is not None else None
+            result[key] = value
+            if lengths is not None:
+                result[key + "_lengths"] = lengths
+        return result
 
     def _iterate(self, engine: Any, generation: int) -> Iterator[Dict[str, Any]]:
         # The position counts batches handed to the caller, here at the outermost yield (the
