@@ -405,3 +405,21 @@ def test_lists_makes_a_varying_first_dimension_ragged_or_padded(store, reference
     torch_batch = next(iter(stoker.Loader(path, columns=["var"], batch_size=8, shuffle=False,
                                           lists="padded", output="torch")))
     assert str(torch_batch["var"].dtype) == "torch.int64" and "var_lengths" in torch_batch
+
+
+def test_unreadable_columns_are_left_out_with_a_warning_unless_named(tmp_path):
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stoker.petastorm import make_batch_reader
+
+    table = pa.table({"id": pa.array(np.arange(6, dtype=np.int64)),
+                      "price": pa.array([decimal.Decimal("1.25")] * 6, pa.decimal128(5, 2))})
+    pq.write_table(table, str(tmp_path / "a.parquet"))
+    with pytest.warns(UserWarning, match="ignores price"):
+        with make_batch_reader("file://" + str(tmp_path), seed=1) as reader:
+            assert next(reader)._fields == ("id",)
+    with pytest.raises(errors.UnsupportedTypeError, match="price"):
+        make_batch_reader("file://" + str(tmp_path), schema_fields=["id", "price"], seed=1)

@@ -222,11 +222,17 @@ class Reader:
 
         self._types: Optional[Dict[str, Any]] = None
         self._nullable_flags: Dict[str, bool] = {}
+        self._unsupported: Dict[str, str] = {}
         types = self._schema_types(sources, storage_options)
         available = list(types)
         dataset_rows = self._dataset_rows
         if self._store is not None:
             available = [n for n in self._store.fields if n in available]
+        if schema_fields is None and self._unsupported:
+            # As Petastorm's schema inference: columns of a type it cannot read are left out.
+            available = [n for n in available if n not in self._unsupported]
+            _warn_once(sorted(self._unsupported),
+                       "their types cannot become arrays (name them in schema_fields to see why)")
         self._fields = _select_fields(available, schema_fields)
         read = list(self._fields)
         if predicate is not None:
@@ -295,7 +301,9 @@ class Reader:
 
             from .. import describe
 
-            listing = describe(sources, storage_options=storage_options, petastorm=False)
+            listing = describe(sources, storage_options=storage_options, petastorm=False,
+                               lists="ragged")
+            self._unsupported = {c.name: c.error for c in listing.columns if not c.ok}
             first = listing.files[0].path
             if "://" in first:
                 import pyarrow.fs as pafs
