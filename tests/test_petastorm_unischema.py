@@ -174,3 +174,12 @@ def test_each_codec_maps_to_its_op():
     chain, _ = field_chain(_field("n", np.float64, (3,), "NdarrayCodec"))
     assert chain == [{"op": "decode_npy", "dtype": "float64", "shape": [3]}]
     assert field_chain(_field("s", np.int32, (), "ScalarCodec")) == ([], None)
+
+
+def test_an_unreadable_common_metadata_warns_and_the_dataset_reads_as_plain(tmp_path):
+    folder = _plain_dataset(str(tmp_path / "ds"))
+    with open(os.path.join(folder, "_common_metadata"), "wb") as f:
+        f.write(b"not parquet at all")
+    with pytest.warns(UserWarning, match="_common_metadata is not Parquet metadata"):
+        loader = stoker.Loader(folder, batch_size=8, shuffle=False)
+    assert next(iter(loader))["id"].tolist() == list(range(8))

@@ -62,7 +62,15 @@ def _read_local(path: str) -> Optional[Dict[bytes, bytes]]:
 
     if not os.path.isfile(path):
         return None
-    return pq.read_schema(path).metadata
+    try:
+        return pq.read_schema(path).metadata
+    except (OSError, ValueError) as error:
+        # The Loader skips "_" files: a junk one must not stop a plain dataset from opening.
+        import warnings
+
+        warnings.warn(f"{path} is not Parquet metadata, so the dataset is read as plain Parquet "
+                      f"(not as a Petastorm store): {error}", UserWarning, stacklevel=4)
+        return None
 
 
 def _read_remote(uri: str, storage_options: Optional[Mapping[str, Any]]
