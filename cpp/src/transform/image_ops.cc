@@ -572,7 +572,9 @@ Result<std::unique_ptr<Op>> MakeDecodeImage(ParamReader* params) {
     if (size.size() != 2 || size[0] <= 0 || size[1] <= 0) {
       return params->Error("shape", "must be [height, width] with positive sizes");
     }
-    if (options.min_height > 0) return params->Error("shape", "cannot be combined with draft");
+    if (options.min_height > 0) {
+      return params->Error("shape", "cannot be combined with draft");
+    }
   } else {
     STOKER_RETURN_NOT_OK(params->Raw("shape", ParamValue()).status());
   }
