@@ -8,6 +8,9 @@ aliases removed in 2.0 (``np.string_``, ``np.unicode_``). Each shim below re-cre
 part of the old API that ``make_batch_reader`` uses on a local folder, on top of the current
 ``pyarrow.parquet.ParquetFile``. Nothing outside ``bench/`` is touched.
 
+``LegacyParquetDataset`` also reads a Petastorm store's ``_common_metadata`` (its Unischema and
+row groups per file), so ``make_reader`` works on datasets written by ``materialize_dataset``.
+
 A further shim teaches ``Unischema.from_arrow_schema`` that ``fixed_size_list<float>`` is a list
 (it otherwise drops the embedding columns with a warning).
 """
@@ -104,6 +107,15 @@ class LegacyParquetDataset:
         self.metadata_path = None
         self.common_metadata = None
         self.common_metadata_path = None
+        # A Petastorm store (materialize_dataset) keeps its Unischema in _common_metadata, which
+        # make_reader reads through these two attributes.
+        if isinstance(path_or_paths, str) and os.path.isdir(path_or_paths):
+            common = os.path.join(path_or_paths, "_common_metadata")
+            if os.path.isfile(common):
+                import pyarrow.parquet as pq
+
+                self.common_metadata = pq.read_metadata(common)
+                self.common_metadata_path = common
 
     @property
     def schema(self):

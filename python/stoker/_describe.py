@@ -20,7 +20,7 @@ __all__ = ["describe", "redact_uri"]
 # CLI can pass the options of a run unchanged) and has no effect on it.
 _DESCRIBED = ("features_name", "features_dtype", "allow_lossy_cast", "lists", "pad_value",
               "fill_null", "null_mask", "num_io_threads", "max_retries", "retry_base_delay",
-              "transforms", "on_error")
+              "transforms", "on_error", "petastorm")
 
 
 def _loader_defaults() -> dict:
@@ -89,6 +89,29 @@ def describe(source: Source, columns: Optional[Sequence[str]] = None,
     opts.default_column_options, opts.column_options = column_options(
         kw["lists"], kw["pad_value"], kw["fill_null"], kw["null_mask"],
         opts.columns + opts.features, kw["on_error"])
-    if kw["transforms"] is not None:
-        set_transforms(opts, transform_chains(kw["transforms"]))
+    transforms = transform_chains(kw["transforms"]) if kw["transforms"] is not None else {}
+    if kw["petastorm"] is not False:
+        transforms = _petastorm_transforms(opts.sources, storage_options, columns, transforms,
+                                           remote=kw["petastorm"] is True)
+    if transforms:
+        set_transforms(opts, transforms)
     return _stoker.describe(opts)
+
+
+def _petastorm_transforms(sources, storage_options, columns, transforms, remote):
+    """A Petastorm store's codec fields described as the Loader decodes them; a field the Loader
+    refuses (a None dimension) is described as stored."""
+    from ._petastorm import detect, plan_columns
+    from .errors import UnsupportedTypeError
+
+    store = detect(sources, storage_options, remote=remote)
+    if store is None:
+        return transforms
+    out = dict(transforms)
+    for name in (columns if columns is not None else list(store.fields)):
+        try:
+            planned, _, _ = plan_columns(store, [name], {name: out[name]} if name in out else {})
+        except UnsupportedTypeError:
+            continue
+        out.update(planned)
+    return out

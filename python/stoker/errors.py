@@ -25,6 +25,7 @@ __all__ = [
     "LoaderClosedError",
     "TransformError",
     "WorkerCrashedError",
+    "UnsafeMetadataError",
     "InternalError",
     "error_class",
 ]
@@ -99,6 +100,11 @@ class TransformError(StokerError, RuntimeError):
 class WorkerCrashedError(TransformError):
     """A ``python_workers`` process died (killed, out of memory, a crash in native code) while it
     ran a user callable; the message names the row group (or batch) it was running."""
+
+
+class UnsafeMetadataError(StokerError, ValueError):
+    """A dataset's metadata (a Petastorm ``_common_metadata`` pickle) names a class or function
+    stoker does not unpickle; the message names it (``module.name``). Nothing was run."""
 
 
 class InternalError(StokerError, RuntimeError):

@@ -142,6 +142,10 @@ class Loader:
         transform_version: A string that is part of the transform's cache key and resume
             fingerprint; change it when code the function calls changes (stoker fingerprints
             the function's own code, defaults and plain-data closure values only).
+        petastorm: A Petastorm store (a Unischema in ``_common_metadata``, read by a restricted
+            unpickler) has its codec fields decoded on the workers into the arrays Petastorm's
+            reader returns. ``None``: detected on local sources; ``True``: on remote sources
+            too (one more request, for ``_common_metadata``); ``False``: every column as stored.
     """
 
     def __init__(
@@ -185,6 +189,7 @@ class Loader:
         transform: Optional[Callable[[Dict[str, np.ndarray]], Mapping[str, Any]]] = None,
         transform_columns: Optional[Sequence[str]] = None,
         transform_version: Optional[str] = None,
+        petastorm: Optional[bool] = None,
     ) -> None:
         if output not in ("numpy", "torch"):
             raise InvalidOptionError(f"output must be 'numpy' or 'torch', got {output!r}")
@@ -284,7 +289,23 @@ class Loader:
         opts.cache_bytes = parse_size(cache_bytes, "cache_bytes")
         opts.cache_min_free_bytes = parse_size(cache_min_free_bytes, "cache_min_free_bytes")
         self._transforms = transform_chains(transforms) if transforms is not None else {}
-        if transforms is not None:
+        # A Petastorm store's codec fields become decode ops; plain Parquet is left alone.
+        self._petastorm_store = None
+        self._reshape: Dict[str, tuple] = {}
+        self._variable: Dict[str, tuple] = {}  # Petastorm arrays made ragged/padded here
+        if petastorm is not None and not isinstance(petastorm, bool):
+            raise InvalidOptionError(f"petastorm must be None, True or False, got {petastorm!r}")
+        if petastorm is not False:
+            from ._petastorm import detect, plan_columns
+
+            self._petastorm_store = detect(opts.sources, storage_options,
+                                           remote=petastorm is True)
+            if self._petastorm_store is not None:
+                wanted = None if columns is None else list(columns)
+                self._transforms, self._reshape, self._variable = plan_columns(
+                    self._petastorm_store, wanted, self._transforms, lists)
+                self._pad_value = pad_value
+        if self._transforms:
             set_transforms(opts, self._transforms)
         if transform_fn is not None and transform_columns is not None:
             if isinstance(transform_columns, str) or not all(
@@ -480,7 +501,41 @@ class Loader:
                     return
                 continue  # timeout: lets Python deliver signals (Ctrl-C)
             self._check_generation(generation)  # ended while this batch was in flight
-            yield to_python(batch, output)
+            out = to_python(batch, output)
+            for name, shape in self._reshape.items():  # e.g. Petastorm's [H, W] gray images
+                if name in out:
+                    out[name] = out[name].reshape((len(out[name]),) + shape)
+            if self._variable:
+                out = self._decode_variable(out, output)
+            yield out
+
+    def _decode_variable(self, out: Dict[str, Any], output: str) -> Dict[str, Any]:
+        """Petastorm array fields whose first dimension varies, as ``lists`` asks (decoded here,
+        in Python: the workers' ops make fixed shapes only)."""
+        from ._petastorm import decode_variable
+        from ._ragged import Ragged
+
+        result = {}
+        for key, value in out.items():
+            if key not in self._variable:
+                result[key] = value
+                continue
+            mode, field = self._variable[key]
+            pad = self._pad_value.get(key, 0) if isinstance(self._pad_value, Mapping) \
+                else self._pad_value
+            value, lengths = decode_variable(key, value, out.get(key + "_mask"), mode, field,
+                                             pad)
+            if output == "torch":
+                import torch
+
+                value = Ragged(torch.from_numpy(value.values), torch.from_numpy(value.offsets),
+                               "list") if isinstance(value, Ragged) else torch.from_numpy(value)
+                lengths = torch.from_numpy(lengths) if lengths is not None else None
+            result[key] = value
+            if lengths is not None:
+                result[key + "_lengths"] = lengths
+        return result
+
 
     def _augment_keys(self, host: Iterator[Dict[str, Any]], first: int
                       ) -> Iterator[tuple]:

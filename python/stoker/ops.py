@@ -34,9 +34,11 @@ def _op(name: str, **params: Any) -> Op:
     return spec
 
 
-def decode_image(mode: str = "RGB", exif: bool = False, draft: Optional[Size] = None) -> Op:
-    """JPEG, PNG or WebP bytes -> uint8 [H, W, C]; ``draft`` lets JPEG decode at a reduced size."""
-    return _op("decode_image", mode=mode, exif=exif, draft=draft)
+def decode_image(mode: str = "RGB", exif: bool = False, draft: Optional[Size] = None,
+                 shape: Optional[Sequence[int]] = None) -> Op:
+    """JPEG, PNG or WebP bytes -> uint8 [H, W, C]; ``draft`` lets JPEG decode at a reduced size;
+    ``shape=[h, w]`` declares every image's size (a fixed output; another size is an error)."""
+    return _op("decode_image", mode=mode, exif=exif, draft=draft, shape=shape)
 
 
 def resize(size: Size, interpolation: str = "bilinear", antialias: bool = True) -> Op:

@@ -106,23 +106,34 @@ void Crop(const Value& in, const CropBox& box, Value* out) {
 
 class DecodeImageOp : public OpBase {
  public:
-  DecodeImageOp(const ParamReader& params, ImageDecodeOptions options)
-      : OpBase(params, 1), options_(options) {}
+  // `size`: the declared [height, width] every image must have (a Petastorm field's shape), or
+  // empty for any size.
+  DecodeImageOp(const ParamReader& params, ImageDecodeOptions options, std::vector<int64_t> size)
+      : OpBase(params, 1), options_(options), size_(std::move(size)) {}
 
   Result<ValueType> Resolve(const ValueType& input) const override {
     if (input.kind != ValueKind::kBytes) {
       return WrongInput(Name(), "encoded bytes (a binary column)", input);
     }
-    return ValueType::Tensor(ElementType::kUInt8,
-                             {kVariableDim, kVariableDim, int64_t{options_.channels}});
+    const int64_t h = size_.empty() ? kVariableDim : size_[0];
+    const int64_t w = size_.empty() ? kVariableDim : size_[1];
+    return ValueType::Tensor(ElementType::kUInt8, {h, w, int64_t{options_.channels}});
   }
 
   Status Apply(const RowContext&, const Value& in, Value* out) const override {
-    return DecodeImage(in.bytes(), options_, out);
+    STOKER_RETURN_NOT_OK(DecodeImage(in.bytes(), options_, out));
+    if (!size_.empty() && (out->shape()[0] != size_[0] || out->shape()[1] != size_[1])) {
+      return MakeError(ErrorKind::kCorruptFile,
+                       "the image is " + std::to_string(out->shape()[0]) + "x" +
+                           std::to_string(out->shape()[1]) + ", not the declared shape " +
+                           std::to_string(size_[0]) + "x" + std::to_string(size_[1]));
+    }
+    return Status::OK();
   }
 
  private:
   ImageDecodeOptions options_;
+  std::vector<int64_t> size_;
 };
 
 class ResizeOp : public OpBase {
@@ -555,7 +566,19 @@ Result<std::unique_ptr<Op>> MakeDecodeImage(ParamReader* params) {
   }
   STOKER_ASSIGN_OR_RAISE(options.max_pixels, params->Int("max_pixels", int64_t{1} << 28));
   if (options.max_pixels <= 0) return params->Error("max_pixels", "must be positive");
-  return std::make_unique<DecodeImageOp>(*params, options);
+  std::vector<int64_t> size;
+  if (params->Has("shape")) {
+    STOKER_ASSIGN_OR_RAISE(size, params->IntList("shape", std::nullopt));
+    if (size.size() != 2 || size[0] <= 0 || size[1] <= 0) {
+      return params->Error("shape", "must be [height, width] with positive sizes");
+    }
+    if (options.min_height > 0) {
+      return params->Error("shape", "cannot be combined with draft");
+    }
+  } else {
+    STOKER_RETURN_NOT_OK(params->Raw("shape", ParamValue()).status());
+  }
+  return std::make_unique<DecodeImageOp>(*params, options, std::move(size));
 }
 
 Result<std::unique_ptr<Op>> MakeResize(ParamReader* params) {

@@ -119,6 +119,29 @@ TEST(DecodeImage, PngRoundTripsExactlyInEveryMode) {
   }
 }
 
+TEST(DecodeImage, DeclaredShapeIsFixedAndCheckedPerRow) {
+  const auto pixels = Pattern(13, 21, 3);
+  const std::string png = EncodePng(pixels, 13, 21, 3);
+  Params params;
+  params["shape"] = ParamValue::List{13, 21};
+  auto chain = MakeChain(ValueType::Bytes(), {{"decode_image", params}});
+  ASSERT_TRUE(chain.ok()) << chain.status().ToString();
+  EXPECT_EQ(chain->output_type().shape, (std::vector<int64_t>{13, 21, 3}));
+  Value out;
+  ASSERT_TRUE(RunChain(*chain, Value::View(ValueKind::kBytes, png.data(), png.size()), &out).ok());
+  EXPECT_EQ(Bytes(out), pixels);
+  params["shape"] = ParamValue::List{13, 20};
+  auto wrong = MakeChain(ValueType::Bytes(), {{"decode_image", params}});
+  ASSERT_TRUE(wrong.ok());
+  const Status status =
+      RunChain(*wrong, Value::View(ValueKind::kBytes, png.data(), png.size()), &out);
+  EXPECT_EQ(GetErrorKind(status), ErrorKind::kCorruptFile);
+  EXPECT_NE(status.message().find("13x21, not the declared shape 13x20"), std::string::npos)
+      << status.ToString();
+  params["shape"] = ParamValue::List{13};
+  EXPECT_FALSE(MakeChain(ValueType::Bytes(), {{"decode_image", params}}).ok());
+}
+
 TEST(DecodeImage, ModeConversionsFollowPillow) {
   const auto rgb = Pattern(5, 7, 3);
   const std::string png = EncodePng(rgb, 5, 7, 3);

@@ -1,0 +1,565 @@
+"""Petastorm's reader API on stoker: change one import.
+
+    from stoker.petastorm import make_reader          # was: from petastorm import make_reader
+    from stoker.petastorm.pytorch import DataLoader   # was: from petastorm.pytorch import ...
+
+``make_reader`` yields one namedtuple of numpy values per row, ``make_batch_reader`` one namedtuple
+of column arrays per batch, as Petastorm's readers do; underneath, a :class:`stoker.Loader` reads
+and decodes on C++ threads (Petastorm codecs become stoker ops). Petastorm's arguments keep their
+meaning where stoker has one; the others are accepted with a one-time warning naming them when
+ignoring them cannot change the rows delivered, and refused with ``InvalidOptionError`` when it
+would. docs/migrating-from-petastorm.md has the table.
+
+Order: with a ``seed`` the order is a pure function of (dataset, options, seed, epoch, shard), the
+same for any ``workers_count``; every row is delivered exactly once per epoch across the
+``shard_count`` shards.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import keyword
+import re
+import warnings
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+
+import numpy as np
+
+from .._petastorm import PetastormStore, codec_kind, detect, field_chain
+from .._unischema import Field, Schema
+from ..errors import InvalidOptionError, LoaderClosedError, UnsupportedTypeError
+from ..loader import Loader
+
+__all__ = ["make_reader", "make_batch_reader", "Reader", "TransformSpec"]
+
+_WARNED: set = set()
+# numpy's C long long types and the np.int64 / np.uint64 of the same size (where they differ).
+_LONG_LONG = {np.dtype(c).char: np.dtype(t) for c, t in (("q", np.int64), ("Q", np.uint64))
+              if np.dtype(c).type is not np.dtype(t).type}
+# Rows per engine batch behind the row reader (the reader hands out rows; any size works).
+_ROWS_PER_BATCH = 256
+
+
+def _warn_once(names: Sequence[str], why: str) -> None:
+    key = (tuple(names), why)
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    warnings.warn(f"stoker.petastorm ignores {', '.join(names)}: {why}", UserWarning, stacklevel=3)
+
+
+def TransformSpec(func=None, edit_fields=None, removed_fields=None,  # noqa: N802
+                  selected_fields=None):
+    """Petastorm's ``TransformSpec``: stoker's own when present (``stoker.TransformSpec``)."""
+    import stoker
+
+    spec = getattr(stoker, "TransformSpec", None)
+    if spec is None:
+        raise InvalidOptionError(
+            "transform_spec: this stoker has no TransformSpec (Loader(transform=...)) yet")
+    return spec(func, edit_fields=edit_fields, removed_fields=removed_fields,
+                selected_fields=selected_fields)
+
+
+def _url_to_source(url: Any) -> List[str]:
+    urls = [url] if isinstance(url, str) else list(url)
+    if not urls:
+        raise InvalidOptionError("dataset_url is empty")
+    out = []
+    for item in urls:
+        if not isinstance(item, str):
+            raise InvalidOptionError(
+                f"dataset_url must be a URL string or a list of them, got {item!r}")
+        if item.startswith("file://"):
+            item = item[len("file://"):]
+        elif item.startswith(("hdfs://", "viewfs://")):
+            raise InvalidOptionError(
+                f"dataset_url {item!r}: stoker reads local paths, s3://, gs:// and other Arrow "
+                "filesystems, not HDFS")
+        out.append(item)
+    return out
+
+
+def _select_fields(available: Sequence[str], schema_fields: Any) -> List[str]:
+    """Petastorm's ``schema_fields``: names, UnischemaFields or regex patterns (full match)."""
+    if schema_fields is None:
+        return list(available)
+    if isinstance(schema_fields, str) or not isinstance(schema_fields, (list, tuple, set)):
+        raise InvalidOptionError(
+            f"schema_fields must be a list of field names, UnischemaFields or regex patterns, "
+            f"got {schema_fields!r}")
+    chosen = set()
+    for item in schema_fields:
+        name = getattr(item, "name", None) if not isinstance(item, str) else None
+        if name is not None:
+            if name not in available:
+                raise InvalidOptionError(
+                    f"schema_fields: field {name!r} is not in the dataset (fields: "
+                    f"{', '.join(available)})")
+            chosen.add(name)
+            continue
+        if not isinstance(item, str):
+            raise InvalidOptionError(f"schema_fields: {item!r} is not a name or pattern")
+        matched = [n for n in available if re.fullmatch(item, n)]
+        if not matched:
+            raise InvalidOptionError(
+                f"schema_fields: {item!r} matches no field (fields: {', '.join(available)})")
+        chosen.update(matched)
+    return [n for n in available if n in chosen]  # dataset order, as Petastorm's schema view
+
+
+def _row_type(name: str, fields: Sequence[str]) -> Any:
+    type_name = re.sub(r"\W", "_", name or "") or "Row"
+    if not type_name[0].isalpha() or keyword.iskeyword(type_name):
+        type_name = "Row_" + type_name
+    return collections.namedtuple(type_name, list(fields), rename=False)
+
+
+def _decode_image(data: bytes, field: Field) -> np.ndarray:
+    """Petastorm's CompressedImageCodec.decode: OpenCV when present (bit-exact with Petastorm),
+    else Pillow (same pixels for PNG)."""
+    try:
+        import cv2
+    except ImportError:
+        from PIL import Image
+
+        image = np.asarray(Image.open(io.BytesIO(data)))
+        return image[:, :, :3] if image.ndim == 3 and image.shape[2] == 4 else image
+    image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+    if image.ndim == 3 and image.shape[2] == 3:
+        return image[:, :, (2, 1, 0)]
+    return image
+
+
+def _python_decoder(field: Field) -> Callable[[bytes], Any]:
+    kind = codec_kind(field)
+    if kind == "npy":
+        return lambda data: np.load(io.BytesIO(data))
+    if kind == "npz":
+        return lambda data: np.load(io.BytesIO(data))["arr"]
+    return lambda data: _decode_image(data, field)
+
+
+class _Plan:
+    """How each selected field is read: the Loader's transforms, and the fields decoded here."""
+
+    def __init__(self, store: Optional[PetastormStore], names: Sequence[str]) -> None:
+        self.transforms: Dict[str, list] = {}
+        self.reshape: Dict[str, tuple] = {}
+        self.python: Dict[str, Callable[[bytes], Any]] = {}
+        self.scalar_type: Dict[str, Any] = {}
+        self.scalar_dtype: Dict[str, np.dtype] = {}
+        self.nullable: List[str] = []
+        fields = store.fields if store is not None else {}
+        for name in names:
+            field = fields.get(name)
+            if field is None:
+                continue
+            if field.nullable:
+                self.nullable.append(name)
+            if codec_kind(field) == "scalar":
+                if isinstance(field.numpy_dtype, type) and issubclass(field.numpy_dtype,
+                                                                       (np.str_, np.bytes_)):
+                    self.scalar_type[name] = field.numpy_dtype
+                elif isinstance(field.numpy_dtype, type) and issubclass(field.numpy_dtype,
+                                                                         (np.number, np.bool_)):
+                    # Petastorm returns numpy_dtype(value): IntegerType stored, np.int_ given.
+                    self.scalar_dtype[name] = np.dtype(field.numpy_dtype)
+                continue
+            variable = any(d is None for d in field.shape)
+            if variable or field.nullable:
+                # Null rows and per-row shapes cannot be a dense tensor: decode these here.
+                self.python[name] = _python_decoder(field)
+                continue
+            try:
+                chain, shape = field_chain(field)
+            except UnsupportedTypeError:
+                # Beyond the ops (a uint16 PNG, a dtype they do not make): decoded here, as
+                # Petastorm's codec would.
+                self.python[name] = _python_decoder(field)
+                continue
+            self.transforms[name] = chain
+            if shape is not None:
+                self.reshape[name] = shape
+
+
+class Reader:
+    """What ``make_reader`` / ``make_batch_reader`` return: an iterator with Petastorm's
+    ``stop()``, ``join()``, ``reset()`` and ``with`` support."""
+
+    def __init__(self, sources: List[str], batched: bool, schema_fields: Any, seed: Any,
+                 shuffle_rows: bool, shuffle_row_groups: bool, predicate: Any, num_epochs: Any,
+                 cur_shard: Any, shard_count: Any, cache_dir: Any, cache_bytes: Any,
+                 storage_options: Any, workers_count: Any, transform_spec: Any,
+                 batch_size: int) -> None:
+        if num_epochs is not None and (isinstance(num_epochs, bool) or
+                                       not isinstance(num_epochs, int) or num_epochs < 1):
+            raise InvalidOptionError(
+                f"num_epochs must be a positive integer or None, got {num_epochs!r}")
+        if (cur_shard is None) != (shard_count is None):
+            raise InvalidOptionError("cur_shard and shard_count must be given together")
+        if shard_count is not None and not (isinstance(shard_count, int) and shard_count >= 1 and
+                                            isinstance(cur_shard, int) and
+                                            0 <= cur_shard < shard_count):
+            raise InvalidOptionError(
+                f"cur_shard must be in [0, shard_count), got cur_shard={cur_shard!r}, "
+                f"shard_count={shard_count!r}")
+        if predicate is not None and not (hasattr(predicate, "get_fields") and
+                                          hasattr(predicate, "do_include")):
+            raise InvalidOptionError(
+                "predicate must be a Petastorm predicate (get_fields() and do_include(values))")
+        shuffle = bool(shuffle_row_groups or shuffle_rows)
+        world = shard_count or 1
+        if shuffle and world > 1 and seed is None:
+            raise InvalidOptionError(
+                "cur_shard/shard_count with shuffling needs seed= (every shard must draw the same "
+                "order, or shards overlap); pass seed=<int> or shuffle_row_groups=False")
+        self._batched = batched
+        self._num_epochs = num_epochs
+        self._predicate = predicate
+        self._store = detect(sources, storage_options)
+
+        self._types: Optional[Dict[str, Any]] = None
+        self._nullable_flags: Dict[str, bool] = {}
+        self._unsupported: Dict[str, str] = {}
+        types = self._schema_types(sources, storage_options)
+        available = list(types)
+        dataset_rows = self._dataset_rows
+        if self._store is not None:
+            available = [n for n in self._store.fields if n in available]
+        if schema_fields is None and self._unsupported:
+            # As Petastorm's schema inference: columns of a type it cannot read are left out.
+            available = [n for n in available if n not in self._unsupported]
+            _warn_once(sorted(self._unsupported),
+                       "their types cannot become arrays (name them in schema_fields to see why)")
+        self._fields = _select_fields(available, schema_fields)
+        read = list(self._fields)
+        if predicate is not None:
+            for name in predicate.get_fields():
+                if name not in available:
+                    raise InvalidOptionError(
+                        f"predicate: field {name!r} is not in the dataset")
+                if name not in read:
+                    read.append(name)
+        self._read = read
+        self._plan = _Plan(self._store, read)
+        self.schema = self._view_schema()
+        self.batched_output = batched
+        self.is_batched_reader = batched
+        self.ngram = None
+        self.last_row_consumed = False
+
+        options: Dict[str, Any] = {}
+        if transform_spec is not None:
+            import inspect
+
+            if "transform" not in inspect.signature(Loader.__init__).parameters:
+                raise InvalidOptionError(
+                    "transform_spec needs Loader(transform=...), which this stoker lacks")
+            options["transform"] = transform_spec
+        rows_per_rank = -(-dataset_rows // world)
+        self._loader = Loader(
+            sources, columns=read, batch_size=max(1, min(batch_size, rows_per_rank)),
+            shuffle=shuffle, seed=seed,
+            # Petastorm shuffles the row-group order; rows move only with shuffle_rows.
+            shuffle_window=65536 if shuffle_rows else 1,
+            drop_last=False, padding_mask=True, rank=cur_shard if shard_count else 0,
+            world_size=world, num_threads=workers_count, storage_options=storage_options,
+            cache_dir=cache_dir, cache_bytes=cache_bytes if cache_bytes is not None else "50GiB",
+            transforms=self._plan.transforms or None, petastorm=False,
+            lists=self._lists_choice(sources, read, storage_options),
+            null_mask=self._nullable_columns(sources, read, storage_options) or False,
+            **options)
+        self.seed = self._loader.seed
+        self._row_type = _row_type(self.schema.name if self.schema else "Row", self._fields)
+        self._transformed = transform_spec is not None
+        self._fields_from_batch = False
+        self._epochs_done = 0
+        self._it: Optional[Iterator[Any]] = None
+        self._stopped = False
+
+    def _lists_choice(self, sources: List[str], read: Sequence[str], storage_options: Any) -> Any:
+        import pyarrow as pa
+
+        types = self._schema_types(sources, storage_options)
+        return {n: "ragged" for n in read if n in types and
+                (pa.types.is_list(types[n]) or pa.types.is_large_list(types[n]))} or None
+
+    def _nullable_columns(self, sources: List[str], read: Sequence[str],
+                          storage_options: Any) -> List[str]:
+        types = self._schema_types(sources, storage_options)
+        # Every column Arrow declares nullable gets a mask: nulls become None, as in Petastorm.
+        return [n for n in read if n in types and self._nullable_flags.get(n, True)
+                and n not in self._plan.transforms]
+
+    def _schema_types(self, sources: List[str], storage_options: Any) -> Dict[str, Any]:
+        """Arrow types and nullability of the dataset's columns, from stoker's own listing (the
+        files a Loader reads) and the first file's footer."""
+        if self._types is None:
+            import pyarrow.parquet as pq
+
+            from .. import describe
+
+            listing = describe(sources, storage_options=storage_options, petastorm=False,
+                               lists="ragged")
+            self._unsupported = {c.name: c.error for c in listing.columns if not c.ok}
+            first = listing.files[0].path
+            if "://" in first:
+                import pyarrow.fs as pafs
+
+                if first.startswith("s3://") and storage_options:
+                    filesystem, path = pafs.S3FileSystem(**dict(storage_options)), first[5:]
+                else:
+                    filesystem, path = pafs.FileSystem.from_uri(first)
+                with filesystem.open_input_file(path) as handle:
+                    arrow = pq.read_schema(handle)
+            else:
+                arrow = pq.read_schema(first)
+            self._types = {f.name: f.type for f in arrow}
+            self._nullable_flags = {f.name: f.nullable for f in arrow}
+            self._dataset_rows = int(listing.rows)
+        return self._types
+
+    def _view_schema(self) -> Optional[Schema]:
+        if self._store is None:
+            return None
+        view = Schema(self._store.schema.name)
+        view._fields = collections.OrderedDict(
+            (n, self._store.fields[n]) for n in self._fields)
+        return view
+
+    # ------------------------------------------------------------------------------ iteration
+
+    def _columns(self, batch: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """One engine batch -> {field: array or list} of the kept rows (padding and predicate
+        rows dropped); None when no row is kept."""
+        keep = ~np.asarray(batch["__padding__"])
+        if self._transformed and not self._fields_from_batch:
+            # A transform_spec decides the output fields (edit/remove): take them from the batch.
+            extra = {k for k in batch if k.endswith(("_mask", "_lengths")) and
+                     k.rsplit("_", 1)[0] in batch}
+            self._fields = [k for k in batch if k != "__padding__" and k not in extra]
+            self._read = list(self._fields)
+            self._row_type = _row_type(self.schema.name if self.schema else "Row", self._fields)
+            self._fields_from_batch = True
+        out: Dict[str, Any] = {}
+        for name in self._read:
+            value = batch[name]
+            if hasattr(value, "tolist") and not isinstance(value, np.ndarray):
+                value = value.tolist()  # Ragged: str / bytes / lists of numbers
+                info = self._loader.columns[name]
+                if info.kind.name == "ragged":
+                    value = [np.asarray(v, dtype=info.dtype) for v in value]
+            if isinstance(value, np.ndarray) and value.dtype.char in _LONG_LONG:
+                # int64 arrives as C long long, which numpy keeps apart from np.int64 (long).
+                value = value.view(_LONG_LONG[value.dtype.char])
+            if name in self._plan.reshape:  # e.g. Petastorm's [H, W] gray images
+                value = value.reshape((len(value),) + self._plan.reshape[name])
+            mask = batch.get(name + "_mask")
+            decode = self._plan.python.get(name)
+            if decode is not None:
+                value = [None if (mask is not None and not mask[i]) else decode(v)
+                         for i, v in enumerate(value)]
+                mask = None
+            elif name in self._plan.scalar_dtype and isinstance(value, np.ndarray) and \
+                    value.dtype.type is not self._plan.scalar_dtype[name].type:
+                value = value.astype(self._plan.scalar_dtype[name])
+            elif name in self._plan.scalar_type:
+                cast = self._plan.scalar_type[name]
+                value = [cast(v) for v in value]
+            if mask is not None and not np.asarray(mask).all():
+                mask = np.asarray(mask)
+                if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+                    # Petastorm reads through pandas: a null float is NaN, not None.
+                    value = value.copy()
+                    value[~mask] = np.nan
+                else:
+                    value = [v if ok else None for v, ok in zip(list(value), mask)]
+            out[name] = value
+        if self._predicate is not None:
+            names = list(self._predicate.get_fields())
+            for i in np.flatnonzero(keep):
+                values = {n: out[n][i] for n in names}
+                if not self._predicate.do_include(values):
+                    keep[i] = False
+        if not keep.any():
+            return None
+        if not keep.all():
+            index = np.flatnonzero(keep)
+            out = {n: (v[index] if isinstance(v, np.ndarray) else [v[i] for i in index])
+                   for n, v in out.items()}
+        return {n: out[n] for n in self._fields}
+
+    def _column_batches(self) -> Iterator[Dict[str, Any]]:
+        """Column batches over the remaining epochs (shared by the rows, batches and loaders)."""
+        while self._num_epochs is None or self._epochs_done < self._num_epochs:
+            for batch in self._loader:
+                columns = self._columns(batch)
+                if columns is not None:
+                    yield columns
+            self._epochs_done += 1
+
+    def _rows(self) -> Iterator[Any]:
+        for columns in self._column_batches():
+            values = [list(columns[n]) for n in self._fields]
+            yield from map(self._row_type._make, zip(*values))
+
+    def _batches(self) -> Iterator[Any]:
+        for columns in self._column_batches():
+            yield self._row_type(**{n: _as_batch_array(v) for n, v in columns.items()})
+
+    def __iter__(self) -> "Reader":
+        return self
+
+    def __next__(self) -> Any:
+        if self._stopped:
+            raise StopIteration
+        if self._it is None:
+            self._it = self._batches() if self._batched else self._rows()
+        try:
+            return next(self._it)
+        except StopIteration:
+            self.last_row_consumed = True
+            raise
+        except LoaderClosedError:
+            if self._stopped:  # stop() from another thread: the iteration ends
+                raise StopIteration from None
+            raise
+
+    next = __next__
+
+    def reset(self) -> None:
+        """Starts the reader over: ``num_epochs`` more epochs (each shuffled anew)."""
+        self._it = None
+        self._epochs_done = 0
+        self.last_row_consumed = False
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Stops reading (the loader's threads end promptly); iteration then ends."""
+        self._stopped = True
+        self._it = None
+        self._loader.close()
+
+    def join(self) -> None:
+        """Petastorm joins its worker pool here; stoker's threads ended in ``stop()``."""
+
+    @property
+    def diagnostics(self) -> Dict[str, Any]:
+        return {"stats": self._loader.stats() if hasattr(self._loader, "stats") else {}}
+
+    @property
+    def loader(self) -> Loader:
+        """The :class:`stoker.Loader` underneath (for its stats and options)."""
+        return self._loader
+
+    def __enter__(self) -> "Reader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+        self.join()
+
+
+def _as_batch_array(value: Any) -> Any:
+    """A column of a batch as Petastorm's batch reader gives it (from pandas): numbers with nulls
+    become float64 with NaN, strings a ``<U`` array, equal-shaped arrays one stacked array."""
+    if isinstance(value, np.ndarray):
+        return value
+    values = list(value)
+    present = [v for v in values if v is not None]
+    if present and len(present) == len(values) and \
+            all(isinstance(v, (str, bytes)) for v in present):
+        return np.array(values)
+    if present and all(isinstance(v, (np.number, np.bool_, int, float)) for v in present):
+        return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    if values and len(present) == len(values) and all(isinstance(v, np.ndarray) for v in values) \
+            and len({v.shape for v in values}) == 1:
+        return np.stack(values)
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+_IGNORED_NO_EFFECT = {
+    "reader_pool_type": ("thread",
+                         "stoker decodes on its own C++ threads; results do not depend on it"),
+    "pyarrow_serialize": (False, "deprecated in Petastorm; no effect"),
+    "results_queue_size": (50, "prefetch is bounded by bytes (Loader prefetch_bytes)"),
+    "zmq_copy_buffers": (True, "no process pool, no ZeroMQ"),
+    "hdfs_driver": ("libhdfs3", "HDFS is not supported; other URLs need no driver"),
+    "cache_row_size_estimate": (None, "stoker's cache is sized in bytes"),
+    "cache_extra_settings": (None, "stoker's cache has no diskcache settings"),
+    "shuffle_row_drop_partitions": (1, "the same rows are delivered; only their order differs"),
+}
+
+
+def _common(dataset_url: Any, batched: bool, kwargs: Dict[str, Any]) -> Reader:
+    ignored = [name for name, (default, _why) in _IGNORED_NO_EFFECT.items()
+               if name in kwargs and kwargs[name] != default]
+    for name in ignored:
+        _warn_once([name], _IGNORED_NO_EFFECT[name][1])
+    if kwargs.get("rowgroup_selector") is not None:
+        raise InvalidOptionError(
+            "rowgroup_selector: stoker does not read Petastorm row-group indexes; select rows "
+            "with predicate= instead")
+    if kwargs.get("filters") is not None:
+        raise InvalidOptionError(
+            "filters: pyarrow filters are not supported; use predicate= (e.g. petastorm's "
+            "in_lambda) to filter rows")
+    cache_type = kwargs.get("cache_type")
+    cache_dir = cache_bytes = None
+    if cache_type == "local-disk":
+        if not kwargs.get("cache_location"):
+            raise InvalidOptionError("cache_type='local-disk' needs cache_location")
+        cache_dir = kwargs["cache_location"]
+        cache_bytes = kwargs.get("cache_size_limit")
+    elif cache_type not in (None, "null"):
+        raise InvalidOptionError(
+            f"cache_type must be None, 'null' or 'local-disk', got {cache_type!r}")
+    filesystem = kwargs.get("filesystem")
+    if filesystem is not None:
+        kind = type(filesystem).__name__
+        if kind != "LocalFileSystem":
+            raise InvalidOptionError(
+                f"filesystem: a {kind} object cannot be passed to stoker; give the URL and its "
+                "settings as storage_options= (Arrow's names: endpoint_override, region, "
+                "access_key, ...)")
+    workers = kwargs.get("workers_count")
+    return Reader(
+        _url_to_source(dataset_url), batched, kwargs.get("schema_fields"), kwargs.get("seed")
+        if kwargs.get("seed") is not None else kwargs.get("shard_seed"),
+        bool(kwargs.get("shuffle_rows")), bool(kwargs.get("shuffle_row_groups", True)),
+        kwargs.get("predicate"), kwargs.get("num_epochs", 1), kwargs.get("cur_shard"),
+        kwargs.get("shard_count"), cache_dir, cache_bytes, kwargs.get("storage_options"),
+        workers if workers else None, kwargs.get("transform_spec"),
+        1024 if batched else _ROWS_PER_BATCH)
+
+
+def make_reader(dataset_url, schema_fields=None, reader_pool_type="thread", workers_count=10,
+                pyarrow_serialize=False, results_queue_size=50, seed=None, shuffle_rows=False,
+                shuffle_row_groups=True, shuffle_row_drop_partitions=1, predicate=None,
+                rowgroup_selector=None, num_epochs=1, cur_shard=None, shard_count=None,
+                shard_seed=None, cache_type="null", cache_location=None, cache_size_limit=None,
+                cache_row_size_estimate=None, cache_extra_settings=None, hdfs_driver="libhdfs3",
+                transform_spec=None, filters=None, storage_options=None, zmq_copy_buffers=True,
+                filesystem=None, convert_early_to_numpy=False) -> Reader:
+    """Petastorm's ``make_reader``: one namedtuple of numpy values per row (codec fields
+    decoded). Same arguments; see the module docstring for what each becomes."""
+    return _common(dataset_url, False, dict(locals()))
+
+
+def make_batch_reader(dataset_url_or_urls, schema_fields=None, reader_pool_type="thread",
+                      workers_count=10, results_queue_size=50, seed=None, shuffle_rows=False,
+                      shuffle_row_groups=True, shuffle_row_drop_partitions=1, predicate=None,
+                      rowgroup_selector=None, num_epochs=1, cur_shard=None, shard_count=None,
+                      shard_seed=None, cache_type="null", cache_location=None,
+                      cache_size_limit=None, cache_row_size_estimate=None,
+                      cache_extra_settings=None, hdfs_driver="libhdfs3", transform_spec=None,
+                      filters=None, storage_options=None, zmq_copy_buffers=True, filesystem=None,
+                      convert_early_to_numpy=False) -> Reader:
+    """Petastorm's ``make_batch_reader``: one namedtuple of column arrays per batch (up to 1,024
+    rows; Petastorm's batch is one row group). Same arguments."""
+    return _common(dataset_url_or_urls, True, dict(locals()))
