@@ -423,3 +423,37 @@ def test_unreadable_columns_are_left_out_with_a_warning_unless_named(tmp_path):
             assert next(reader)._fields == ("id",)
     with pytest.raises(errors.UnsupportedTypeError, match="price"):
         make_batch_reader("file://" + str(tmp_path), schema_fields=["id", "price"], seed=1)
+
+
+def _double_mat(df):
+    df["mat"] = df["mat"].map(lambda m: m * 2)
+    return df
+
+
+def test_transform_spec_sees_decoded_fields_as_in_petastorm(store, reference):
+    """Petastorm decodes the codec fields before a TransformSpec's function; so does stoker."""
+    from stoker.petastorm import TransformSpec
+
+    rows = _rows(store, schema_fields=["id", "mat", "jpg_rgb"], shuffle_row_groups=False,
+                 transform_spec=TransformSpec(_double_mat))
+    assert sorted(int(r.id) for r in rows) == sorted(reference)
+    for row in rows:
+        want = reference[int(row.id)]
+        assert row.mat.dtype == np.float32 and row.mat.shape == (3, 4)
+        np.testing.assert_array_equal(row.mat, want.mat * 2)
+        np.testing.assert_array_equal(row.jpg_rgb, want.jpg_rgb)
+
+
+def test_loader_transform_on_a_petastorm_store_gets_arrays(store, reference):
+    seen = []
+
+    def fn(arrays):
+        seen.append(type(arrays["mat"][0]))
+        return {"id": arrays["id"], "mat_sum": np.array([m.sum() for m in arrays["mat"]],
+                                                        dtype=np.float32)}
+
+    with stoker.Loader(store, transform=fn, transform_columns=["id", "mat"], batch_size=8,
+                       shuffle=False, drop_last=False) as loader:
+        got = {int(i): float(s) for b in loader for i, s in zip(b["id"], b["mat_sum"])}
+    assert set(seen) == {np.ndarray}
+    assert got == pytest.approx({i: float(r.mat.sum()) for i, r in reference.items()})

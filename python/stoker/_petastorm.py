@@ -269,3 +269,60 @@ def decode_variable(name: str, column: Any, mask: Any, mode: str, field: Field,
     for i, array in enumerate(arrays):
         padded[i, :len(array)] = array
     return padded, lengths
+
+
+def _decode_image_bytes(data: bytes) -> np.ndarray:
+    """Petastorm's CompressedImageCodec.decode: OpenCV when present (bit-exact with Petastorm:
+    BGR back to RGB), else Pillow (same pixels for PNG)."""
+    try:
+        import cv2
+    except ImportError:
+        import io
+
+        from PIL import Image
+
+        image = np.asarray(Image.open(io.BytesIO(data)))
+        return image[:, :, :3] if image.ndim == 3 and image.shape[2] == 4 else image
+    image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+    if image.ndim == 3 and image.shape[2] == 3:
+        return image[:, :, (2, 1, 0)]
+    return image
+
+
+def decode_value(kind: str, data: Any) -> Any:
+    """One stored value of a codec field as Petastorm's reader returns it (None stays None)."""
+    import io
+
+    if data is None:
+        return None
+    if kind == "npy":
+        return np.load(io.BytesIO(data))
+    if kind == "npz":
+        return np.load(io.BytesIO(data))["arr"]
+    return _decode_image_bytes(data)
+
+
+class DecodedInput:
+    """Wraps ``transform=`` on a Petastorm store: the codec fields it receives are decoded first
+    (in Python, on the worker running it), so the function sees what Petastorm's reader gives a
+    TransformSpec: arrays, not encoded bytes. Picklable for ``python_workers``."""
+
+    def __init__(self, kinds: Dict[str, str], fn: Any) -> None:
+        self.kinds = dict(kinds)
+        self.fn = fn
+
+    def __call__(self, arrays: Dict[str, Any]) -> Any:
+        decoded = dict(arrays)
+        for name, kind in self.kinds.items():
+            if name in decoded:
+                values = [decode_value(kind, v) for v in decoded[name]]
+                column = np.empty(len(values), dtype=object)
+                column[:] = values
+                decoded[name] = column
+        return self.fn(decoded)
+
+
+def codec_kinds(store: "PetastormStore") -> Dict[str, str]:
+    """{field: "npy" | "npz" | "image"} for every field that needs decoding."""
+    return {name: codec_kind(field) for name, field in store.fields.items()
+            if codec_kind(field) != "scalar"}

@@ -300,7 +300,15 @@ class Loader:
 
             self._petastorm_store = detect(opts.sources, storage_options,
                                            remote=petastorm is True)
-            if self._petastorm_store is not None:
+            if self._petastorm_store is not None and transform_fn is not None:
+                # transform= sees decoded arrays, as a Petastorm TransformSpec does: the codec
+                # fields are decoded before it (in Python); its outputs get no codec ops.
+                from ._petastorm import DecodedInput, codec_kinds
+
+                functions["transform"] = DecodedInput(codec_kinds(self._petastorm_store),
+                                                      transform_fn)
+                self._transform_fingerprint += "|petastorm-decoded"
+            elif self._petastorm_store is not None:
                 wanted = None if columns is None else list(columns)
                 self._transforms, self._reshape, self._variable = plan_columns(
                     self._petastorm_store, wanted, self._transforms, lists)

@@ -18,7 +18,6 @@ same for any ``workers_count``; every row is delivered exactly once per epoch ac
 from __future__ import annotations
 
 import collections
-import io
 import keyword
 import re
 import warnings
@@ -26,7 +25,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from .._petastorm import PetastormStore, codec_kind, detect, field_chain
+from .._petastorm import PetastormStore, codec_kind, decode_value, detect, field_chain
 from .._unischema import Field, Schema
 from ..errors import InvalidOptionError, LoaderClosedError, UnsupportedTypeError
 from ..loader import Loader
@@ -116,29 +115,9 @@ def _row_type(name: str, fields: Sequence[str]) -> Any:
     return collections.namedtuple(type_name, list(fields), rename=False)
 
 
-def _decode_image(data: bytes, field: Field) -> np.ndarray:
-    """Petastorm's CompressedImageCodec.decode: OpenCV when present (bit-exact with Petastorm),
-    else Pillow (same pixels for PNG)."""
-    try:
-        import cv2
-    except ImportError:
-        from PIL import Image
-
-        image = np.asarray(Image.open(io.BytesIO(data)))
-        return image[:, :, :3] if image.ndim == 3 and image.shape[2] == 4 else image
-    image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
-    if image.ndim == 3 and image.shape[2] == 3:
-        return image[:, :, (2, 1, 0)]
-    return image
-
-
 def _python_decoder(field: Field) -> Callable[[bytes], Any]:
     kind = codec_kind(field)
-    if kind == "npy":
-        return lambda data: np.load(io.BytesIO(data))
-    if kind == "npz":
-        return lambda data: np.load(io.BytesIO(data))["arr"]
-    return lambda data: _decode_image(data, field)
+    return lambda data: decode_value(kind, data)
 
 
 class _Plan:
@@ -250,24 +229,28 @@ class Reader:
         self.ngram = None
         self.last_row_consumed = False
 
-        options: Dict[str, Any] = {}
+        options: Dict[str, Any] = {"petastorm": False}
         if transform_spec is not None:
             import inspect
 
             if "transform" not in inspect.signature(Loader.__init__).parameters:
                 raise InvalidOptionError(
                     "transform_spec needs Loader(transform=...), which this stoker lacks")
-            options["transform"] = transform_spec
+            # The Loader decodes the codec fields before the spec's function (as Petastorm does)
+            # and delivers what it returns: no codec ops or Python decoding here.
+            options.update(transform=transform_spec, transform_columns=list(read),
+                           petastorm=self._store is not None)
+            self._plan = _Plan(None, read)
         rows_per_rank = -(-dataset_rows // world)
         self._loader = Loader(
-            sources, columns=read, batch_size=max(1, min(batch_size, rows_per_rank)),
+            sources, columns=None if transform_spec is not None else read, batch_size=max(1, min(batch_size, rows_per_rank)),
             shuffle=shuffle, seed=seed,
             # Petastorm shuffles the row-group order; rows move only with shuffle_rows.
             shuffle_window=65536 if shuffle_rows else 1,
             drop_last=False, padding_mask=True, rank=cur_shard if shard_count else 0,
             world_size=world, num_threads=workers_count, storage_options=storage_options,
             cache_dir=cache_dir, cache_bytes=cache_bytes if cache_bytes is not None else "50GiB",
-            transforms=self._plan.transforms or None, petastorm=False,
+            transforms=self._plan.transforms or None,
             lists=self._lists_choice(sources, read, storage_options),
             null_mask=self._nullable_columns(sources, read, storage_options) or False,
             **options)
