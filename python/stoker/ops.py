@@ -34,9 +34,18 @@ def _op(name: str, **params: Any) -> Op:
     return spec
 
 
-def decode_image(mode: str = "RGB", exif: bool = False, draft: Optional[Size] = None) -> Op:
-    """JPEG, PNG or WebP bytes -> uint8 [H, W, C]; ``draft`` lets JPEG decode at a reduced size."""
-    return _op("decode_image", mode=mode, exif=exif, draft=draft)
+def decode_image(mode: str = "RGB", exif: bool = False, draft: Optional[Size] = None,
+                 dct_scaling: bool = True) -> Op:
+    """JPEG, PNG or WebP bytes -> uint8 [H, W, C]; ``draft`` lets JPEG decode at a reduced size.
+
+    ``dct_scaling`` (default on): when the next op is ``resize``, ``center_crop`` + ``resize`` or
+    ``random_resized_crop`` and it shrinks the (cropped) JPEG to at most half on both sides, the JPEG
+    is decoded at 1/2, 1/4 or 1/8 scale in the DCT domain, like Pillow's ``Image.draft``, and resized
+    from there: much less work, pixels within the tolerance in the user guide of the full decode.
+    Crop boxes and output sizes still come from the full size, with the same random draws.
+    ``dct_scaling=False`` always decodes at full size. It is off with ``draft`` or ``exif=True``.
+    """
+    return _op("decode_image", mode=mode, exif=exif, draft=draft, dct_scaling=dct_scaling)
 
 
 def resize(size: Size, interpolation: str = "bilinear", antialias: bool = True) -> Op:

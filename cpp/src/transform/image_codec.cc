@@ -137,16 +137,20 @@ struct TjDeleter {
   void operator()(void* handle) const { tjDestroy(handle); }
 };
 
-Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Value* out) {
-  // One handle per thread, reused: tjInitDecompress allocates a full libjpeg state.
+// One handle per thread, reused: tjInitDecompress allocates a full libjpeg state.
+void* DecompressHandle() {
   thread_local std::unique_ptr<void, TjDeleter> handle(tjInitDecompress());
+  return handle.get();
+}
+
+Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Value* out) {
+  void* const handle = DecompressHandle();
   if (!handle) return Status::OutOfMemory("tjInitDecompress failed");
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
   const auto size = static_cast<unsigned long>(bytes.size());
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
-  if (tjDecompressHeader3(handle.get(), data, size, &width, &height, &subsampling, &colorspace) !=
-      0) {
-    return Corrupt(std::string("JPEG header: ") + tjGetErrorStr2(handle.get()));
+  if (tjDecompressHeader3(handle, data, size, &width, &height, &subsampling, &colorspace) != 0) {
+    return Corrupt(std::string("JPEG header: ") + tjGetErrorStr2(handle));
   }
   STOKER_RETURN_NOT_OK(CheckSize(width, height, options));
   if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) {
@@ -154,7 +158,9 @@ Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Val
   }
   // Pillow's draft rule: the largest of 1/8, 1/4, 1/2 that keeps both sides at least the target.
   int denominator = 1;
-  if (options.min_width > 0 && options.min_height > 0) {
+  if (options.scale_denominator > 0) {
+    denominator = options.scale_denominator;
+  } else if (options.min_width > 0 && options.min_height > 0) {
     const int64_t scale = std::min(width / options.min_width, height / options.min_height);
     for (int candidate : {8, 4, 2}) {
       if (scale >= candidate) {
@@ -185,10 +191,9 @@ Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Val
     staging.resize(static_cast<size_t>(out_width) * out_height * decoded_channels);
     target = staging.data();
   }
-  if (tjDecompress2(handle.get(), data, size, target, out_width, 0, out_height, pixel_format, 0) !=
-      0) {
+  if (tjDecompress2(handle, data, size, target, out_width, 0, out_height, pixel_format, 0) != 0) {
     // Warnings (a truncated file, extraneous bytes) fail too, as they do in Pillow.
-    return Corrupt(std::string("JPEG data: ") + tjGetErrorStr2(handle.get()));
+    return Corrupt(std::string("JPEG data: ") + tjGetErrorStr2(handle));
   }
   if (!staging.empty()) {
     uint8_t* dst = out->Allocate(ElementType::kUInt8, {out_height, out_width, options.channels});
@@ -319,6 +324,29 @@ ImageFormat SniffImageFormat(std::string_view bytes) {
     return ImageFormat::kWebp;
   }
   return ImageFormat::kUnknown;
+}
+
+bool JpegSize(std::string_view bytes, int64_t* height, int64_t* width) {
+  if (SniffImageFormat(bytes) != ImageFormat::kJpeg) return false;
+  void* const handle = DecompressHandle();
+  int w = 0, h = 0, subsampling = 0, colorspace = 0;
+  if (!handle || tjDecompressHeader3(handle, reinterpret_cast<const unsigned char*>(bytes.data()),
+                                     static_cast<unsigned long>(bytes.size()), &w, &h, &subsampling,
+                                     &colorspace) != 0) {
+    return false;
+  }
+  *height = h;
+  *width = w;
+  return true;
+}
+
+bool JpegScaleSupported(int denominator) {
+  int count = 0;
+  const tjscalingfactor* factors = tjGetScalingFactors(&count);
+  for (int i = 0; factors != nullptr && i < count; ++i) {
+    if (factors[i].num == 1 && factors[i].denom == denominator) return true;
+  }
+  return false;
 }
 
 int ImageExifOrientation(std::string_view bytes) {
