@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 APT_PACKAGES := g++ make libgtest-dev libxxhash-dev clang-format clang-tidy \
-  libturbojpeg0-dev libspng-dev libwebp-dev zlib1g-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev zlib1g-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BUILD_DIR = $(firstword $(wildcard build/cp3*))
 ASAN_DIR := build/asan

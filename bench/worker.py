@@ -43,8 +43,12 @@ def run(job: dict) -> dict:
 
 def main() -> int:
     job = json.loads(sys.argv[1])
+    from .runners import Unavailable
+
     try:
         result = run(job)
+    except Unavailable as error:
+        result = {"status": "unavailable", "reason": str(error)}
     except Exception as error:  # noqa: BLE001
         result = {"status": "failed", "reason": f"{type(error).__name__}: {error}",
                   "traceback": traceback.format_exc(limit=8)}

@@ -19,6 +19,13 @@ namespace stoker::transform {
 
 enum class ImageFormat { kUnknown, kJpeg, kPng, kWebp };
 
+struct CropBox {
+  int64_t top = 0;
+  int64_t left = 0;
+  int64_t height = 0;
+  int64_t width = 0;
+};
+
 /// The format from the file's magic bytes.
 ImageFormat SniffImageFormat(std::string_view bytes);
 
@@ -34,6 +41,16 @@ struct ImageDecodeOptions {
 /// Decodes a JPEG, PNG or WebP file into `out` (uint8 [h, w, channels]). A corrupt, truncated or
 /// unsupported file is a kCorruptFile error whose message gives the reason.
 Status DecodeImage(std::string_view bytes, const ImageDecodeOptions& options, Value* out);
+
+/// Decodes the part of a JPEG that `box` (inside the image) needs, at full size: rows above the box
+/// are skipped and columns outside it cropped (libjpeg's jpeg_skip_scanlines and
+/// jpeg_crop_scanline, to iMCU boundaries, with a margin so that the upsampler's edges fall outside
+/// the box). The pixels inside the box are the full decode's, byte for byte; the rest of the file
+/// is still entropy-decoded, so a corrupt or truncated file fails as DecodeImage does. `out` is the
+/// decoded window [h, w, C]; `window` its place in the image. kNotImplemented when the options
+/// need the full decode (a channel conversion, EXIF, a scale).
+Status DecodeJpegRegion(std::string_view bytes, const ImageDecodeOptions& options,
+                        const CropBox& box, Value* out, CropBox* window);
 
 /// A JPEG's size from its header (no decoding); false when `bytes` is not a readable JPEG.
 bool JpegSize(std::string_view bytes, int64_t* height, int64_t* width);
@@ -81,13 +98,6 @@ SimdLevel ActiveSimdLevel();
 
 /// Caps the level (tests compare every level with the scalar kernels); nullopt removes the cap.
 void SetSimdLevelForTesting(std::optional<SimdLevel> level);
-
-struct CropBox {
-  int64_t top = 0;
-  int64_t left = 0;
-  int64_t height = 0;
-  int64_t width = 0;
-};
 
 /// torchvision's RandomResizedCrop.get_params: up to 10 draws of an area fraction in `scale` and a
 /// log-uniform aspect ratio in `ratio`; the first box that fits wins, else the centre crop clamped

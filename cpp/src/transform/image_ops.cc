@@ -113,9 +113,9 @@ class DecodeImageOp : public OpBase {
   // May decode a JPEG at a reduced size for the resize that follows it (FuseImageOps): on unless
   // the user turned it off, asked for a fixed draft size, or asked for EXIF rotation.
   bool Fusable() const {
-    return dct_scaling_ && options_.min_height == 0 && options_.min_width == 0 &&
-           !options_.apply_exif;
+    return options_.min_height == 0 && options_.min_width == 0 && !options_.apply_exif;
   }
+  bool dct_scaling() const { return dct_scaling_; }
 
   Result<ValueType> Resolve(const ValueType& input) const override {
     if (input.kind != ValueKind::kBytes) {
@@ -554,7 +554,9 @@ class ToChwOp : public OpBase {
 // image with fractional edges, is resized from there (Pillow's resize with a box). The crop box
 // and the output size come from the header's full size, with the same random draws as the
 // unfused ops, so only the pixels change (within the tolerance documented in the user guide), and
-// they depend only on the row's bytes and keys. Any other file or size runs the ops one by one.
+// they depend only on the row's bytes and keys. A crop that shrinks by less than 2x is decoded
+// region-only instead (the rows and columns it needs, DecodeJpegRegion), which changes no byte.
+// Any other file or size runs the ops one by one.
 class FusedDecodeResizeOp : public Op {
  public:
   FusedDecodeResizeOp(const DecodeImageOp* decode, const CenterCropOp* crop, const ResizeOp* resize,
@@ -601,12 +603,15 @@ class FusedDecodeResizeOp : public Op {
     const int64_t shrink = std::min(region.height / out_h, region.width / out_w);
     int denominator = 0;
     for (int candidate : {8, 4, 2}) {
-      if (shrink >= candidate && ScaleSupported(candidate)) {
+      if (decode_->dct_scaling() && shrink >= candidate && ScaleSupported(candidate)) {
         denominator = candidate;
         break;
       }
     }
-    if (denominator == 0) return Unfused(ctx, in, out);
+    if (denominator == 0) {
+      if (region.height == height && region.width == width) return Unfused(ctx, in, out);
+      return RegionThenResize(in, region, out_h, out_w, interpolation, antialias, ctx, out);
+    }
     ImageDecodeOptions options = decode_->options();
     options.scale_denominator = denominator;
     thread_local Value decoded;
@@ -622,6 +627,27 @@ class FusedDecodeResizeOp : public Op {
   }
 
  private:
+  // No DCT scaling: decode only the rows and columns the crop needs (DecodeJpegRegion), then the
+  // same resize as the unfused op, over the same pixels: the unfused bytes.
+  Status RegionThenResize(const Value& in, const CropBox& region, int64_t out_h, int64_t out_w,
+                          Interpolation interpolation, bool antialias, const RowContext& ctx,
+                          Value* out) const {
+    thread_local Value window_pixels;
+    CropBox window;
+    const Status status =
+        DecodeJpegRegion(in.bytes(), decode_->options(), region, &window_pixels, &window);
+    if (status.IsNotImplemented()) return Unfused(ctx, in, out);
+    STOKER_RETURN_NOT_OK(status);
+    const int channels = static_cast<int>(window_pixels.shape()[2]);
+    const int64_t stride = window.width * channels;
+    const uint8_t* src = window_pixels.data() + (region.top - window.top) * stride +
+                         (region.left - window.left) * channels;
+    uint8_t* dst = out->Allocate(ElementType::kUInt8, {out_h, out_w, channels});
+    ResizeImage(src, region.height, region.width, channels, dst, out_h, out_w, interpolation,
+                antialias, stride);
+    return Status::OK();
+  }
+
   static bool ScaleSupported(int denominator) {
     static const bool supported[9] = {
         false, false, JpegScaleSupported(2), false, JpegScaleSupported(4), false,

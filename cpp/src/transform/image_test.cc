@@ -35,15 +35,16 @@ std::vector<uint8_t> Pattern(int h, int w, int c) {
   return pixels;
 }
 
-std::string EncodeJpeg(const std::vector<uint8_t>& pixels, int h, int w, int c, int quality = 100) {
+std::string EncodeJpeg(const std::vector<uint8_t>& pixels, int h, int w, int c, int quality = 100,
+                       int subsampling = TJSAMP_444, int flags = 0) {
   tjhandle handle = tjInitCompress();
   unsigned char* buffer = nullptr;
   unsigned long size = 0;
   const int format = c == 1 ? TJPF_GRAY : TJPF_RGB;
-  const int subsampling = c == 1 ? TJSAMP_GRAY : TJSAMP_444;
-  EXPECT_EQ(
-      tjCompress2(handle, pixels.data(), w, 0, h, format, &buffer, &size, subsampling, quality, 0),
-      0);
+  if (c == 1) subsampling = TJSAMP_GRAY;
+  EXPECT_EQ(tjCompress2(handle, pixels.data(), w, 0, h, format, &buffer, &size, subsampling,
+                        quality, flags),
+            0);
   std::string out(reinterpret_cast<char*>(buffer), size);
   tjFree(buffer);
   tjDestroy(handle);
@@ -728,6 +729,100 @@ TEST(DctScaling, SplitRangesRunTheOpsOneByOne) {
   ASSERT_OK(chain->Apply(ctx, in, &decoded, &scratch, 0, 1));
   ASSERT_OK(chain->Apply(ctx, decoded, &out, &scratch, 1));
   EXPECT_EQ(Bytes(out), Bytes(RunSpecs(jpeg, kRandomResizedCrop, false, 3)));
+}
+
+TEST(DctScaling, RegionDecodeGivesTheFullDecodesPixelsInTheBox) {
+  const auto photo = Photo(173, 261);
+  std::vector<uint8_t> gray(173 * 261);
+  for (size_t i = 0; i < gray.size(); ++i) gray[i] = photo[i * 3 + 1];
+  struct File {
+    std::string bytes;
+    int channels;
+  };
+  std::vector<File> files;
+  for (int subsampling : {TJSAMP_420, TJSAMP_422, TJSAMP_444, TJSAMP_440}) {
+    files.push_back({EncodeJpeg(photo, 173, 261, 3, 90, subsampling), 3});
+    files.push_back({EncodeJpeg(photo, 173, 261, 3, 90, subsampling), 4});
+  }
+  files.push_back({EncodeJpeg(photo, 173, 261, 3, 85, TJSAMP_420, TJFLAG_PROGRESSIVE), 3});
+  files.push_back({EncodeJpeg(gray, 173, 261, 1, 90), 1});
+  uint32_t state = 12345;
+  auto below = [&](int64_t n) {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<int64_t>((state >> 8) % static_cast<uint32_t>(n));
+  };
+  for (const File& file : files) {
+    ImageDecodeOptions options;
+    options.channels = file.channels;
+    Value full;
+    ASSERT_OK(DecodeImage(file.bytes, options, &full));
+    for (int trial = 0; trial < 25; ++trial) {
+      CropBox box;
+      box.height = 1 + below(173);
+      box.width = 1 + below(261);
+      box.top = below(173 - box.height + 1);
+      box.left = below(261 - box.width + 1);
+      Value window_pixels;
+      CropBox window;
+      ASSERT_OK(DecodeJpegRegion(file.bytes, options, box, &window_pixels, &window));
+      ASSERT_LE(window.top, box.top);
+      ASSERT_LE(window.left, box.left);
+      ASSERT_GE(window.top + window.height, box.top + box.height);
+      ASSERT_GE(window.left + window.width, box.left + box.width);
+      const int c = file.channels;
+      for (int64_t y = 0; y < box.height; ++y) {
+        const uint8_t* want = full.data() + ((box.top + y) * 261 + box.left) * c;
+        const uint8_t* got =
+            window_pixels.data() +
+            ((box.top + y - window.top) * window.width + box.left - window.left) * c;
+        ASSERT_EQ(0, std::memcmp(want, got, box.width * c))
+            << "channels " << c << " box " << box.top << "," << box.left << " " << box.height << "x"
+            << box.width << " row " << y;
+      }
+    }
+  }
+  // A file cut short after the box fails as the full decode does.
+  const std::string& jpeg = files[0].bytes;
+  const std::string cut = jpeg.substr(0, jpeg.size() * 2 / 3);
+  ImageDecodeOptions options;
+  Value ignored;
+  CropBox window;
+  const Status region = DecodeJpegRegion(cut, options, {0, 0, 10, 10}, &ignored, &window);
+  const Status whole = DecodeImage(cut, options, &ignored);
+  ASSERT_FALSE(whole.ok());
+  EXPECT_FALSE(region.ok());
+  EXPECT_EQ(region.message(), whole.message());
+  // Options that need the full decode say so.
+  options.apply_exif = true;
+  EXPECT_TRUE(
+      DecodeJpegRegion(jpeg, options, {0, 0, 10, 10}, &ignored, &window).IsNotImplemented());
+}
+
+TEST(DctScaling, FusedCropsThatShrinkLessThanTwiceAreTheUnfusedBytes) {
+  // Region decoding (no DCT scaling) for random_resized_crop and center_crop + resize.
+  const std::string jpeg = EncodeJpeg(Photo(150, 200), 150, 200, 3, 90, TJSAMP_420);
+  const std::vector<test_util::Spec> rrc = {{"decode_image", {}},
+                                            {"random_resized_crop", {{"size", 120}}}};
+  for (uint64_t row = 0; row < 30; ++row) {
+    auto fused = MakeChain(ValueType::Bytes(), rrc);
+    Value a, b, scratch;
+    const Value in = Value::View(ValueKind::kBytes, jpeg.data(), jpeg.size());
+    RowContext ctx{7, 0, row, 0};
+    ASSERT_OK(fused->Apply(ctx, in, &a, &scratch));
+    ASSERT_OK(fused->Apply(ctx, in, &b, &scratch, 0, 1));  // decode alone, then the crop
+    Value c;
+    ASSERT_OK(fused->Apply(ctx, b, &c, &scratch, 1));
+    EXPECT_EQ(Bytes(a), Bytes(c)) << row;
+  }
+  const std::vector<test_util::Spec> crop = {
+      {"decode_image", {}}, {"center_crop", {{"size", 100}}}, {"resize", {{"size", 64}}}};
+  auto chain = MakeChain(ValueType::Bytes(), crop);
+  Value a, b, c, scratch;
+  const Value in = Value::View(ValueKind::kBytes, jpeg.data(), jpeg.size());
+  ASSERT_OK(chain->Apply(RowContext{}, in, &a, &scratch));
+  ASSERT_OK(chain->Apply(RowContext{}, in, &b, &scratch, 0, 1));
+  ASSERT_OK(chain->Apply(RowContext{}, b, &c, &scratch, 1));
+  EXPECT_EQ(Bytes(a), Bytes(c));
 }
 
 }  // namespace
