@@ -58,15 +58,19 @@ def _why_no_extension() -> str:
 
 
 def config(job):
-    import torchvision
+    try:  # the version without importing it (an import may fail: see available())
+        from importlib.metadata import version
 
+        torchvision_version = version("torchvision")
+    except Exception:  # noqa: BLE001
+        torchvision_version = "not installed"
     return {"api": "torch.utils.data.DataLoader(IterableDataset)", "num_workers": job["threads"],
             "batch_size": "None (dataset yields whole batches)", "prefetch_factor": 2,
             "reader": "pyarrow.parquet.ParquetFile.iter_batches(batch_size, columns) per row group",
             "per_batch": "torchvision.io.decode_jpeg(list of tensors) + transforms.v2.Compose("
                          "[RandomResizedCrop(224, antialias=True), RandomHorizontalFlip()]) per "
                          "image, torch.stack (CHW uint8)",
-            "torchvision": torchvision.__version__}
+            "torchvision": torchvision_version}
 
 
 class _Images(_Sharded):
