@@ -99,6 +99,12 @@ SimdLevel ActiveSimdLevel();
 /// Caps the level (tests compare every level with the scalar kernels); nullopt removes the cap.
 void SetSimdLevelForTesting(std::optional<SimdLevel> level);
 
+/// Mirrors each row of an [h, w, 3] uint8 image (horizontal flip), SSE4.1 where active.
+void MirrorRgbRows(const uint8_t* src, uint8_t* dst, int64_t h, int64_t w);
+
+/// [count, 3] -> [3, count] bytes (HWC -> CHW), SSE4.1 where active.
+void DeinterleaveRgb(const uint8_t* src, uint8_t* dst, int64_t count);
+
 /// torchvision's RandomResizedCrop.get_params: up to 10 draws of an area fraction in `scale` and a
 /// log-uniform aspect ratio in `ratio`; the first box that fits wins, else the centre crop clamped
 /// to the ratio range.

@@ -342,6 +342,94 @@ void ResizeImage(const uint8_t* src, int64_t height, int64_t width, int channels
                  interpolation, antialias);
 }
 
+// ------------------------------------------------------------------ flips and CHW for RGB bytes
+
+namespace {
+
+void MirrorRgbRowScalar(const uint8_t* in, uint8_t* out, int64_t begin, int64_t w) {
+  for (int64_t x = begin; x < w; ++x) {
+    std::memcpy(out + (w - 1 - x) * 3, in + x * 3, 3);
+  }
+}
+
+#if defined(__x86_64__)
+// Five pixels (15 bytes) per step, reversed by one shuffle and stored one byte early: the spare
+// byte lands on a pixel that a later step (or the scalar tail) writes.
+__attribute__((target("sse4.1"))) void MirrorRgbRowSse41(const uint8_t* in, uint8_t* out,
+                                                         int64_t w) {
+  const __m128i reverse = _mm_setr_epi8(-128, 12, 13, 14, 9, 10, 11, 6, 7, 8, 3, 4, 5, 0, 1, 2);
+  int64_t x = 0;
+  for (; x + 6 <= w; x += 5) {
+    const __m128i pixels = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + x * 3));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + (w - 5 - x) * 3 - 1),
+                     _mm_shuffle_epi8(pixels, reverse));
+  }
+  MirrorRgbRowScalar(in, out, x, w);
+}
+
+// For each output plane, where its 16 bytes come from in the 48 bytes of 16 pixels.
+struct DeinterleaveMasks {
+  alignas(16) int8_t mask[3][3][16];  // [channel][source vector][byte]
+  DeinterleaveMasks() {
+    for (int ch = 0; ch < 3; ++ch) {
+      for (int part = 0; part < 3; ++part) {
+        for (int j = 0; j < 16; ++j) {
+          const int byte = 3 * j + ch;
+          mask[ch][part][j] = static_cast<int8_t>(byte / 16 == part ? byte % 16 : -128);
+        }
+      }
+    }
+  }
+};
+
+__attribute__((target("sse4.1"))) int64_t DeinterleaveRgbSse41(const uint8_t* src, uint8_t* dst,
+                                                               int64_t count) {
+  static const DeinterleaveMasks masks;
+  const auto* m = reinterpret_cast<const __m128i*>(&masks.mask[0][0][0]);
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const auto* p = reinterpret_cast<const __m128i*>(src + i * 3);
+    const __m128i a = _mm_loadu_si128(p), b = _mm_loadu_si128(p + 1), c = _mm_loadu_si128(p + 2);
+    for (int ch = 0; ch < 3; ++ch) {
+      const __m128i plane =
+          _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, _mm_load_si128(m + ch * 3)),
+                                    _mm_shuffle_epi8(b, _mm_load_si128(m + ch * 3 + 1))),
+                       _mm_shuffle_epi8(c, _mm_load_si128(m + ch * 3 + 2)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + ch * count + i), plane);
+    }
+  }
+  return i;
+}
+#endif
+
+}  // namespace
+
+void MirrorRgbRows(const uint8_t* src, uint8_t* dst, int64_t h, int64_t w) {
+  const bool simd = ActiveSimdLevel() >= SimdLevel::kSse41;
+  for (int64_t y = 0; y < h; ++y) {
+    const uint8_t* in = src + y * w * 3;
+    uint8_t* out = dst + y * w * 3;
+#if defined(__x86_64__)
+    if (simd) {
+      MirrorRgbRowSse41(in, out, w);
+      continue;
+    }
+#endif
+    (void)simd;
+    MirrorRgbRowScalar(in, out, 0, w);
+  }
+}
+
+void DeinterleaveRgb(const uint8_t* src, uint8_t* dst, int64_t count) {
+  int64_t i = 0;
+#if defined(__x86_64__)
+  if (ActiveSimdLevel() >= SimdLevel::kSse41) i = DeinterleaveRgbSse41(src, dst, count);
+#endif
+  for (; i < count; ++i) {
+    for (int ch = 0; ch < 3; ++ch) dst[ch * count + i] = src[i * 3 + ch];
+  }
+}
+
 CropBox RandomResizedCropBox(int64_t height, int64_t width, double scale_min, double scale_max,
                              double ratio_min, double ratio_max, PhiloxStream* stream) {
   const double area = static_cast<double>(height) * static_cast<double>(width);

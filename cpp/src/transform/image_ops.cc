@@ -350,7 +350,7 @@ class FlipOp : public OpBase {
           ReverseRows<1>(src, dst, h, w);
           break;
         case 3:
-          ReverseRows<3>(src, dst, h, w);
+          MirrorRgbRows(src, dst, h, w);
           break;
         case 4:
           ReverseRows<4>(src, dst, h, w);
@@ -531,7 +531,7 @@ class ToChwOp : public OpBase {
       return Status::OK();
     }
     if (size == 1 && c == 3) {
-      Deinterleave<3>(src, dst, count);
+      DeinterleaveRgb(src, dst, count);
       return Status::OK();
     }
     if (size == 1 && c == 4) {

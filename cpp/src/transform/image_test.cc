@@ -554,6 +554,29 @@ TEST(Resize, EverySimdLevelGivesTheScalarBytes) {
   EXPECT_EQ(ActiveSimdLevel(), best);
 }
 
+TEST(Geometry, SimdFlipAndChwGiveTheScalarBytes) {
+  for (int64_t w : {1, 5, 6, 7, 11, 16, 17, 31, 224, 225}) {
+    const int64_t h = 3;
+    const auto src = Noise(h, w, 3, static_cast<uint32_t>(w));
+    std::vector<uint8_t> mirrored(src.size()), chw(src.size());
+    for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kSse41}) {
+      SetSimdLevelForTesting(level);
+      MirrorRgbRows(src.data(), mirrored.data(), h, w);
+      DeinterleaveRgb(src.data(), chw.data(), h * w);
+      for (int64_t y = 0; y < h; ++y) {
+        for (int64_t x = 0; x < w; ++x) {
+          for (int ch = 0; ch < 3; ++ch) {
+            ASSERT_EQ(mirrored[(y * w + x) * 3 + ch], src[(y * w + (w - 1 - x)) * 3 + ch])
+                << "w=" << w << " level=" << static_cast<int>(level);
+            ASSERT_EQ(chw[ch * h * w + y * w + x], src[(y * w + x) * 3 + ch]) << "w=" << w;
+          }
+        }
+      }
+    }
+  }
+  SetSimdLevelForTesting(std::nullopt);
+}
+
 TEST(Resize, BoxResizeOfTheWholeImageIsResize) {
   const auto src = Noise(50, 70, 3, 5);
   std::vector<uint8_t> a(20 * 30 * 3), b(a.size()), shifted(a.size());
