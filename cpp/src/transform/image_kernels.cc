@@ -242,12 +242,25 @@ void HorizontalPass(const uint8_t* src, int64_t src_stride, int64_t rows, int ch
   }
 }
 
+// Per-thread scratch larger than this is freed after the image, so that one huge image does not
+// keep its buffers for the loader's lifetime.
+constexpr size_t kKeepScratchBytes = size_t{64} << 20;
+
+template <typename T>
+struct TrimScratch {
+  std::vector<T>* buffer;
+  ~TrimScratch() {
+    if (buffer->capacity() * sizeof(T) > kKeepScratchBytes) std::vector<T>().swap(*buffer);
+  }
+};
+
 // The vertical pass, one output row at a time: the taps run outermost so the inner loop is a
 // contiguous multiply-add over the whole row (the compiler vectorises it).
 void VerticalPass(const uint8_t* rows, int64_t row_stride, int64_t row_bytes, const Coefficients& c,
                   int64_t rows_offset, int64_t out_height, uint8_t* dst) {
   // Per thread, kept: a fresh buffer per image costs page faults and zeroing.
   thread_local std::vector<int32_t> acc;
+  const TrimScratch<int32_t> trim{&acc};
   if (static_cast<int64_t>(acc.size()) < row_bytes) acc.resize(row_bytes);
   int32_t* a = acc.data();
   for (int64_t yy = 0; yy < out_height; ++yy) {
@@ -294,6 +307,7 @@ void ResizeImageBox(const uint8_t* src, int64_t height, int64_t width, int chann
   }
   // Scratch per thread, kept across images (a fresh buffer per image costs page faults).
   thread_local std::vector<uint8_t> premultiplied, temp;
+  const TrimScratch<uint8_t> trim_premultiplied{&premultiplied}, trim_temp{&temp};
   if (channels == 4) {
     if (static_cast<int64_t>(premultiplied.size()) < height * width * 4) {
       premultiplied.resize(height * width * 4);

@@ -557,6 +557,17 @@ class ToChwOp : public OpBase {
 // they depend only on the row's bytes and keys. A crop that shrinks by less than 2x is decoded
 // region-only instead (the rows and columns it needs, DecodeJpegRegion), which changes no byte.
 // Any other file or size runs the ops one by one.
+// Per-thread scratch larger than this is freed after the row, so that one huge image does not keep
+// its buffers for the loader's lifetime.
+constexpr int64_t kKeepScratchBytes = int64_t{64} << 20;
+
+struct TrimScratch {
+  Value* value;
+  ~TrimScratch() {
+    if (value->size_bytes() > kKeepScratchBytes) *value = Value();
+  }
+};
+
 class FusedDecodeResizeOp : public Op {
  public:
   FusedDecodeResizeOp(const DecodeImageOp* decode, const CenterCropOp* crop, const ResizeOp* resize,
@@ -615,6 +626,7 @@ class FusedDecodeResizeOp : public Op {
     ImageDecodeOptions options = decode_->options();
     options.scale_denominator = denominator;
     thread_local Value decoded;
+    const TrimScratch trim{&decoded};
     STOKER_RETURN_NOT_OK(DecodeImage(in.bytes(), options, &decoded));
     const double d = denominator;
     const ResizeBox box{region.left / d, region.top / d, (region.left + region.width) / d,
@@ -633,6 +645,7 @@ class FusedDecodeResizeOp : public Op {
                           Interpolation interpolation, bool antialias, const RowContext& ctx,
                           Value* out) const {
     thread_local Value window_pixels;
+    const TrimScratch trim{&window_pixels};
     CropBox window;
     const Status status =
         DecodeJpegRegion(in.bytes(), decode_->options(), region, &window_pixels, &window);
@@ -658,6 +671,7 @@ class FusedDecodeResizeOp : public Op {
   // The ops one after the other, exactly as Chain::Apply would run them.
   Status Unfused(const RowContext& ctx, const Value& in, Value* out) const {
     thread_local Value decoded, cropped;
+    const TrimScratch trim_decoded{&decoded}, trim_cropped{&cropped};
     RowContext op_ctx = ctx;
     STOKER_RETURN_NOT_OK(decode_->Apply(op_ctx, in, &decoded));
     op_ctx.op_index = ctx.op_index + 1;
