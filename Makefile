@@ -6,14 +6,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 APT_PACKAGES := g++ make libgtest-dev libxxhash-dev clang-format clang-tidy \
-  libturbojpeg0-dev libspng-dev libwebp-dev zlib1g-dev openjdk-17-jre-headless
+  libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev zlib1g-dev openjdk-17-jre-headless
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BUILD_DIR = $(firstword $(wildcard build/cp3*))
 ASAN_DIR := build/asan
 TSAN_DIR := build/tsan
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build demo test test-cpp test-python test-asan test-tsan soak bench bench-smoke format lint stubs clean
+.PHONY: setup build demo test test-cpp test-python test-asan test-tsan soak bench bench-peers bench-smoke format lint stubs clean
 
 setup: $(VENV)/.setup-done
 
@@ -76,6 +76,11 @@ test-tsan: setup
 # part of `test` or CI. SOAK_SECONDS (default 600) sets the duration.
 soak: build
 	$(PY) tests/soak.py
+
+# Optional, heavy image peers of the bench (SPDL with FFmpeg's libraries, DALI's CPU pipeline).
+bench-peers: setup
+	$(SUDO) apt-get install -y -qq libavcodec59 libavfilter8 libavformat59 libavdevice59
+	$(PIP) install -q -r bench/requirements-peers.txt
 
 bench: build
 	$(PY) -m bench --quick

@@ -41,13 +41,23 @@ def run(job: dict) -> dict:
     return result
 
 
+def measure(job: dict) -> dict:
+    """run(), with a runner's errors turned into a result: Unavailable (a system that cannot run
+    here) is 'unavailable' with its reason, anything else 'failed'."""
+    from .runners import Unavailable
+
+    try:
+        return run(job)
+    except Unavailable as error:
+        return {"status": "unavailable", "reason": str(error)}
+    except Exception as error:  # noqa: BLE001
+        return {"status": "failed", "reason": f"{type(error).__name__}: {error}",
+                "traceback": traceback.format_exc(limit=8)}
+
+
 def main() -> int:
     job = json.loads(sys.argv[1])
-    try:
-        result = run(job)
-    except Exception as error:  # noqa: BLE001
-        result = {"status": "failed", "reason": f"{type(error).__name__}: {error}",
-                  "traceback": traceback.format_exc(limit=8)}
+    result = measure(job)
     clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in result.items()}
     sys.stdout.write("\n@@RESULT@@" + json.dumps(clean) + "\n")
     sys.stdout.flush()

@@ -50,3 +50,32 @@ def test_every_runner_delivers_every_row_or_says_why(tmp_path):
     assert report["workloads"]["images"]["results"]["limit"]["status"] == "ok"
     md = (out_dir / "smoke-test.md").read_text()
     assert "| stoker |" in md and "fraction of limit" in md
+
+
+def test_a_runner_that_cannot_run_here_is_unavailable_not_failed(monkeypatch):
+    """An optional peer that imports but cannot run (a native library missing) says why."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    import types
+
+    from bench import runners, worker
+
+    def batches(job):
+        raise runners.Unavailable("libexample.so.1: cannot open shared object file")
+        yield  # pragma: no cover
+
+    fake = types.SimpleNamespace(available=lambda: None, batches=batches)
+    monkeypatch.setattr(runners, "load", lambda name: fake)
+    result = worker.measure({"runner": "fake"})
+    assert result == {"status": "unavailable",
+                      "reason": "libexample.so.1: cannot open shared object file"}
+    def crashes(job):
+        raise RuntimeError("a real bug")
+
+    broken = types.SimpleNamespace(available=lambda: None, batches=crashes)
+    monkeypatch.setattr(runners, "load", lambda name: broken)
+    assert worker.measure({"runner": "broken"})["status"] == "failed"
+    missing = types.SimpleNamespace(available=lambda: "import example failed: No module named 'x'")
+    monkeypatch.setattr(runners, "load", lambda name: missing)
+    assert worker.measure({"runner": "missing"}) == {
+        "status": "unavailable", "reason": "import example failed: No module named 'x'"}

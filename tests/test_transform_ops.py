@@ -72,8 +72,9 @@ def test_resize_matches_pillow(height, width, channels, fmt, options, interpolat
     mode = {1: "L", 3: "RGB", 4: "RGBA"}[channels]
     decoded = Image.open(io.BytesIO(data)).convert(mode)
     for size in [(23, 31), (height * 2 + 1, width + 3), (height // 3, width * 2)]:
+        # dct_scaling=False: the full decode, like Pillow without draft (test_dct_scaling_* below).
         ours = _stoker.apply_ops([
-            {"op": "decode_image", "mode": mode},
+            {"op": "decode_image", "mode": mode, "dct_scaling": False},
             {"op": "resize", "size": list(size), "interpolation": interpolation}], data)
         reference = pillow_array(decoded.resize((size[1], size[0]), pillow_filter))
         if channels == 4:
@@ -97,6 +98,54 @@ def test_jpeg_dct_scaling_matches_pillow_draft():
         assert ours.shape == reference.shape
         assert ours.shape[0] < 300
         assert max_diff(ours, reference) <= 1
+
+
+def _draft_resize(data, denominator, size, box):
+    """Pillow: decode at 1/denominator (Image.draft), then resize the box mapped onto it."""
+    image = Image.open(io.BytesIO(data))
+    width, height = image.size
+    image.draft("RGB", (width // denominator, height // denominator))
+    assert image.size == (-(-width // denominator), -(-height // denominator))
+    image = image.convert("RGB")
+    scaled = tuple(v / denominator for v in box)
+    return pillow_array(image.resize((size[1], size[0]), Image.Resampling.BILINEAR, box=scaled))
+
+
+@pytest.mark.parametrize("ops,denominator,size,box", [
+    # 300x410 -> 60x80: min(410 // 80, 300 // 60) = 5 -> 1/4.
+    ([{"op": "resize", "size": [60, 80]}], 4, (60, 80), (0, 0, 410, 300)),
+    # shorter side 50: 50 x int(50 * 410 / 300) = 50 x 68; min(6, 6) -> 1/4.
+    ([{"op": "resize", "size": 50}], 4, (50, 68), (0, 0, 410, 300)),
+    # centre 240x240 at (top 30, left 85), then 64: 240 // 64 = 3 -> 1/2.
+    ([{"op": "center_crop", "size": 240}, {"op": "resize", "size": 64}], 2, (64, 64),
+     (85, 30, 325, 270)),
+    ([{"op": "resize", "size": [30, 30]}], 8, (30, 30), (0, 0, 410, 300)),
+])
+def test_dct_scaling_is_pillows_draft_then_resize_with_a_box(ops, denominator, size, box):
+    data = encode(smooth_image(300, 410, 3, seed=11), "JPEG", quality=90)
+    ours = _stoker.apply_ops([{"op": "decode_image"}] + ops, data)
+    assert ours.shape == size + (3,)
+    assert max_diff(ours, _draft_resize(data, denominator, size, box)) <= 1
+    # Close to the full decode (the tolerance documented in docs/user-guide.md).
+    full = _stoker.apply_ops([{"op": "decode_image", "dct_scaling": False}] + ops, data)
+    diff = np.abs(ours.astype(np.int16) - full.astype(np.int16))
+    assert diff.mean() <= 4.0 and diff.max() <= 64, (diff.mean(), diff.max())
+
+
+def test_dct_scaling_random_resized_crop_is_deterministic_and_close():
+    data = encode(smooth_image(360, 480, 3, seed=12), "JPEG", quality=90)
+    ops = [{"op": "random_resized_crop", "size": 64}]
+    reduced = 0
+    for row in range(12):
+        fused = _stoker.apply_ops([{"op": "decode_image"}] + ops, data, seed=3, row=row)
+        again = _stoker.apply_ops([{"op": "decode_image"}] + ops, data, seed=3, row=row)
+        full = _stoker.apply_ops([{"op": "decode_image", "dct_scaling": False}] + ops, data,
+                                 seed=3, row=row)
+        assert fused.tobytes() == again.tobytes()
+        diff = np.abs(fused.astype(np.int16) - full.astype(np.int16))
+        assert diff.mean() <= 4.0 and diff.max() <= 64, (row, diff.mean(), diff.max())
+        reduced += int(diff.max() > 0)
+    assert reduced > 0
 
 
 def test_exif_orientation_matches_pillow_exif_transpose():

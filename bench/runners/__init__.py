@@ -11,14 +11,22 @@ from __future__ import annotations
 import importlib
 from typing import Dict, List
 
-ORDER = ["stoker", "stoker_noshuffle", "petastorm_default", "petastorm_fixed", "torch_dataloader", "ray_data",
-         "hf_datasets", "limit"]
+
+class Unavailable(Exception):
+    """Raised by a runner that finds, once running, that its system cannot run here (an optional
+    native library missing): the suite reports it as unavailable with this reason, not a failure."""
+
+ORDER = ["stoker", "stoker_noshuffle", "petastorm_default", "petastorm_fixed", "torch_dataloader",
+         "torchvision_v2", "spdl_io", "dali_cpu", "ray_data", "hf_datasets", "limit"]
 LABELS = {
     "stoker": "stoker",
     "stoker_noshuffle": "stoker (shuffle=False)",
     "petastorm_default": "Petastorm (defaults)",
     "petastorm_fixed": "Petastorm (study's fixes)",
     "torch_dataloader": "PyTorch DataLoader + pyarrow",
+    "torchvision_v2": "DataLoader + torchvision decode_jpeg + transforms.v2",
+    "spdl_io": "SPDL pipeline",
+    "dali_cpu": "DALI CPU pipeline",
     "ray_data": "Ray Data",
     "hf_datasets": "HF datasets",
     "limit": "the limit",

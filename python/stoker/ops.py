@@ -35,10 +35,20 @@ def _op(name: str, **params: Any) -> Op:
 
 
 def decode_image(mode: str = "RGB", exif: bool = False, draft: Optional[Size] = None,
-                 shape: Optional[Sequence[int]] = None) -> Op:
+                 shape: Optional[Sequence[int]] = None, dct_scaling: bool = True) -> Op:
     """JPEG, PNG or WebP bytes -> uint8 [H, W, C]; ``draft`` lets JPEG decode at a reduced size;
-    ``shape=[h, w]`` declares every image's size (a fixed output; another size is an error)."""
-    return _op("decode_image", mode=mode, exif=exif, draft=draft, shape=shape)
+    ``shape=[h, w]`` declares every image's size (a fixed output; another size is an error).
+
+    ``dct_scaling`` (default on): when the next op is ``resize``, ``center_crop`` + ``resize`` or
+    ``random_resized_crop`` and it shrinks the (cropped) JPEG to at most half on both sides, the JPEG
+    is decoded at 1/2, 1/4 or 1/8 scale in the DCT domain, like Pillow's ``Image.draft``, and resized
+    from there: much less work, pixels within the tolerance in the user guide of the full decode.
+    Crop boxes and output sizes still come from the full size, with the same random draws.
+    ``dct_scaling=False`` always decodes at full size. It is off with ``draft``, ``exif=True`` or
+    ``shape``.
+    """
+    return _op("decode_image", mode=mode, exif=exif, draft=draft, shape=shape,
+               dct_scaling=dct_scaling)
 
 
 def resize(size: Size, interpolation: str = "bilinear", antialias: bool = True) -> Op:

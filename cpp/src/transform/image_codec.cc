@@ -4,6 +4,9 @@
 #include <turbojpeg.h>
 #include <webp/decode.h>
 
+#include <algorithm>
+#include <csetjmp>
+#include <cstdio>  // jpeglib.h needs FILE
 #include <cstring>
 #include <memory>
 #include <string>
@@ -11,6 +14,11 @@
 
 #include "transform/image.h"
 #include "transform/ops_internal.h"
+
+// After <cstdio>; jpeglib.h is C.
+extern "C" {
+#include <jpeglib.h>
+}
 
 namespace stoker::transform {
 namespace {
@@ -137,16 +145,20 @@ struct TjDeleter {
   void operator()(void* handle) const { tjDestroy(handle); }
 };
 
-Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Value* out) {
-  // One handle per thread, reused: tjInitDecompress allocates a full libjpeg state.
+// One handle per thread, reused: tjInitDecompress allocates a full libjpeg state.
+void* DecompressHandle() {
   thread_local std::unique_ptr<void, TjDeleter> handle(tjInitDecompress());
+  return handle.get();
+}
+
+Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Value* out) {
+  void* const handle = DecompressHandle();
   if (!handle) return Status::OutOfMemory("tjInitDecompress failed");
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
   const auto size = static_cast<unsigned long>(bytes.size());
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
-  if (tjDecompressHeader3(handle.get(), data, size, &width, &height, &subsampling, &colorspace) !=
-      0) {
-    return Corrupt(std::string("JPEG header: ") + tjGetErrorStr2(handle.get()));
+  if (tjDecompressHeader3(handle, data, size, &width, &height, &subsampling, &colorspace) != 0) {
+    return Corrupt(std::string("JPEG header: ") + tjGetErrorStr2(handle));
   }
   STOKER_RETURN_NOT_OK(CheckSize(width, height, options));
   if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) {
@@ -154,7 +166,9 @@ Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Val
   }
   // Pillow's draft rule: the largest of 1/8, 1/4, 1/2 that keeps both sides at least the target.
   int denominator = 1;
-  if (options.min_width > 0 && options.min_height > 0) {
+  if (options.scale_denominator > 0) {
+    denominator = options.scale_denominator;
+  } else if (options.min_width > 0 && options.min_height > 0) {
     const int64_t scale = std::min(width / options.min_width, height / options.min_height);
     for (int candidate : {8, 4, 2}) {
       if (scale >= candidate) {
@@ -185,10 +199,9 @@ Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Val
     staging.resize(static_cast<size_t>(out_width) * out_height * decoded_channels);
     target = staging.data();
   }
-  if (tjDecompress2(handle.get(), data, size, target, out_width, 0, out_height, pixel_format, 0) !=
-      0) {
+  if (tjDecompress2(handle, data, size, target, out_width, 0, out_height, pixel_format, 0) != 0) {
     // Warnings (a truncated file, extraneous bytes) fail too, as they do in Pillow.
-    return Corrupt(std::string("JPEG data: ") + tjGetErrorStr2(handle.get()));
+    return Corrupt(std::string("JPEG data: ") + tjGetErrorStr2(handle));
   }
   if (!staging.empty()) {
     uint8_t* dst = out->Allocate(ElementType::kUInt8, {out_height, out_width, options.channels});
@@ -197,6 +210,45 @@ Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Val
   }
   return Status::OK();
 }
+
+// libjpeg's error handling as TurboJPEG does it: an error longjmps out with its message; a warning
+// (a truncated file, extraneous bytes) is remembered and fails the decode at the end.
+struct JpegErrors {
+  jpeg_error_mgr manager;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX] = {};
+  bool warning = false;
+};
+
+void JpegErrorExit(j_common_ptr cinfo) {
+  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, errors->message);
+  std::longjmp(errors->jump, 1);
+}
+
+void JpegEmitMessage(j_common_ptr cinfo, int level) {
+  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  if (level < 0 && !errors->warning) {  // the first warning: the one tjGetErrorStr2 shows
+    (*cinfo->err->format_message)(cinfo, errors->message);
+    errors->warning = true;
+  }
+}
+
+// One decompressor per thread, reused like the TurboJPEG handle.
+struct RegionDecoder {
+  jpeg_decompress_struct cinfo{};
+  JpegErrors errors;
+  RegionDecoder() {
+    cinfo.err = jpeg_std_error(&errors.manager);
+    errors.manager.error_exit = JpegErrorExit;
+    errors.manager.emit_message = JpegEmitMessage;
+    jpeg_create_decompress(&cinfo);
+  }
+  ~RegionDecoder() { jpeg_destroy_decompress(&cinfo); }
+};
+
+// The margin around the box, in pixels: more than the 2x upsampler's reach past an iMCU edge.
+constexpr int64_t kRegionMargin = 16;
 
 Status SpngError(const char* what, int code) {
   return Corrupt(std::string("PNG ") + what + ": " + spng_strerror(code));
@@ -319,6 +371,94 @@ ImageFormat SniffImageFormat(std::string_view bytes) {
     return ImageFormat::kWebp;
   }
   return ImageFormat::kUnknown;
+}
+
+Status DecodeJpegRegion(std::string_view bytes, const ImageDecodeOptions& options,
+                        const CropBox& box, Value* out, CropBox* window) {
+  if (options.apply_exif || options.scale_denominator > 1 || options.min_height > 0 ||
+      options.min_width > 0) {
+    return Status::NotImplemented("region decoding of a transformed JPEG");
+  }
+  thread_local RegionDecoder decoder;
+  jpeg_decompress_struct* cinfo = &decoder.cinfo;
+  JpegErrors& errors = decoder.errors;
+  errors.warning = false;
+  errors.message[0] = '\0';
+  // Locals that live across setjmp stay untouched between it and a longjmp (or are volatile).
+  volatile bool started = false;
+  if (setjmp(errors.jump) != 0) {
+    jpeg_abort_decompress(cinfo);
+    return Corrupt(std::string(started ? "JPEG data: " : "JPEG header: ") + errors.message);
+  }
+  jpeg_mem_src(cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
+               static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(cinfo, TRUE);
+  const int64_t height = cinfo->image_height, width = cinfo->image_width;
+  const bool gray_source = cinfo->jpeg_color_space == JCS_GRAYSCALE;
+  const int channels = options.channels;
+  if (cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK ||
+      (gray_source ? channels != 1 : channels == 1) || box.top < 0 || box.left < 0 ||
+      box.height <= 0 || box.width <= 0 || box.top + box.height > height ||
+      box.left + box.width > width) {
+    jpeg_abort_decompress(cinfo);
+    return Status::NotImplemented("region decoding needs the full decode here");
+  }
+  // The colour spaces TurboJPEG uses for TJPF_GRAY, TJPF_RGB and TJPF_RGBA: the same bytes.
+  cinfo->out_color_space = gray_source ? JCS_GRAYSCALE : channels == 4 ? JCS_EXT_RGBA : JCS_EXT_RGB;
+  started = true;
+  jpeg_start_decompress(cinfo);
+  const int64_t top = std::max<int64_t>(0, box.top - kRegionMargin);
+  const int64_t bottom = std::min(height, box.top + box.height + kRegionMargin);
+  JDIMENSION x = static_cast<JDIMENSION>(std::max<int64_t>(0, box.left - kRegionMargin));
+  JDIMENSION w = static_cast<JDIMENSION>(std::min(width, box.left + box.width + kRegionMargin) -
+                                         static_cast<int64_t>(x));
+  jpeg_crop_scanline(cinfo, &x, &w);  // widens to iMCU boundaries
+  if (top > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(top));
+  const int64_t rows = bottom - top;
+  const int64_t stride = int64_t{cinfo->output_width} * channels;
+  uint8_t* dst = out->Allocate(ElementType::kUInt8, {rows, int64_t{cinfo->output_width}, channels});
+  while (static_cast<int64_t>(cinfo->output_scanline) < bottom) {
+    JSAMPROW row = dst + (static_cast<int64_t>(cinfo->output_scanline) - top) * stride;
+    jpeg_read_scanlines(cinfo, &row, 1);
+  }
+  // The rest is still entropy-decoded (skipping lines short of the last one decodes the data
+  // without transforming it; skipping to the end would stop reading), and the last line read:
+  // errors and truncation show as they would in the full decode.
+  const int64_t remaining = height - static_cast<int64_t>(cinfo->output_scanline);
+  if (remaining > 1) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(remaining - 1));
+  if (remaining > 0) {
+    thread_local std::vector<uint8_t> last;
+    if (static_cast<int64_t>(last.size()) < stride) last.resize(stride);
+    JSAMPROW row = last.data();
+    jpeg_read_scanlines(cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(cinfo);
+  if (errors.warning) return Corrupt(std::string("JPEG data: ") + errors.message);
+  *window = {top, static_cast<int64_t>(x), rows, static_cast<int64_t>(cinfo->output_width)};
+  return Status::OK();
+}
+
+bool JpegSize(std::string_view bytes, int64_t* height, int64_t* width) {
+  if (SniffImageFormat(bytes) != ImageFormat::kJpeg) return false;
+  void* const handle = DecompressHandle();
+  int w = 0, h = 0, subsampling = 0, colorspace = 0;
+  if (!handle || tjDecompressHeader3(handle, reinterpret_cast<const unsigned char*>(bytes.data()),
+                                     static_cast<unsigned long>(bytes.size()), &w, &h, &subsampling,
+                                     &colorspace) != 0) {
+    return false;
+  }
+  *height = h;
+  *width = w;
+  return true;
+}
+
+bool JpegScaleSupported(int denominator) {
+  int count = 0;
+  const tjscalingfactor* factors = tjGetScalingFactors(&count);
+  for (int i = 0; factors != nullptr && i < count; ++i) {
+    if (factors[i].num == 1 && factors[i].denom == denominator) return true;
+  }
+  return false;
 }
 
 int ImageExifOrientation(std::string_view bytes) {

@@ -108,8 +108,22 @@ class DecodeImageOp : public OpBase {
  public:
   // `size`: the declared [height, width] every image must have (a Petastorm field's shape), or
   // empty for any size.
-  DecodeImageOp(const ParamReader& params, ImageDecodeOptions options, std::vector<int64_t> size)
-      : OpBase(params, 1), options_(options), size_(std::move(size)) {}
+  DecodeImageOp(const ParamReader& params, ImageDecodeOptions options, std::vector<int64_t> size,
+                bool dct_scaling)
+      : OpBase(params, 1),
+        options_(options),
+        size_(std::move(size)),
+        dct_scaling_(dct_scaling) {}
+
+  const ImageDecodeOptions& options() const { return options_; }
+  // May decode a JPEG at a reduced size for the resize that follows it (FuseImageOps): on unless
+  // the user turned it off, asked for a fixed draft size, for EXIF rotation, or declared the
+  // image's size (which the full-size decode checks).
+  bool Fusable() const {
+    return options_.min_height == 0 && options_.min_width == 0 && !options_.apply_exif &&
+           size_.empty();
+  }
+  bool dct_scaling() const { return dct_scaling_; }
 
   Result<ValueType> Resolve(const ValueType& input) const override {
     if (input.kind != ValueKind::kBytes) {
@@ -134,6 +148,7 @@ class DecodeImageOp : public OpBase {
  private:
   ImageDecodeOptions options_;
   std::vector<int64_t> size_;
+  bool dct_scaling_;
 };
 
 class ResizeOp : public OpBase {
@@ -152,19 +167,26 @@ class ResizeOp : public OpBase {
     return ValueType::Tensor(input.element, {kVariableDim, kVariableDim, input.shape[2]});
   }
 
+  // The output size for an h x w input.
+  void OutputSize(int64_t h, int64_t w, int64_t* out_h, int64_t* out_w) const {
+    if (size_.size() == 2) {
+      *out_h = size_[0];
+      *out_w = size_[1];
+    } else {  // torchvision: the shorter side becomes `size`, the longer keeps the aspect ratio
+      const int64_t shorter = std::min(h, w), longer = std::max(h, w);
+      const auto new_long = static_cast<int64_t>(static_cast<double>(size_[0]) * longer / shorter);
+      *out_h = h <= w ? size_[0] : new_long;
+      *out_w = h <= w ? new_long : size_[0];
+    }
+  }
+  Interpolation interpolation() const { return interpolation_; }
+  bool antialias() const { return antialias_; }
+
   Status Apply(const RowContext&, const Value& in, Value* out) const override {
     const int64_t h = in.shape()[0], w = in.shape()[1];
     const int channels = static_cast<int>(in.shape()[2]);
     int64_t out_h, out_w;
-    if (size_.size() == 2) {
-      out_h = size_[0];
-      out_w = size_[1];
-    } else {  // torchvision: the shorter side becomes `size`, the longer keeps the aspect ratio
-      const int64_t shorter = std::min(h, w), longer = std::max(h, w);
-      const auto new_long = static_cast<int64_t>(static_cast<double>(size_[0]) * longer / shorter);
-      out_h = h <= w ? size_[0] : new_long;
-      out_w = h <= w ? new_long : size_[0];
-    }
+    OutputSize(h, w, &out_h, &out_w);
     // out never aliases in (Chain ping-pongs), so the kernel may read in while writing out.
     uint8_t* dst = out->Allocate(ElementType::kUInt8, {out_h, out_w, channels});
     ResizeImage(in.data(), h, w, channels, dst, out_h, out_w, interpolation_, antialias_);
@@ -187,15 +209,19 @@ class CenterCropOp : public OpBase {
     return ValueType::Tensor(input.element, {size_[0], size_[1], input.shape[2]});
   }
 
-  Status Apply(const RowContext&, const Value& in, Value* out) const override {
-    // torchvision's center_crop: zero-pad a smaller image first, then round((H - h) / 2).
-    const int64_t h = in.shape()[0], w = in.shape()[1];
+  // torchvision's center_crop: zero-pad a smaller image first, then round((H - h) / 2). The box
+  // may reach outside the image (where the padding is).
+  CropBox Box(int64_t h, int64_t w) const {
     const int64_t pad_top = size_[0] > h ? (size_[0] - h) / 2 : 0;
     const int64_t pad_left = size_[1] > w ? (size_[1] - w) / 2 : 0;
     const int64_t padded_h = std::max(h, size_[0]), padded_w = std::max(w, size_[1]);
     const auto top = static_cast<int64_t>(std::nearbyint((padded_h - size_[0]) / 2.0));
     const auto left = static_cast<int64_t>(std::nearbyint((padded_w - size_[1]) / 2.0));
-    Crop(in, {top - pad_top, left - pad_left, size_[0], size_[1]}, out);
+    return {top - pad_top, left - pad_left, size_[0], size_[1]};
+  }
+
+  Status Apply(const RowContext&, const Value& in, Value* out) const override {
+    Crop(in, Box(in.shape()[0], in.shape()[1]), out);
     return Status::OK();
   }
 
@@ -259,10 +285,17 @@ class RandomResizedCropOp : public OpBase {
     return ValueType::Tensor(input.element, {size_[0], size_[1], input.shape[2]});
   }
 
-  Status Apply(const RowContext& ctx, const Value& in, Value* out) const override {
+  // The row's crop box in an h x w image (`ctx.op_index` is this op's).
+  CropBox DrawBox(const RowContext& ctx, int64_t h, int64_t w) const {
     PhiloxStream stream = ctx.Stream();
-    const CropBox box = RandomResizedCropBox(in.shape()[0], in.shape()[1], scale_[0], scale_[1],
-                                             ratio_[0], ratio_[1], &stream);
+    return RandomResizedCropBox(h, w, scale_[0], scale_[1], ratio_[0], ratio_[1], &stream);
+  }
+  const std::vector<int64_t>& size() const { return size_; }
+  Interpolation interpolation() const { return interpolation_; }
+  bool antialias() const { return antialias_; }
+
+  Status Apply(const RowContext& ctx, const Value& in, Value* out) const override {
+    const CropBox box = DrawBox(ctx, in.shape()[0], in.shape()[1]);
     // The box lies inside the image: the resampler reads it in place, rows `stride` bytes apart.
     const int channels = static_cast<int>(in.shape()[2]);
     const int64_t stride = in.shape()[1] * channels;
@@ -334,7 +367,7 @@ class FlipOp : public OpBase {
           ReverseRows<1>(src, dst, h, w);
           break;
         case 3:
-          ReverseRows<3>(src, dst, h, w);
+          MirrorRgbRows(src, dst, h, w);
           break;
         case 4:
           ReverseRows<4>(src, dst, h, w);
@@ -515,7 +548,7 @@ class ToChwOp : public OpBase {
       return Status::OK();
     }
     if (size == 1 && c == 3) {
-      Deinterleave<3>(src, dst, count);
+      DeinterleaveRgb(src, dst, count);
       return Status::OK();
     }
     if (size == 1 && c == 4) {
@@ -529,6 +562,147 @@ class ToChwOp : public OpBase {
     }
     return Status::OK();
   }
+};
+
+// decode_image followed by resize, center_crop + resize, or random_resized_crop, run as one step
+// (FuseImageOps): when the resize shrinks the JPEG's region to at most half on both sides, the
+// JPEG is decoded at 1/2, 1/4 or 1/8 scale in the DCT domain (the largest reduction that keeps the
+// region at least the output size, Pillow's draft rule) and the region, mapped onto the smaller
+// image with fractional edges, is resized from there (Pillow's resize with a box). The crop box
+// and the output size come from the header's full size, with the same random draws as the
+// unfused ops, so only the pixels change (within the tolerance documented in the user guide), and
+// they depend only on the row's bytes and keys. A crop that shrinks by less than 2x is decoded
+// region-only instead (the rows and columns it needs, DecodeJpegRegion), which changes no byte.
+// Any other file or size runs the ops one by one.
+// Per-thread scratch larger than this is freed after the row, so that one huge image does not keep
+// its buffers for the loader's lifetime.
+constexpr int64_t kKeepScratchBytes = int64_t{64} << 20;
+
+struct TrimScratch {
+  Value* value;
+  ~TrimScratch() {
+    if (value->size_bytes() > kKeepScratchBytes) *value = Value();
+  }
+};
+
+class FusedDecodeResizeOp : public Op {
+ public:
+  FusedDecodeResizeOp(const DecodeImageOp* decode, const CenterCropOp* crop, const ResizeOp* resize,
+                      const RandomResizedCropOp* random_crop)
+      : decode_(decode), crop_(crop), resize_(resize), random_crop_(random_crop) {}
+
+  const std::string& Name() const override { return decode_->Name(); }
+  const std::string& Fingerprint() const override { return decode_->Fingerprint(); }
+  Result<ValueType> Resolve(const ValueType&) const override {
+    return Status::Invalid("a fused op is never resolved");
+  }
+
+  // `ctx.op_index` is the decode's index; the ops it stands for follow it.
+  Status Apply(const RowContext& ctx, const Value& in, Value* out) const override {
+    int64_t height = 0, width = 0;
+    if (!JpegSize(in.bytes(), &height, &width) || height <= 0 || width <= 0 ||
+        height * width > decode_->options().max_pixels) {
+      return Unfused(ctx, in, out);  // PNG, WebP, or the unfused decode's own error
+    }
+    CropBox region{0, 0, height, width};
+    int64_t out_h, out_w;
+    Interpolation interpolation;
+    bool antialias;
+    if (random_crop_ != nullptr) {
+      RowContext crop_ctx = ctx;
+      crop_ctx.op_index = ctx.op_index + 1;
+      region = random_crop_->DrawBox(crop_ctx, height, width);
+      out_h = random_crop_->size()[0];
+      out_w = random_crop_->size()[1];
+      interpolation = random_crop_->interpolation();
+      antialias = random_crop_->antialias();
+    } else {
+      if (crop_ != nullptr) {
+        region = crop_->Box(height, width);
+        if (region.top < 0 || region.left < 0 || region.top + region.height > height ||
+            region.left + region.width > width) {
+          return Unfused(ctx, in, out);  // the crop pads
+        }
+      }
+      resize_->OutputSize(region.height, region.width, &out_h, &out_w);
+      interpolation = resize_->interpolation();
+      antialias = resize_->antialias();
+    }
+    const int64_t shrink = std::min(region.height / out_h, region.width / out_w);
+    int denominator = 0;
+    for (int candidate : {8, 4, 2}) {
+      if (decode_->dct_scaling() && shrink >= candidate && ScaleSupported(candidate)) {
+        denominator = candidate;
+        break;
+      }
+    }
+    if (denominator == 0) {
+      if (region.height == height && region.width == width) return Unfused(ctx, in, out);
+      return RegionThenResize(in, region, out_h, out_w, interpolation, antialias, ctx, out);
+    }
+    ImageDecodeOptions options = decode_->options();
+    options.scale_denominator = denominator;
+    thread_local Value decoded;
+    const TrimScratch trim{&decoded};
+    STOKER_RETURN_NOT_OK(DecodeImage(in.bytes(), options, &decoded));
+    const double d = denominator;
+    const ResizeBox box{region.left / d, region.top / d, (region.left + region.width) / d,
+                        (region.top + region.height) / d};
+    const int channels = static_cast<int>(decoded.shape()[2]);
+    uint8_t* dst = out->Allocate(ElementType::kUInt8, {out_h, out_w, channels});
+    ResizeImageBox(decoded.data(), decoded.shape()[0], decoded.shape()[1], channels, 0, box, dst,
+                   out_h, out_w, interpolation, antialias);
+    return Status::OK();
+  }
+
+ private:
+  // No DCT scaling: decode only the rows and columns the crop needs (DecodeJpegRegion), then the
+  // same resize as the unfused op, over the same pixels: the unfused bytes.
+  Status RegionThenResize(const Value& in, const CropBox& region, int64_t out_h, int64_t out_w,
+                          Interpolation interpolation, bool antialias, const RowContext& ctx,
+                          Value* out) const {
+    thread_local Value window_pixels;
+    const TrimScratch trim{&window_pixels};
+    CropBox window;
+    const Status status =
+        DecodeJpegRegion(in.bytes(), decode_->options(), region, &window_pixels, &window);
+    if (status.IsNotImplemented()) return Unfused(ctx, in, out);
+    STOKER_RETURN_NOT_OK(status);
+    const int channels = static_cast<int>(window_pixels.shape()[2]);
+    const int64_t stride = window.width * channels;
+    const uint8_t* src = window_pixels.data() + (region.top - window.top) * stride +
+                         (region.left - window.left) * channels;
+    uint8_t* dst = out->Allocate(ElementType::kUInt8, {out_h, out_w, channels});
+    ResizeImage(src, region.height, region.width, channels, dst, out_h, out_w, interpolation,
+                antialias, stride);
+    return Status::OK();
+  }
+
+  static bool ScaleSupported(int denominator) {
+    static const bool supported[9] = {
+        false, false, JpegScaleSupported(2), false, JpegScaleSupported(4), false,
+        false, false, JpegScaleSupported(8)};
+    return supported[denominator];
+  }
+
+  // The ops one after the other, exactly as Chain::Apply would run them.
+  Status Unfused(const RowContext& ctx, const Value& in, Value* out) const {
+    thread_local Value decoded, cropped;
+    const TrimScratch trim_decoded{&decoded}, trim_cropped{&cropped};
+    RowContext op_ctx = ctx;
+    STOKER_RETURN_NOT_OK(decode_->Apply(op_ctx, in, &decoded));
+    op_ctx.op_index = ctx.op_index + 1;
+    if (random_crop_ != nullptr) return random_crop_->Apply(op_ctx, decoded, out);
+    if (crop_ == nullptr) return resize_->Apply(op_ctx, decoded, out);
+    STOKER_RETURN_NOT_OK(crop_->Apply(op_ctx, decoded, &cropped));
+    op_ctx.op_index = ctx.op_index + 2;
+    return resize_->Apply(op_ctx, cropped, out);
+  }
+
+  const DecodeImageOp* decode_;
+  const CenterCropOp* crop_;
+  const ResizeOp* resize_;
+  const RandomResizedCropOp* random_crop_;
 };
 
 Result<std::vector<double>> ReadRange(ParamReader* params, const char* name,
@@ -578,7 +752,8 @@ Result<std::unique_ptr<Op>> MakeDecodeImage(ParamReader* params) {
   } else {
     STOKER_RETURN_NOT_OK(params->Raw("shape", ParamValue()).status());
   }
-  return std::make_unique<DecodeImageOp>(*params, options, std::move(size));
+  STOKER_ASSIGN_OR_RAISE(bool dct_scaling, params->Bool("dct_scaling", true));
+  return std::make_unique<DecodeImageOp>(*params, options, std::move(size), dct_scaling);
 }
 
 Result<std::unique_ptr<Op>> MakeResize(ParamReader* params) {
@@ -678,6 +853,29 @@ Result<std::unique_ptr<Op>> MakeNormalize(ParamReader* params) {
 
 Result<std::unique_ptr<Op>> MakeToChw(ParamReader* params) {
   return std::make_unique<ToChwOp>(*params);
+}
+
+std::unique_ptr<Op> FuseImageOps(const std::vector<std::unique_ptr<Op>>& ops, size_t first,
+                                 size_t* count) {
+  const auto* decode = dynamic_cast<const DecodeImageOp*>(ops[first].get());
+  if (decode == nullptr || !decode->Fusable() || first + 1 >= ops.size()) return nullptr;
+  const Op* next = ops[first + 1].get();
+  if (const auto* random_crop = dynamic_cast<const RandomResizedCropOp*>(next)) {
+    *count = 2;
+    return std::make_unique<FusedDecodeResizeOp>(decode, nullptr, nullptr, random_crop);
+  }
+  if (const auto* resize = dynamic_cast<const ResizeOp*>(next)) {
+    *count = 2;
+    return std::make_unique<FusedDecodeResizeOp>(decode, nullptr, resize, nullptr);
+  }
+  const auto* crop = dynamic_cast<const CenterCropOp*>(next);
+  if (crop != nullptr && first + 2 < ops.size()) {
+    if (const auto* resize = dynamic_cast<const ResizeOp*>(ops[first + 2].get())) {
+      *count = 3;
+      return std::make_unique<FusedDecodeResizeOp>(decode, crop, resize, nullptr);
+    }
+  }
+  return nullptr;
 }
 
 }  // namespace stoker::transform::internal

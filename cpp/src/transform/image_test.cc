@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <thread>
 
 #include "transform/test_util_internal.h"
 
@@ -34,15 +35,16 @@ std::vector<uint8_t> Pattern(int h, int w, int c) {
   return pixels;
 }
 
-std::string EncodeJpeg(const std::vector<uint8_t>& pixels, int h, int w, int c, int quality = 100) {
+std::string EncodeJpeg(const std::vector<uint8_t>& pixels, int h, int w, int c, int quality = 100,
+                       int subsampling = TJSAMP_444, int flags = 0) {
   tjhandle handle = tjInitCompress();
   unsigned char* buffer = nullptr;
   unsigned long size = 0;
   const int format = c == 1 ? TJPF_GRAY : TJPF_RGB;
-  const int subsampling = c == 1 ? TJSAMP_GRAY : TJSAMP_444;
-  EXPECT_EQ(
-      tjCompress2(handle, pixels.data(), w, 0, h, format, &buffer, &size, subsampling, quality, 0),
-      0);
+  if (c == 1) subsampling = TJSAMP_GRAY;
+  EXPECT_EQ(tjCompress2(handle, pixels.data(), w, 0, h, format, &buffer, &size, subsampling,
+                        quality, flags),
+            0);
   std::string out(reinterpret_cast<char*>(buffer), size);
   tjFree(buffer);
   tjDestroy(handle);
@@ -525,6 +527,348 @@ TEST(ImageOps, WrongInputsAreErrorsAtOpenTime) {
                 {{"decode_image", {}}, {"resize", {{"size", 8}}}, {"center_crop", {{"size", 8}}}},
                 {.require_fixed_shape = true});
   EXPECT_TRUE(fixed.ok()) << fixed.status().ToString();
+}
+
+// ------------------------------------------------------------------- SIMD resampler == scalar
+
+// Noise, so that every tap's weight shows in the sum.
+std::vector<uint8_t> Noise(int64_t h, int64_t w, int c, uint32_t seed) {
+  std::vector<uint8_t> pixels(h * w * c);
+  uint32_t state = seed * 2654435761u + 1;
+  for (auto& p : pixels) {
+    state = state * 1664525u + 1013904223u;
+    p = static_cast<uint8_t>(state >> 24);
+  }
+  return pixels;
+}
+
+TEST(Resize, EverySimdLevelGivesTheScalarBytes) {
+  struct Case {
+    int64_t h, w, out_h, out_w;
+  } cases[] = {{375, 500, 224, 224}, {120, 97, 31, 224}, {7, 5, 3, 2},   {1, 3, 1, 1},
+               {5, 2, 9, 1},         {64, 64, 64, 17},   {40, 9, 40, 3}, {33, 257, 5, 200}};
+  const SimdLevel best = ActiveSimdLevel();
+  for (const Case& k : cases) {
+    for (int c : {1, 3, 4}) {
+      for (auto interpolation : {Interpolation::kBilinear, Interpolation::kArea}) {
+        for (bool antialias : {true, false}) {
+          // A crop of a wider image (stride) whose right edge is the buffer's end.
+          const int64_t pad = 3, stride = (k.w + pad) * c;
+          const auto src = Noise(k.h, k.w + pad, c, static_cast<uint32_t>(k.h * 131 + k.w + c));
+          const uint8_t* region = src.data() + pad * c;
+          std::vector<uint8_t> want(k.out_h * k.out_w * c), got(want.size());
+          SetSimdLevelForTesting(SimdLevel::kScalar);
+          ResizeImage(region, k.h, k.w, c, want.data(), k.out_h, k.out_w, interpolation, antialias,
+                      stride);
+          for (SimdLevel level : {SimdLevel::kSse41}) {
+            if (level > best) continue;
+            SetSimdLevelForTesting(level);
+            std::fill(got.begin(), got.end(), 0);
+            ResizeImage(region, k.h, k.w, c, got.data(), k.out_h, k.out_w, interpolation, antialias,
+                        stride);
+            EXPECT_EQ(got, want) << k.h << "x" << k.w << "->" << k.out_h << "x" << k.out_w
+                                 << " c=" << c << " level=" << static_cast<int>(level);
+          }
+        }
+      }
+    }
+  }
+  SetSimdLevelForTesting(std::nullopt);
+  EXPECT_EQ(ActiveSimdLevel(), best);
+}
+
+TEST(Geometry, SimdFlipAndChwGiveTheScalarBytes) {
+  for (int64_t w : {1, 5, 6, 7, 11, 16, 17, 31, 224, 225}) {
+    const int64_t h = 3;
+    const auto src = Noise(h, w, 3, static_cast<uint32_t>(w));
+    std::vector<uint8_t> mirrored(src.size()), chw(src.size());
+    for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kSse41}) {
+      SetSimdLevelForTesting(level);
+      MirrorRgbRows(src.data(), mirrored.data(), h, w);
+      DeinterleaveRgb(src.data(), chw.data(), h * w);
+      for (int64_t y = 0; y < h; ++y) {
+        for (int64_t x = 0; x < w; ++x) {
+          for (int ch = 0; ch < 3; ++ch) {
+            ASSERT_EQ(mirrored[(y * w + x) * 3 + ch], src[(y * w + (w - 1 - x)) * 3 + ch])
+                << "w=" << w << " level=" << static_cast<int>(level);
+            ASSERT_EQ(chw[ch * h * w + y * w + x], src[(y * w + x) * 3 + ch]) << "w=" << w;
+          }
+        }
+      }
+    }
+  }
+  SetSimdLevelForTesting(std::nullopt);
+}
+
+TEST(Resize, BoxResizeOfTheWholeImageIsResize) {
+  const auto src = Noise(50, 70, 3, 5);
+  std::vector<uint8_t> a(20 * 30 * 3), b(a.size()), shifted(a.size());
+  ResizeImage(src.data(), 50, 70, 3, a.data(), 20, 30, Interpolation::kBilinear, true);
+  ResizeImageBox(src.data(), 50, 70, 3, 0, {0, 0, 70, 50}, b.data(), 20, 30,
+                 Interpolation::kBilinear, true);
+  EXPECT_EQ(a, b);
+  ResizeImageBox(src.data(), 50, 70, 3, 0, {0.5, 0.25, 69.5, 49.75}, shifted.data(), 20, 30,
+                 Interpolation::kBilinear, true);
+  EXPECT_NE(a, shifted);
+}
+
+// ------------------------------------------------- decode_image fused with the resize after it
+
+// A photo-like RGB image: smooth gradients, a few edges and fine texture.
+std::vector<uint8_t> Photo(int h, int w) {
+  std::vector<uint8_t> pixels(h * w * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      const double u = static_cast<double>(x) / w, v = static_cast<double>(y) / h;
+      const bool disc = (u - 0.6) * (u - 0.6) + (v - 0.4) * (v - 0.4) < 0.04;
+      for (int ch = 0; ch < 3; ++ch) {
+        double value = 128 + 90 * std::sin(6.0 * u + 2.0 * ch) * std::cos(4.0 * v - ch) +
+                       12 * std::sin(0.9 * x + 0.7 * y + ch);
+        if (disc) value = 40 + 60 * ch;
+        pixels[(y * w + x) * 3 + ch] = static_cast<uint8_t>(std::clamp(value, 0.0, 255.0));
+      }
+    }
+  }
+  return pixels;
+}
+
+struct Compared {
+  double mean = 0;
+  int max = 0;
+};
+
+Compared Compare(const Value& a, const Value& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  Compared out;
+  const int64_t n = std::min(a.size_bytes(), b.size_bytes());
+  for (int64_t i = 0; i < n; ++i) {
+    const int diff = std::abs(int{a.data()[i]} - int{b.data()[i]});
+    out.mean += diff;
+    out.max = std::max(out.max, diff);
+  }
+  out.mean /= std::max<int64_t>(n, 1);
+  return out;
+}
+
+Value RunSpecs(const std::string& file, std::vector<test_util::Spec> specs, bool dct_scaling,
+               uint64_t row = 0, Status* status_out = nullptr) {
+  specs[0].params["dct_scaling"] = dct_scaling;
+  auto chain = MakeChain(ValueType::Bytes(), specs);
+  EXPECT_TRUE(chain.ok()) << chain.status().ToString();
+  Value out;
+  const Status status =
+      RunChain(*chain, Value::View(ValueKind::kBytes, file.data(), file.size()), &out, row);
+  if (status_out != nullptr) {
+    *status_out = status;
+  } else {
+    EXPECT_TRUE(status.ok()) << status.ToString();
+  }
+  return out;
+}
+
+const std::vector<test_util::Spec> kRandomResizedCrop = {{"decode_image", {}},
+                                                         {"random_resized_crop", {{"size", 48}}}};
+
+TEST(DctScaling, FusedRandomResizedCropIsCloseToTheFullDecode) {
+  const std::string jpeg = EncodeJpeg(Photo(300, 400), 300, 400, 3, 90);
+  double mean_sum = 0;
+  int fused_rows = 0;
+  for (uint64_t row = 0; row < 40; ++row) {
+    const Value fused = RunSpecs(jpeg, kRandomResizedCrop, true, row);
+    const Value full = RunSpecs(jpeg, kRandomResizedCrop, false, row);
+    ASSERT_EQ(fused.shape(), (std::vector<int64_t>{48, 48, 3}));
+    const Compared diff = Compare(fused, full);
+    // The documented tolerance (docs/user-guide.md): mean <= 4 levels, no pixel off by > 64.
+    EXPECT_LE(diff.mean, 4.0) << row;
+    EXPECT_LE(diff.max, 64) << row;
+    if (diff.max > 0) ++fused_rows;
+    mean_sum += diff.mean;
+  }
+  EXPECT_GT(fused_rows, 20);  // most boxes are >= 96 pixels: those decode at a reduced size
+  EXPECT_LE(mean_sum / 40, 1.0);
+}
+
+TEST(DctScaling, FusedOutputIsDeterministicAcrossRunsAndThreads) {
+  const std::string jpeg = EncodeJpeg(Photo(240, 320), 240, 320, 3, 90);
+  std::vector<std::vector<uint8_t>> first(16);
+  for (uint64_t row = 0; row < 16; ++row)
+    first[row] = Bytes(RunSpecs(jpeg, kRandomResizedCrop, true, row));
+  std::vector<std::vector<std::vector<uint8_t>>> per_thread(3,
+                                                            std::vector<std::vector<uint8_t>>(16));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = 0; i < 16; ++i) {
+        const uint64_t row = (i * 7 + t * 5) % 16;  // another order per thread
+        per_thread[t][row] = Bytes(RunSpecs(jpeg, kRandomResizedCrop, true, row));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < 3; ++t) EXPECT_EQ(per_thread[t], first) << "thread " << t;
+}
+
+TEST(DctScaling, ResizeAndCenterCropResizeKeepTheirSizes) {
+  const std::string jpeg = EncodeJpeg(Photo(301, 407), 301, 407, 3, 90);
+  const std::vector<std::vector<test_util::Spec>> chains = {
+      {{"decode_image", {}}, {"resize", {{"size", 64}}}},  // shorter side: 64 x int(64*407/301)
+      {{"decode_image", {}}, {"resize", {{"size", ParamValue::List{40, 50}}}}},
+      {{"decode_image", {}}, {"center_crop", {{"size", 280}}}, {"resize", {{"size", 32}}}},
+      {{"decode_image", {}}, {"resize", {{"size", 40}, {"interpolation", "area"}}}}};
+  for (const auto& specs : chains) {
+    const Value fused = RunSpecs(jpeg, specs, true);
+    const Value full = RunSpecs(jpeg, specs, false);
+    const Compared diff = Compare(fused, full);
+    EXPECT_GT(diff.max, 0) << specs[1].name;  // it did decode at a reduced size
+    EXPECT_LE(diff.mean, 4.0) << specs[1].name;
+    EXPECT_LE(diff.max, 64) << specs[1].name;
+  }
+  EXPECT_EQ(RunSpecs(jpeg, chains[0], true).shape(), (std::vector<int64_t>{64, 86, 3}));
+}
+
+TEST(DctScaling, SmallShrinksPngWebpAndPaddingCropsAreUnchanged) {
+  const auto photo = Photo(120, 160);
+  const std::string files[] = {EncodePng(photo, 120, 160, 3),
+                               EncodeWebpLossless(photo, 120, 160, 3)};
+  for (const std::string& file : files) {
+    for (uint64_t row = 0; row < 8; ++row) {
+      EXPECT_EQ(Bytes(RunSpecs(file, kRandomResizedCrop, true, row)),
+                Bytes(RunSpecs(file, kRandomResizedCrop, false, row)));
+    }
+  }
+  const std::string jpeg = EncodeJpeg(photo, 120, 160, 3, 90);
+  // Less than half: the full decode, byte for byte.
+  const std::vector<test_util::Spec> mild = {{"decode_image", {}}, {"resize", {{"size", 70}}}};
+  EXPECT_EQ(Bytes(RunSpecs(jpeg, mild, true)), Bytes(RunSpecs(jpeg, mild, false)));
+  // A centre crop larger than the image pads: the ops run one by one.
+  const std::vector<test_util::Spec> padded = {
+      {"decode_image", {}}, {"center_crop", {{"size", 200}}}, {"resize", {{"size", 20}}}};
+  EXPECT_EQ(Bytes(RunSpecs(jpeg, padded, true)), Bytes(RunSpecs(jpeg, padded, false)));
+}
+
+TEST(DctScaling, ParameterIsInTheFingerprintAndErrorsAreUnchanged) {
+  auto on = MakeChain(ValueType::Bytes(), {{"decode_image", {}}, {"resize", {{"size", 8}}}});
+  auto off = MakeChain(ValueType::Bytes(),
+                       {{"decode_image", {{"dct_scaling", false}}}, {"resize", {{"size", 8}}}});
+  ASSERT_TRUE(on.ok() && off.ok());
+  EXPECT_NE(on->Fingerprint(), off->Fingerprint());
+  EXPECT_NE(on->Fingerprint().find("dct_scaling=true"), std::string::npos) << on->Fingerprint();
+  auto bad = MakeOp("decode_image", {{"dct_scaling", "yes"}});
+  EXPECT_NE(bad.status().message().find("dct_scaling"), std::string::npos);
+  const std::string jpeg = EncodeJpeg(Photo(200, 200), 200, 200, 3, 90);
+  Status fused_status, full_status;
+  RunSpecs(jpeg.substr(0, jpeg.size() / 2), kRandomResizedCrop, true, 0, &fused_status);
+  RunSpecs(jpeg.substr(0, jpeg.size() / 2), kRandomResizedCrop, false, 0, &full_status);
+  EXPECT_FALSE(fused_status.ok());
+  EXPECT_EQ(fused_status.message(), full_status.message());
+  EXPECT_EQ(GetErrorKind(fused_status), ErrorKind::kCorruptFile);
+}
+
+TEST(DctScaling, SplitRangesRunTheOpsOneByOne) {
+  // A caller that runs [0, 1) and then [1, 2) (a cached prefix) gets the full decode's bytes.
+  const std::string jpeg = EncodeJpeg(Photo(200, 260), 200, 260, 3, 90);
+  auto chain = MakeChain(ValueType::Bytes(), kRandomResizedCrop);
+  ASSERT_TRUE(chain.ok());
+  const Value in = Value::View(ValueKind::kBytes, jpeg.data(), jpeg.size());
+  Value decoded, out, scratch;
+  RowContext ctx{7, 0, 3, 0};
+  ASSERT_OK(chain->Apply(ctx, in, &decoded, &scratch, 0, 1));
+  ASSERT_OK(chain->Apply(ctx, decoded, &out, &scratch, 1));
+  EXPECT_EQ(Bytes(out), Bytes(RunSpecs(jpeg, kRandomResizedCrop, false, 3)));
+}
+
+TEST(DctScaling, RegionDecodeGivesTheFullDecodesPixelsInTheBox) {
+  const auto photo = Photo(173, 261);
+  std::vector<uint8_t> gray(173 * 261);
+  for (size_t i = 0; i < gray.size(); ++i) gray[i] = photo[i * 3 + 1];
+  struct File {
+    std::string bytes;
+    int channels;
+  };
+  std::vector<File> files;
+  for (int subsampling : {TJSAMP_420, TJSAMP_422, TJSAMP_444, TJSAMP_440}) {
+    files.push_back({EncodeJpeg(photo, 173, 261, 3, 90, subsampling), 3});
+    files.push_back({EncodeJpeg(photo, 173, 261, 3, 90, subsampling), 4});
+  }
+  files.push_back({EncodeJpeg(photo, 173, 261, 3, 85, TJSAMP_420, TJFLAG_PROGRESSIVE), 3});
+  files.push_back({EncodeJpeg(gray, 173, 261, 1, 90), 1});
+  uint32_t state = 12345;
+  auto below = [&](int64_t n) {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<int64_t>((state >> 8) % static_cast<uint32_t>(n));
+  };
+  for (const File& file : files) {
+    ImageDecodeOptions options;
+    options.channels = file.channels;
+    Value full;
+    ASSERT_OK(DecodeImage(file.bytes, options, &full));
+    for (int trial = 0; trial < 25; ++trial) {
+      CropBox box;
+      box.height = 1 + below(173);
+      box.width = 1 + below(261);
+      box.top = below(173 - box.height + 1);
+      box.left = below(261 - box.width + 1);
+      Value window_pixels;
+      CropBox window;
+      ASSERT_OK(DecodeJpegRegion(file.bytes, options, box, &window_pixels, &window));
+      ASSERT_LE(window.top, box.top);
+      ASSERT_LE(window.left, box.left);
+      ASSERT_GE(window.top + window.height, box.top + box.height);
+      ASSERT_GE(window.left + window.width, box.left + box.width);
+      const int c = file.channels;
+      for (int64_t y = 0; y < box.height; ++y) {
+        const uint8_t* want = full.data() + ((box.top + y) * 261 + box.left) * c;
+        const uint8_t* got =
+            window_pixels.data() +
+            ((box.top + y - window.top) * window.width + box.left - window.left) * c;
+        ASSERT_EQ(0, std::memcmp(want, got, box.width * c))
+            << "channels " << c << " box " << box.top << "," << box.left << " " << box.height << "x"
+            << box.width << " row " << y;
+      }
+    }
+  }
+  // A file cut short after the box fails as the full decode does.
+  const std::string& jpeg = files[0].bytes;
+  const std::string cut = jpeg.substr(0, jpeg.size() * 2 / 3);
+  ImageDecodeOptions options;
+  Value ignored;
+  CropBox window;
+  const Status region = DecodeJpegRegion(cut, options, {0, 0, 10, 10}, &ignored, &window);
+  const Status whole = DecodeImage(cut, options, &ignored);
+  ASSERT_FALSE(whole.ok());
+  EXPECT_FALSE(region.ok());
+  EXPECT_EQ(region.message(), whole.message());
+  // Options that need the full decode say so.
+  options.apply_exif = true;
+  EXPECT_TRUE(
+      DecodeJpegRegion(jpeg, options, {0, 0, 10, 10}, &ignored, &window).IsNotImplemented());
+}
+
+TEST(DctScaling, FusedCropsThatShrinkLessThanTwiceAreTheUnfusedBytes) {
+  // Region decoding (no DCT scaling) for random_resized_crop and center_crop + resize.
+  const std::string jpeg = EncodeJpeg(Photo(150, 200), 150, 200, 3, 90, TJSAMP_420);
+  const std::vector<test_util::Spec> rrc = {{"decode_image", {}},
+                                            {"random_resized_crop", {{"size", 120}}}};
+  for (uint64_t row = 0; row < 30; ++row) {
+    auto fused = MakeChain(ValueType::Bytes(), rrc);
+    Value a, b, scratch;
+    const Value in = Value::View(ValueKind::kBytes, jpeg.data(), jpeg.size());
+    RowContext ctx{7, 0, row, 0};
+    ASSERT_OK(fused->Apply(ctx, in, &a, &scratch));
+    ASSERT_OK(fused->Apply(ctx, in, &b, &scratch, 0, 1));  // decode alone, then the crop
+    Value c;
+    ASSERT_OK(fused->Apply(ctx, b, &c, &scratch, 1));
+    EXPECT_EQ(Bytes(a), Bytes(c)) << row;
+  }
+  const std::vector<test_util::Spec> crop = {
+      {"decode_image", {}}, {"center_crop", {{"size", 100}}}, {"resize", {{"size", 64}}}};
+  auto chain = MakeChain(ValueType::Bytes(), crop);
+  Value a, b, c, scratch;
+  const Value in = Value::View(ValueKind::kBytes, jpeg.data(), jpeg.size());
+  ASSERT_OK(chain->Apply(RowContext{}, in, &a, &scratch));
+  ASSERT_OK(chain->Apply(RowContext{}, in, &b, &scratch, 0, 1));
+  ASSERT_OK(chain->Apply(RowContext{}, b, &c, &scratch, 1));
+  EXPECT_EQ(Bytes(a), Bytes(c));
 }
 
 }  // namespace

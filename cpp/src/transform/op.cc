@@ -135,6 +135,11 @@ Result<Chain> Chain::Make(std::string column, const ValueType& input,
                          " per row, which varies, and this column needs a fixed shape" + hint);
   }
   chain.ops_ = std::move(ops);
+  chain.fused_.resize(chain.ops_.size());
+  chain.fused_count_.assign(chain.ops_.size(), 1);
+  for (size_t i = 0; i < chain.ops_.size(); ++i) {
+    chain.fused_[i] = internal::FuseImageOps(chain.ops_, i, &chain.fused_count_[i]);
+  }
   return chain;
 }
 
@@ -159,12 +164,18 @@ Status Chain::Apply(RowContext ctx, const Value& in, Value* out, Value* scratch,
     CopyValue(in, out);
     return Status::OK();
   }
-  // Ping-pong between `out` and `scratch` so that the last op writes `out`.
-  const size_t count = end - begin;
-  Value* target = count % 2 == 1 ? out : scratch;
+  // A step is one op, or a fused run of ops lying wholly inside [begin, end).
+  auto step_length = [&](size_t i) {
+    return fused_[i] != nullptr && i + fused_count_[i] <= end ? fused_count_[i] : size_t{1};
+  };
+  size_t steps = 0;
+  for (size_t i = begin; i < end; i += step_length(i)) ++steps;
+  // Ping-pong between `out` and `scratch` so that the last step writes `out`.
+  Value* target = steps % 2 == 1 ? out : scratch;
   const Value* source = &in;
-  for (size_t i = begin; i < end; ++i) {
-    const Op& op = *ops_[i];
+  for (size_t i = begin; i < end;) {
+    const size_t length = step_length(i);
+    const Op& op = length > 1 ? *fused_[i] : *ops_[i];
     Status status;
     if (source->is_null() && !op.AcceptsNull()) {
       status = MakeError(ErrorKind::kNullValues, "a null value (add fill_null before this op)");
@@ -179,6 +190,7 @@ Status Chain::Apply(RowContext ctx, const Value& in, Value* out, Value* scratch,
     }
     source = target;
     target = target == out ? scratch : out;
+    i += length;
   }
   return Status::OK();
 }

@@ -137,6 +137,9 @@ class Chain {
 
   /// Runs ops [begin, end) on one row; `ctx.op_index` is set per op. `scratch` is caller-owned
   /// and reused. An op's error comes back as "<op> (op i of column 'c'): <reason>" with its kind.
+  /// Ops that fuse (decode_image + a resize, see image_ops.cc) run as one step when the range
+  /// holds all of them; the split points callers use (the cached prefix) are fixed at open time,
+  /// so a row always takes the same path.
   Status Apply(RowContext ctx, const Value& in, Value* out, Value* scratch, size_t begin = 0,
                size_t end = SIZE_MAX) const;
 
@@ -154,6 +157,9 @@ class Chain {
   std::string column_;
   std::vector<std::unique_ptr<Op>> ops_;
   std::vector<ValueType> types_;
+  // Per op index: a fused op that stands for ops [i, i + fused_count_[i]), or null.
+  std::vector<std::unique_ptr<Op>> fused_;
+  std::vector<size_t> fused_count_;
 };
 
 }  // namespace stoker::transform

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "transform/op.h"
 
@@ -21,6 +22,12 @@ Result<std::unique_ptr<Op>> MakeVerticalFlip(ParamReader* params);
 Result<std::unique_ptr<Op>> MakePad(ParamReader* params);
 Result<std::unique_ptr<Op>> MakeNormalize(ParamReader* params);
 Result<std::unique_ptr<Op>> MakeToChw(ParamReader* params);
+
+/// decode_image at `first` with the resize, center_crop + resize or random_resized_crop after it,
+/// as one op that may decode a JPEG at a reduced size (image_ops.cc); nullptr when the ops there do
+/// not fuse. `*count` is the number of ops it stands for. It keeps pointers into `ops`.
+std::unique_ptr<Op> FuseImageOps(const std::vector<std::unique_ptr<Op>>& ops, size_t first,
+                                 size_t* count);
 
 // array_ops.cc
 Result<std::unique_ptr<Op>> MakeDecodeNpy(ParamReader* params);

@@ -93,6 +93,8 @@ uint8_t* Value::Allocate(ElementType element, std::vector<int64_t> shape) {
   null_ = false;
   view_ = nullptr;
   size_ = num_elements() * ElementSize(element);
+  // Growing drops the old contents first: nothing is copied into the new buffer.
+  if (static_cast<size_t>(size_) > owned_.capacity()) owned_.clear();
   owned_.resize(static_cast<size_t>(size_));
   return owned_.data();
 }
@@ -104,6 +106,7 @@ uint8_t* Value::AllocateBytes(ValueKind kind, int64_t size) {
   null_ = false;
   view_ = nullptr;
   size_ = size;
+  if (static_cast<size_t>(size) > owned_.capacity()) owned_.clear();
   owned_.resize(static_cast<size_t>(size));
   return owned_.data();
 }

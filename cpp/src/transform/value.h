@@ -126,7 +126,17 @@ class Value {
   bool null_ = false;
   const uint8_t* view_ = nullptr;
   int64_t size_ = 0;
-  std::vector<uint8_t> owned_;
+  // Default-initialised bytes: a row's buffer is written whole by its op, so growing it must not
+  // zero it first (a decoded image is half a megabyte per row).
+  struct UninitializedAllocator : std::allocator<uint8_t> {
+    template <typename U>
+    struct rebind {
+      using other = UninitializedAllocator;
+    };
+    void construct(uint8_t* p) noexcept { ::new (static_cast<void*>(p)) uint8_t; }
+    void construct(uint8_t* p, uint8_t value) noexcept { *p = value; }
+  };
+  std::vector<uint8_t, UninitializedAllocator> owned_;
 };
 
 }  // namespace stoker::transform
