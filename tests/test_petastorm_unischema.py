@@ -167,7 +167,8 @@ def test_each_codec_maps_to_its_op():
 
     chain, shape = field_chain(_field("g", np.uint8, (4, 5), "CompressedImageCodec",
                                       _image_codec=".jpeg"))
-    assert chain == [{"op": "decode_image", "mode": "L", "exif": False, "shape": [4, 5]}]
+    assert chain == [{"op": "decode_image", "mode": "L", "exif": False, "shape": [4, 5],
+                     "dct_scaling": True}]
     assert shape == (4, 5)
     chain, _ = field_chain(_field("z", np.int16, (2, 5), "CompressedNdarrayCodec"))
     assert chain == [{"op": "decode_npz", "dtype": "int16", "shape": [2, 5], "key": "arr"}]

@@ -40,7 +40,8 @@ def bad_images(tmp_path_factory):
     return path, blobs
 
 
-CACHED = [ops.decode_image(), ops.resize([16, 16])]  # the whole chain is the cached prefix
+# The whole chain is the cached prefix; a full-size decode, to compare with Pillow's resize.
+CACHED = [ops.decode_image(dct_scaling=False), ops.resize([16, 16])]
 RANDOM = [ops.decode_image(), ops.random_resized_crop(12), ops.to_chw()]  # all per batch
 
 
@@ -290,11 +291,13 @@ def test_one_column_gives_an_image_and_its_size(tmp_path):
     path = str(tmp_path / "img.parquet")
     pq.write_table(pa.table({"id": np.arange(24, dtype=np.int64),
                              "image": pa.array(blobs, pa.binary())}), path, row_group_size=10)
-    crop = [ops.decode_image(), ops.random_resized_crop(12), ops.to_chw()]
+    # Outputs share one full-size decode, so DCT-scaled decoding (which fuses decode_image with
+    # the crop of a single chain) is off here for the single chain it is compared with.
+    crop = [ops.decode_image(dct_scaling=False), ops.random_resized_crop(12), ops.to_chw()]
     common = dict(batch_size=8, seed=4, shuffle_window=24)
     loader = stoker.Loader(path, columns=["id", "image"], **common,
                            transforms={"image": {"image": crop,
-                                                 "image_size": [ops.decode_image(),
+                                                 "image_size": [ops.decode_image(dct_scaling=False),
                                                                 ops.shape()]}})
     assert list(loader.columns) == ["id", "image", "image_size"]
     assert list(loader.columns["image_size"].inner_shape) == [3]
@@ -344,8 +347,10 @@ def test_a_warm_epoch_decodes_no_jpeg(tmp_path):
     path = str(tmp_path / "img.parquet")
     pq.write_table(pa.table({"id": np.arange(30, dtype=np.int64),
                              "image": pa.array(blobs, pa.binary())}), path, row_group_size=10)
-    chain = [ops.decode_image(), ops.random_resized_crop(16), ops.horizontal_flip(),
-             ops.to_chw()]
+    # A full-size decode can be cached apart from the random crop; a DCT-scaled one (the
+    # default) is made for each crop, so it is not (see the next test).
+    chain = [ops.decode_image(dct_scaling=False), ops.random_resized_crop(16),
+             ops.horizontal_flip(), ops.to_chw()]
     common = dict(columns=["id", "image"], batch_size=10, seed=3, shuffle_window=30,
                   transforms={"image": chain})
     plain = stoker.Loader(path, **common)
@@ -363,6 +368,29 @@ def test_a_warm_epoch_decodes_no_jpeg(tmp_path):
     assert warm.stats()["transforms"]["prefix_rows"] == 0  # no JPEG decoded
     assert digest(warm) != expected  # the next epoch: other crops, still from the cache
     assert warm.stats()["transforms"]["prefix_rows"] == 0
+
+
+def test_dct_scaled_decode_gives_the_same_bytes_in_every_cache_state(tmp_path):
+    """decode_image fused with its random crop (DCT scaling, the default) is never split by the
+    cache: no cache, a cold cache and a warm cache give identical batches."""
+    rng = np.random.default_rng(10)
+    blobs = [_jpeg(rng, int(rng.integers(64, 96)), int(rng.integers(64, 96))) for _ in range(20)]
+    path = str(tmp_path / "img.parquet")
+    pq.write_table(pa.table({"id": np.arange(20, dtype=np.int64),
+                             "image": pa.array(blobs, pa.binary())}), path, row_group_size=10)
+    common = dict(columns=["id", "image"], batch_size=10, seed=3, shuffle_window=20,
+                  transforms={"image": [ops.decode_image(), ops.random_resized_crop(12,
+                                                                                    scale=[0.5, 1.0])]})
+    expected = digest(stoker.Loader(path, **common))
+    full = digest(stoker.Loader(path, **{**common, "transforms": {"image": [
+        ops.decode_image(dct_scaling=False), ops.random_resized_crop(12, scale=[0.5, 1.0])]}}))
+    assert full != expected  # DCT scaling was used: otherwise this test proves nothing
+    cache = str(tmp_path / "cache")
+    assert digest(stoker.Loader(path, cache_dir=cache, **common)) == expected
+    warm = stoker.Loader(path, cache_dir=cache, **common)
+    assert digest(warm) == expected
+    assert warm.stats()["transforms"]["prefix_rows"] == 0  # nothing cached before the crop
+    assert warm.stats()["transforms"]["batch_rows"] == 20
 
 
 def test_several_outputs_share_the_cached_decode(tmp_path):

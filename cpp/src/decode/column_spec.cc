@@ -447,7 +447,8 @@ Status ResolveChain(const std::vector<OpSpec>& specs, ColumnSpec* spec, bool all
   size_t cached = allow_cache ? chain.DeterministicPrefixLength() : 0;
   while (cached > 0) {
     const ValueType& type = chain.types()[cached];
-    if (type.kind == transform::ValueKind::kTensor && (type.FixedShape() || variable_cache)) {
+    if (type.kind == transform::ValueKind::kTensor && (type.FixedShape() || variable_cache) &&
+        !chain.SplitsFusedOps(cached)) {
       break;
     }
     --cached;

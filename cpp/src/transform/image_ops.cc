@@ -110,10 +110,7 @@ class DecodeImageOp : public OpBase {
   // empty for any size.
   DecodeImageOp(const ParamReader& params, ImageDecodeOptions options, std::vector<int64_t> size,
                 bool dct_scaling)
-      : OpBase(params, 1),
-        options_(options),
-        size_(std::move(size)),
-        dct_scaling_(dct_scaling) {}
+      : OpBase(params, 1), options_(options), size_(std::move(size)), dct_scaling_(dct_scaling) {}
 
   const ImageDecodeOptions& options() const { return options_; }
   // May decode a JPEG at a reduced size for the resize that follows it (FuseImageOps): on unless
@@ -593,6 +590,7 @@ class FusedDecodeResizeOp : public Op {
 
   const std::string& Name() const override { return decode_->Name(); }
   const std::string& Fingerprint() const override { return decode_->Fingerprint(); }
+  bool SameAsUnfused() const override { return !decode_->dct_scaling(); }
   Result<ValueType> Resolve(const ValueType&) const override {
     return Status::Invalid("a fused op is never resolved");
   }

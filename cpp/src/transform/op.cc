@@ -146,7 +146,17 @@ Result<Chain> Chain::Make(std::string column, const ValueType& input,
 size_t Chain::DeterministicPrefixLength() const {
   size_t count = 0;
   while (count < ops_.size() && ops_[count]->Deterministic()) ++count;
+  while (count > 0 && SplitsFusedOps(count)) --count;
   return count;
+}
+
+bool Chain::SplitsFusedOps(size_t boundary) const {
+  for (size_t i = 0; i < boundary && i < fused_.size(); ++i) {
+    if (fused_[i] != nullptr && !fused_[i]->SameAsUnfused() && i + fused_count_[i] > boundary) {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::string Chain::Fingerprint(size_t count) const {

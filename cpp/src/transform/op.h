@@ -63,6 +63,9 @@ class Op {
   virtual bool Deterministic() const { return true; }
   /// True for ops that accept a null row (fill_null); other ops never see one.
   virtual bool AcceptsNull() const { return false; }
+  /// For an op standing for several fused ops: whether it gives exactly their bytes (a region
+  /// decode does; a DCT-scaled decode does not, so a cache must not cut between those ops).
+  virtual bool SameAsUnfused() const { return true; }
   /// The output type for an input type, or why the op cannot take it (kUnsupportedType for a
   /// wrong kind or dtype). Called once, at open time.
   virtual Result<ValueType> Resolve(const ValueType& input) const = 0;
@@ -131,7 +134,11 @@ class Chain {
   size_t size() const { return ops_.size(); }
   const Op& op(size_t i) const { return *ops_[i]; }
   /// Number of leading ops that are deterministic: their output can be cached across epochs.
+  /// Never ends inside ops that run fused (decode_image with the crop or resize it decodes for),
+  /// whose output would then depend on where the cache cut the chain.
   size_t DeterministicPrefixLength() const;
+  /// True when `boundary` falls strictly inside a group of fused ops.
+  bool SplitsFusedOps(size_t boundary) const;
   /// Fingerprint of the first `count` ops (all by default), for the cache key.
   std::string Fingerprint(size_t count = SIZE_MAX) const;
 
