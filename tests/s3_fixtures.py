@@ -9,6 +9,7 @@ requests. Every request is recorded (method, path, Range header, status) so test
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -18,7 +19,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 ACCESS_KEY = "AKIATESTSTOKER000001"
 # Distinctive so a leak is easy to grep for.
@@ -73,6 +74,27 @@ class MotoServer:
 
     def stop(self) -> None:
         self._server.stop()
+
+
+@contextlib.contextmanager
+def serving_dir(local_dir: str, bucket: str, prefix: str) -> Iterator[MotoServer]:
+    """A MotoServer holding every file below local_dir at s3://bucket/prefix/ (``server.keys``,
+    ``server.local_dir``), with EC2 metadata lookups off while it runs (never probe a metadata
+    address); for module-scoped fixtures."""
+    saved = os.environ.get("AWS_EC2_METADATA_DISABLED")
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+    server = MotoServer()
+    try:
+        server.create_bucket(bucket)
+        server.keys = server.upload_dir(local_dir, bucket, prefix)
+        server.local_dir = local_dir
+        yield server
+    finally:
+        server.stop()
+        if saved is None:
+            os.environ.pop("AWS_EC2_METADATA_DISABLED", None)
+        else:
+            os.environ["AWS_EC2_METADATA_DISABLED"] = saved
 
 
 @dataclass

@@ -97,3 +97,16 @@ def digest(batches: Iterable[Dict[str, object]]) -> List[str]:
 
 def collect_ids(loader) -> List[np.ndarray]:
     return [np.array(batch["id"], copy=True) for batch in loader]
+
+
+def jpeg_bytes(rng: np.random.Generator, w: int, h: int) -> bytes:
+    """A w x h RGB JPEG (quality 90) of smooth random colours, made with Pillow."""
+    import io
+
+    from PIL import Image
+
+    base = rng.integers(0, 255, (h // 4 + 1, w // 4 + 1, 3), dtype=np.uint8)
+    image = Image.fromarray(base).resize((w, h), Image.BILINEAR)
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=90)
+    return out.getvalue()

@@ -3,7 +3,6 @@ decodes it exactly as the local copy; stoker.petastorm reads it too."""
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ import pytest
 import stoker
 
 import petastorm_fixtures as pf
-from s3_fixtures import ACCESS_KEY, REGION, SECRET_KEY, MotoServer, isolate_aws_env, moto_available
+from s3_fixtures import ACCESS_KEY, REGION, SECRET_KEY, isolate_aws_env, moto_available, serving_dir
 
 pytestmark = [pytest.mark.skipif(not moto_available(), reason="needs moto[server] and boto3"),
               pytest.mark.skipif(bool(pf.missing()), reason=pf.missing() or "ok")]
@@ -21,21 +20,11 @@ BUCKET = "stoker-petastorm"
 
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory):
-    saved = os.environ.get("AWS_EC2_METADATA_DISABLED")
-    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
-    server = MotoServer()
     local = str(tmp_path_factory.mktemp("petastorm-remote") / "store")
     pf.write_with_helpers(local, pf.everything_schema(), pf.everything_rows(24), row_group_rows=8)
-    server.create_bucket(BUCKET)
-    keys = server.upload_dir(local, BUCKET, "store")
-    assert "store/_common_metadata" in keys
-    server.local_dir = local
-    yield server
-    server.stop()
-    if saved is None:
-        os.environ.pop("AWS_EC2_METADATA_DISABLED", None)
-    else:
-        os.environ["AWS_EC2_METADATA_DISABLED"] = saved
+    with serving_dir(local, BUCKET, "store") as server:
+        assert "store/_common_metadata" in server.keys
+        yield server
 
 
 @pytest.fixture(autouse=True)

@@ -20,8 +20,8 @@ import pytest
 import stoker
 from stoker.errors import DatasetNotFoundError, InvalidOptionError, StorageError
 
-from s3_fixtures import ACCESS_KEY, REGION, SECRET_KEY, SESSION_TOKEN, FaultProxy, MotoServer
-from s3_fixtures import isolate_aws_env, moto_available
+from s3_fixtures import ACCESS_KEY, REGION, SECRET_KEY, SESSION_TOKEN, FaultProxy
+from s3_fixtures import isolate_aws_env, moto_available, serving_dir
 from stoker_testdata import digest, write_uneven_dataset
 
 pytestmark = pytest.mark.skipif(not moto_available(), reason="needs moto[server] and boto3")
@@ -33,21 +33,10 @@ FILE_ROWS = (1000, 2500, 700, 1800)
 
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory):
-    saved = os.environ.get("AWS_EC2_METADATA_DISABLED")
-    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"  # never probe a metadata address
-    server = MotoServer()
     local = str(tmp_path_factory.mktemp("remote") / PREFIX)
     write_uneven_dataset(local, FILE_ROWS)
-    server.create_bucket(BUCKET)
-    keys = server.upload_dir(local, BUCKET, PREFIX)
-    server.local_dir = local
-    server.keys = keys
-    yield server
-    server.stop()
-    if saved is None:
-        os.environ.pop("AWS_EC2_METADATA_DISABLED", None)
-    else:
-        os.environ["AWS_EC2_METADATA_DISABLED"] = saved
+    with serving_dir(local, BUCKET, PREFIX) as server:
+        yield server
 
 
 @pytest.fixture

@@ -27,8 +27,8 @@ import pytest
 import stoker
 from stoker.__main__ import main
 
-from s3_fixtures import ACCESS_KEY, REGION, SECRET_KEY, SESSION_TOKEN, FaultProxy, MotoServer
-from s3_fixtures import isolate_aws_env, moto_available
+from s3_fixtures import ACCESS_KEY, REGION, SECRET_KEY, SESSION_TOKEN, FaultProxy
+from s3_fixtures import isolate_aws_env, moto_available, serving_dir
 
 pytestmark = pytest.mark.skipif(not moto_available(), reason="needs moto[server] and boto3")
 
@@ -44,23 +44,14 @@ FAST_FAIL = dict(max_retries=0, retry_base_delay=0.01)
 
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory):
-    saved = os.environ.get("AWS_EC2_METADATA_DISABLED")
-    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"  # never probe a metadata address
-    server = MotoServer()
     local = tmp_path_factory.mktemp("secrets") / PREFIX
     local.mkdir()
     for f in range(2):
         table = pa.table({"x": np.arange(60, dtype=np.float32) + f,
                           "label": np.arange(60, dtype=np.int64)})
         pq.write_table(table, local / f"part-{f}.parquet", row_group_size=20)
-    server.create_bucket(BUCKET)
-    server.upload_dir(str(local), BUCKET, PREFIX)
-    yield server
-    server.stop()
-    if saved is None:
-        os.environ.pop("AWS_EC2_METADATA_DISABLED", None)
-    else:
-        os.environ["AWS_EC2_METADATA_DISABLED"] = saved
+    with serving_dir(str(local), BUCKET, PREFIX) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

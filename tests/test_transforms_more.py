@@ -13,16 +13,9 @@ import pytest
 import stoker
 from stoker import errors, ops
 from stoker_testdata import digest
+from stoker_testdata import jpeg_bytes as _jpeg
 
 PIL = pytest.importorskip("PIL.Image")
-
-
-def _jpeg(rng, w, h):
-    base = rng.integers(0, 255, (h // 4 + 1, w // 4 + 1, 3), dtype=np.uint8)
-    image = PIL.fromarray(base).resize((w, h), PIL.BILINEAR)
-    out = io.BytesIO()
-    image.save(out, format="JPEG", quality=90)
-    return out.getvalue()
 
 
 BAD = {3, 17, 18, 29}  # rows with a truncated JPEG

@@ -78,25 +78,28 @@ def record_batch_to_numpy(rb) -> Dict[str, np.ndarray]:
 
 # ---------------------------------------------------------------------------- image transforms
 
-def random_resized_crop_flip(img, rng: random.Random, size: int = IMAGE_SIZE,
-                             scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
-    """torchvision's RandomResizedCrop (bilinear) + RandomHorizontalFlip, on a PIL image."""
-    from PIL import Image
-
-    width, height = img.size
+def random_crop_box(width: int, height: int, rng: random.Random, scale=(0.08, 1.0),
+                    ratio=(3 / 4, 4 / 3)) -> Tuple[int, int, int, int]:
+    """torchvision's RandomResizedCrop sampling rule: (x, y, w, h), the whole image after 10
+    misses."""
     area = width * height
-    box = (0, 0, width, height)
     for _ in range(10):
         target = area * rng.uniform(*scale)
         aspect = math.exp(rng.uniform(math.log(ratio[0]), math.log(ratio[1])))
         w = int(round(math.sqrt(target * aspect)))
         h = int(round(math.sqrt(target / aspect)))
         if 0 < w <= width and 0 < h <= height:
-            x = rng.randint(0, width - w)
-            y = rng.randint(0, height - h)
-            box = (x, y, x + w, y + h)
-            break
-    out = img.resize((size, size), Image.BILINEAR, box=box)
+            return rng.randint(0, width - w), rng.randint(0, height - h), w, h
+    return 0, 0, width, height
+
+
+def random_resized_crop_flip(img, rng: random.Random, size: int = IMAGE_SIZE,
+                             scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+    """torchvision's RandomResizedCrop (bilinear) + RandomHorizontalFlip, on a PIL image."""
+    from PIL import Image
+
+    x, y, w, h = random_crop_box(img.size[0], img.size[1], rng, scale, ratio)
+    out = img.resize((size, size), Image.BILINEAR, box=(x, y, x + w, y + h))
     if rng.random() < 0.5:
         out = out.transpose(Image.FLIP_LEFT_RIGHT)
     return out

@@ -12,12 +12,11 @@ native decoders release the GIL. Needs the FFmpeg shared libraries (Debian ``lib
 
 from __future__ import annotations
 
-import math
 import random
 
 import numpy as np
 
-from .common import IMAGE_SIZE
+from .common import IMAGE_SIZE, random_crop_box
 
 NAME = "spdl_io"
 WORKLOADS = ("images",)
@@ -52,18 +51,6 @@ def config(job):
             "spdl": v}
 
 
-def _box(width, height, rng, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
-    area = width * height
-    for _ in range(10):
-        target = area * rng.uniform(*scale)
-        aspect = math.exp(rng.uniform(math.log(ratio[0]), math.log(ratio[1])))
-        w = int(round(math.sqrt(target * aspect)))
-        h = int(round(math.sqrt(target / aspect)))
-        if 0 < w <= width and 0 < h <= height:
-            return rng.randint(0, width - w), rng.randint(0, height - h), w, h
-    return 0, 0, width, height
-
-
 def batches(job):
     import pyarrow.parquet as pq
     import spdl.io
@@ -84,7 +71,7 @@ def batches(job):
         blob, label = item
         packets = spdl.io.demux_image(blob)
         codec = packets.codec
-        x, y, w, h = _box(codec.width, codec.height, rng)
+        x, y, w, h = random_crop_box(codec.width, codec.height, rng)
         flip = ",hflip" if rng.random() < 0.5 else ""
         desc = (f"crop={w}:{h}:{x}:{y},scale={IMAGE_SIZE}:{IMAGE_SIZE}:flags=bilinear{flip},"
                 "format=pix_fmts=rgb24")

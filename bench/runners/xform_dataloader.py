@@ -5,18 +5,10 @@ from __future__ import annotations
 import random
 
 from ._xform_common import columns, numpy_transform
-from .torch_dataloader import _Sharded
+from .torch_dataloader import _Sharded, available  # noqa: F401
 
 NAME = "xform_dataloader"
 WORKLOADS = ("tabular-xform",)
-
-
-def available():
-    try:
-        import torch  # noqa: F401
-    except Exception as error:  # noqa: BLE001
-        return f"import torch failed: {error}"
-    return None
 
 
 def config(job):

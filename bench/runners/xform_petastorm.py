@@ -7,16 +7,12 @@ import numpy as np
 
 from . import _petastorm_common
 from ._xform_common import columns, pandas_transform
+from .petastorm_fixed import _kwargs  # the study's settings, as in the tabular runner
 from ..transforms import MAX_TAGS, cat_names, float_names
 
 NAME = "xform_petastorm"
 WORKLOADS = ("tabular-xform",)
 available = _petastorm_common.available
-
-
-def _kwargs(job):
-    return {"reader_pool_type": "thread", "workers_count": job["threads"],
-            "convert_early_to_numpy": True, "seed": job["seed"], "shuffle_row_groups": True}
 
 
 def config(job):

@@ -3,38 +3,17 @@
 #include <cstring>
 
 namespace stoker::transform {
-namespace {
+int ElementSize(ElementType type) { return DTypeSize(type); }
 
-struct ElementEntry {
-  ElementType type;
-  const char* name;
-  int size;
-};
-
-constexpr ElementEntry kElements[] = {
-    {ElementType::kBool, "bool", 1},         {ElementType::kInt8, "int8", 1},
-    {ElementType::kInt16, "int16", 2},       {ElementType::kInt32, "int32", 4},
-    {ElementType::kInt64, "int64", 8},       {ElementType::kUInt8, "uint8", 1},
-    {ElementType::kUInt16, "uint16", 2},     {ElementType::kUInt32, "uint32", 4},
-    {ElementType::kUInt64, "uint64", 8},     {ElementType::kFloat16, "float16", 2},
-    {ElementType::kFloat32, "float32", 4},   {ElementType::kFloat64, "float64", 8},
-    {ElementType::kBFloat16, "bfloat16", 2},
-};
-
-}  // namespace
-
-int ElementSize(ElementType type) { return kElements[static_cast<int>(type)].size; }
-
-const char* ElementName(ElementType type) { return kElements[static_cast<int>(type)].name; }
+const char* ElementName(ElementType type) { return DTypeName(type); }
 
 std::optional<ElementType> ParseElementType(std::string_view name) {
-  for (const auto& entry : kElements) {
-    if (name == entry.name) return entry.type;
-  }
-  return std::nullopt;
+  DType dtype;
+  if (!ParseDType(std::string(name), &dtype)) return std::nullopt;
+  return dtype;
 }
 
-std::optional<DType> ToDType(ElementType type) { return static_cast<DType>(type); }
+std::optional<DType> ToDType(ElementType type) { return type; }
 
 bool IsInteger(ElementType type) {
   return type != ElementType::kBool &&

@@ -20,28 +20,15 @@
 
 namespace stoker::transform {
 
-/// Element types a transform can produce: stoker::DType with the same numbering.
-enum class ElementType : uint8_t {
-  kBool,
-  kInt8,
-  kInt16,
-  kInt32,
-  kInt64,
-  kUInt8,
-  kUInt16,
-  kUInt32,
-  kUInt64,
-  kFloat16,
-  kFloat32,
-  kFloat64,
-  kBFloat16,
-};
+/// Element types a transform can produce: the engine's DType itself, so a transform's output
+/// needs no conversion to become a column.
+using ElementType = DType;
 
 int ElementSize(ElementType type);
 /// numpy-style name ("float32", "bfloat16").
 const char* ElementName(ElementType type);
 std::optional<ElementType> ParseElementType(std::string_view name);
-inline ElementType FromDType(DType dtype) { return static_cast<ElementType>(dtype); }
+inline ElementType FromDType(DType dtype) { return dtype; }
 /// The public dtype of `type` (every element type has one).
 std::optional<DType> ToDType(ElementType type);
 bool IsInteger(ElementType type);
