@@ -421,6 +421,19 @@ Status TransformWriter::Fill(const BatchRows& rows, OutputColumn* column) const 
     row_bytes[j] = DTypeSize(specs_[j].dtype);
     for (int64_t dim : specs_[j].output_shape) row_bytes[j] *= dim;
   }
+  // A chain run entirely before the cache leaves nothing per row but a copy: gather it like a
+  // plain column (a tight loop keeps many cache misses in flight; the Value path does not).
+  if (cached >= head_chain.size() && outputs == 1 && !zero &&
+      head.layout == SourceLayout::kFixed && head.source_dtype == head.dtype &&
+      head.inner * DTypeSize(head.dtype) == row_bytes[0]) {
+    bool nulls = false;
+    for (const DecodedItem* item : rows.items) nulls |= item->sources[slot_].validity != nullptr;
+    if (!nulls) {
+      GatherFixedColumn(rows, slot_, head, head.dtype, column[0].values.data, head.inner, 0,
+                        rows.size());
+      return Status::OK();
+    }
+  }
   transform::Value common;
   transform::Value value;
   transform::Value scratch;

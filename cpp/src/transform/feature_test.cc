@@ -287,5 +287,51 @@ TEST(Columnar, SameBytesAsRowByRow) {
   EXPECT_FALSE(image.SupportsColumn(0, 1));
 }
 
+// The affine ops' typed column loops (float32, float64, int32, int64 inputs) give the row path's
+// bytes, NaN, infinities and integers beyond 2^53 included.
+TEST(Columnar, AffineFastPathMatchesRowPath) {
+  const std::vector<double> values = {-3.5, 0.0, 1.25, 7.0, 1e30, -0.1, NAN, INFINITY, 12345.678};
+  const std::vector<int64_t> ints = {-7, 0, 3, (int64_t{1} << 53) + 1, INT64_MAX, INT64_MIN, 42};
+  const std::vector<std::vector<Spec>> chains = {
+      {{"standardize", {{"mean", 0.5}, {"std", 3.0}}}},
+      {{"log1p", {}}},
+      {{"min_max", {{"min", -4}, {"max", 8}}}},
+  };
+  struct Input {
+    ElementType type;
+    std::vector<uint8_t> bytes;
+    int64_t count;
+  };
+  std::vector<Input> inputs;
+  const auto add = [&inputs](ElementType type, const auto& typed) {
+    const auto* p = reinterpret_cast<const uint8_t*>(typed.data());
+    inputs.push_back({type, std::vector<uint8_t>(p, p + typed.size() * sizeof(typed[0])),
+                      static_cast<int64_t>(typed.size())});
+  };
+  add(ElementType::kFloat32, std::vector<float>(values.begin(), values.end()));
+  add(ElementType::kFloat64, values);
+  add(ElementType::kInt32, std::vector<int32_t>{-7, 0, 3, INT32_MAX, INT32_MIN, 99});
+  add(ElementType::kInt64, ints);
+  for (const Input& input : inputs) {
+    for (const auto& specs : chains) {
+      ASSERT_OK_AND_ASSIGN(auto chain, MakeChain(ValueType::Tensor(input.type, {}), specs));
+      ASSERT_TRUE(chain.SupportsColumn(0, chain.size()));
+      std::vector<uint8_t> expected;
+      const int size = ElementSize(input.type);
+      for (int64_t row = 0; row < input.count; ++row) {
+        Value out;
+        ASSERT_OK(RunChain(
+            chain, Value::TensorView(input.type, {}, input.bytes.data() + row * size), &out));
+        const auto bytes = test_util::Bytes(out);
+        expected.insert(expected.end(), bytes.begin(), bytes.end());
+      }
+      std::vector<uint8_t> got(expected.size()), scratch;
+      ASSERT_OK(chain.ApplyColumn(ColumnInput{input.bytes.data()}, input.count, got.data(),
+                                  &scratch, 0, chain.size()));
+      EXPECT_EQ(got, expected) << specs[0].name << " on " << ElementName(input.type);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace stoker::transform
