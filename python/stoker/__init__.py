@@ -11,7 +11,7 @@ from ._user_transform import TransformSpec
 from .errors import StokerError
 from .loader import Loader
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name):

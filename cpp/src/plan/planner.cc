@@ -60,8 +60,11 @@ Plan MakePlan(const std::vector<RowGroupRef>& row_groups, const PlanOptions& opt
     remaining -= take;
   }
 
-  // Windows: consecutive segments until they hold shuffle_window_rows rows.
+  // Windows: consecutive segments until they hold `target` rows. The first windows grow from one
+  // batch, doubling up to shuffle_window_rows: the first batch waits for the segments of a
+  // batch, not for a whole window, and the order stays a function of the options.
   const bool shuffled = options.shuffle && options.shuffle_window_rows > 1;
+  int64_t target = std::min(options.shuffle_window_rows, std::max<int64_t>(options.batch_size, 1));
   int64_t row = 0;
   const int num_segments = static_cast<int>(plan.segments.size());
   for (int s = 0; s < num_segments;) {
@@ -72,10 +75,11 @@ Plan MakePlan(const std::vector<RowGroupRef>& row_groups, const PlanOptions& opt
     do {
       window.num_rows += plan.segments[s].num_rows;
       ++s;
-    } while (shuffled && s < num_segments && window.num_rows < options.shuffle_window_rows);
+    } while (shuffled && s < num_segments && window.num_rows < target);
     window.segment_end = s;
     row += window.num_rows;
     plan.windows.push_back(window);
+    target = std::min(options.shuffle_window_rows, target * 2);
   }
   return plan;
 }

@@ -102,7 +102,7 @@ TEST(Planner, OrderDependsOnSeedAndEpochOnly) {
 TEST(Planner, WindowOrderIsAPermutation) {
   const auto groups = Groups({100, 100});
   PlanOptions options;
-  options.batch_size = 10;
+  options.batch_size = 200;  // the first window is a whole shuffle window
   options.shuffle_window_rows = 200;
   const Plan plan = MakePlan(groups, options, 0);
   std::vector<uint32_t> order;
@@ -111,6 +111,23 @@ TEST(Planner, WindowOrderIsAPermutation) {
   std::set<uint32_t> unique(order.begin(), order.end());
   EXPECT_EQ(unique.size(), 200u);
   EXPECT_EQ(*unique.rbegin(), 199u);
+}
+
+// The first windows grow from one batch, doubling up to shuffle_window_rows, so the first batch
+// waits for one batch's segments; without shuffling there is one window per segment.
+TEST(Planner, FirstWindowsGrowFromOneBatch) {
+  const auto groups = Groups(std::vector<int64_t>(20, 10));
+  PlanOptions options;
+  options.batch_size = 10;
+  options.shuffle_window_rows = 80;
+  const Plan plan = MakePlan(groups, options, 0);
+  std::vector<int64_t> sizes;
+  for (const auto& window : plan.windows) sizes.push_back(window.num_rows);
+  EXPECT_EQ(sizes, (std::vector<int64_t>{10, 20, 40, 80, 50}));
+  options.batch_size = 100;  // a batch beyond the window: every window is whole
+  sizes.clear();
+  for (const auto& window : MakePlan(groups, options, 0).windows) sizes.push_back(window.num_rows);
+  EXPECT_EQ(sizes, (std::vector<int64_t>{80, 80, 40}));
 }
 
 }  // namespace
