@@ -7,6 +7,10 @@
 #include <arrow/record_batch.h>
 #include <arrow/util/byte_size.h>
 
+#include <deque>
+#include <string>
+#include <vector>
+
 #include "util/hash.h"
 
 namespace stoker {
@@ -27,7 +31,49 @@ class EntryBuffer : public arrow::Buffer {
 
 using NamedArrays = std::vector<std::pair<std::string, std::shared_ptr<arrow::Array>>>;
 
-Result<std::shared_ptr<arrow::Buffer>> Serialize(const NamedArrays& arrays, int64_t rows) {
+// An OutputStream that records what the IPC writer writes instead of copying it into one buffer:
+// body buffers by reference (the decoded arrays own them), small writes (framing, metadata,
+// padding) copied. The payload reaches the disk with one writev() and no intermediate copy, grown
+// buffer or fresh pages.
+class PartsStream : public arrow::io::OutputStream {
+ public:
+  Status Close() override {
+    closed_ = true;
+    return Status::OK();
+  }
+  bool closed() const override { return closed_; }
+  Result<int64_t> Tell() const override { return position_; }
+
+  Status Write(const void* data, int64_t nbytes) override {
+    if (nbytes == 0) return Status::OK();
+    // A deque never moves its strings, so the parts' pointers stay valid.
+    copies_.emplace_back(static_cast<const char*>(data), static_cast<size_t>(nbytes));
+    parts_.emplace_back(copies_.back().data(), static_cast<size_t>(nbytes));
+    position_ += nbytes;
+    return Status::OK();
+  }
+
+  Status Write(const std::shared_ptr<arrow::Buffer>& data) override {
+    if (data->size() < kCopyBelow) return Write(data->data(), data->size());
+    buffers_.push_back(data);
+    parts_.emplace_back(data->data(), static_cast<size_t>(data->size()));
+    position_ += data->size();
+    return Status::OK();
+  }
+
+  const DiskCache::Parts& parts() const { return parts_; }
+
+ private:
+  static constexpr int64_t kCopyBelow = 4096;
+  bool closed_ = false;
+  int64_t position_ = 0;
+  DiskCache::Parts parts_;
+  std::deque<std::string> copies_;
+  std::vector<std::shared_ptr<arrow::Buffer>> buffers_;
+};
+
+// The entry's payload: one record batch as an Arrow IPC stream, its buffers 64-byte aligned.
+Result<std::shared_ptr<PartsStream>> Serialize(const NamedArrays& arrays, int64_t rows) {
   std::vector<std::shared_ptr<arrow::Field>> fields;
   std::vector<std::shared_ptr<arrow::Array>> columns;
   for (const auto& [name, array] : arrays) {
@@ -39,11 +85,11 @@ Result<std::shared_ptr<arrow::Buffer>> Serialize(const NamedArrays& arrays, int6
   options.alignment = 64;  // every buffer lands 64-byte aligned in the mapping
   options.allow_64bit = true;
   options.use_threads = false;
-  ARROW_ASSIGN_OR_RAISE(auto sink, arrow::io::BufferOutputStream::Create());
+  auto sink = std::make_shared<PartsStream>();
   ARROW_ASSIGN_OR_RAISE(auto writer, arrow::ipc::MakeStreamWriter(sink, batch->schema(), options));
   ARROW_RETURN_NOT_OK(writer->WriteRecordBatch(*batch));
   ARROW_RETURN_NOT_OK(writer->Close());
-  return sink->Finish();
+  return sink;
 }
 
 Result<NamedArrays> Deserialize(std::shared_ptr<CacheEntry> entry,
@@ -106,7 +152,7 @@ Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& p
     STOKER_ASSIGN_OR_RAISE(auto decoded, decode_whole());
     arrays = std::move(decoded.arrays);
     STOKER_ASSIGN_OR_RAISE(auto serialized, Serialize(arrays, rg.num_rows));
-    parts->emplace_back(serialized->data(), static_cast<size_t>(serialized->size()));
+    *parts = serialized->parts();
     *keep_alive = serialized;
     return Status::OK();
   };
