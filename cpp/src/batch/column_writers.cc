@@ -349,8 +349,22 @@ Status FeaturesWriter::Prepare(DecodedItem* item) const {
   for (int64_t begin = 0; begin < item->num_rows; begin += kFeatureBlockRows) {
     const int64_t end = std::min(item->num_rows, begin + kFeatureBlockRows);
     for (int64_t f = 0; f < num_features; ++f) {
-      GatherFixedColumn(rows, first_slot_ + static_cast<int>(f), features_[f], dtype_,
-                        out + f * width, num_features, begin, end);
+      const ColumnSource& src = item->sources[first_slot_ + f];
+      if (features_[f].layout == SourceLayout::kBool || src.validity != nullptr) {
+        GatherFixedColumn(rows, first_slot_ + static_cast<int>(f), features_[f], dtype_,
+                          out + f * width, num_features, begin, end);
+        continue;
+      }
+      // The common case, without BatchRows' per-row indirection: one item, consecutive rows.
+      VisitDType(dtype_, [&](auto out_tag) {
+        using D = decltype(out_tag);
+        D* dst = reinterpret_cast<D*>(out) + f;
+        VisitDType(features_[f].source_dtype, [&](auto source_tag) {
+          using S = decltype(source_tag);
+          const S* values = reinterpret_cast<const S*>(src.values);
+          for (int64_t r = begin; r < end; ++r) dst[r * num_features] = Convert<D>(values[r]);
+        });
+      });
     }
   }
   item->feature_rows = std::move(matrix);
@@ -423,9 +437,8 @@ Status TransformWriter::Fill(const BatchRows& rows, OutputColumn* column) const 
   }
   // A chain run entirely before the cache leaves nothing per row but a copy: gather it like a
   // plain column (a tight loop keeps many cache misses in flight; the Value path does not).
-  if (cached >= head_chain.size() && outputs == 1 && !zero &&
-      head.layout == SourceLayout::kFixed && head.source_dtype == head.dtype &&
-      head.inner * DTypeSize(head.dtype) == row_bytes[0]) {
+  if (cached >= head_chain.size() && outputs == 1 && !zero && head.layout == SourceLayout::kFixed &&
+      head.source_dtype == head.dtype && head.inner * DTypeSize(head.dtype) == row_bytes[0]) {
     bool nulls = false;
     for (const DecodedItem* item : rows.items) nulls |= item->sources[slot_].validity != nullptr;
     if (!nulls) {
