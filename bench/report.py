@@ -162,13 +162,19 @@ def summary_lines(report: dict) -> List[str]:
             if stoker.get("status") != "ok":
                 continue
             ratios = ", ".join(f"{results[n][field]:.2f}x {LABELS[n]}" for n in ORDER
-                               if n in results and n not in ("stoker", "stoker_noshuffle", "limit")
+                               if n in results and n not in ("stoker", "stoker_noshuffle", "limit",
+                                                             "stoker_warm", "memory_limit")
                                and results[n].get(field))
             limit = stoker.get("fraction_of_limit")
             stall = stoker.get("stall_fraction")
             out.append(f"- **{workload}**, {LABELS[key]}: {stoker['rows_per_s']:,.0f} rows/s = {ratios}; "
                        f"fraction of the limit {_fmt(limit, '.2f')}; stall fraction "
                        f"{_fmt(stall, '.3f')} at {w['step_s'] * 1e3:.1f} ms per batch.")
+        warm, memory = results.get("stoker_warm", {}), results.get("memory_limit", {})
+        if warm.get("status") == "ok" and memory.get("status") == "ok" and memory.get("rows_per_s"):
+            out.append(f"- **{workload}**, warm cache: {warm['rows_per_s']:,.0f} rows/s = "
+                       f"{warm['rows_per_s'] / memory['rows_per_s']:.2f} of the memory limit "
+                       f"({memory['rows_per_s']:,.0f} rows/s; target >= 0.6).")
     return out
 
 

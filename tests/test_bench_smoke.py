@@ -48,8 +48,11 @@ def test_every_runner_delivers_every_row_or_says_why(tmp_path):
     # stoker and the limit have no optional dependency: they must run.
     assert report["workloads"]["tabular-zstd"]["results"]["stoker"]["status"] == "ok"
     assert report["workloads"]["images"]["results"]["limit"]["status"] == "ok"
+    for name in ("stoker_warm", "memory_limit"):
+        assert report["workloads"]["tabular-zstd"]["results"][name]["status"] == "ok", name
     md = (out_dir / "smoke-test.md").read_text()
     assert "| stoker |" in md and "fraction of limit" in md
+    assert "warm cache:" in md and "of the memory limit" in md
 
 
 def test_a_runner_that_cannot_run_here_is_unavailable_not_failed(monkeypatch):
