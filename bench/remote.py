@@ -211,7 +211,9 @@ class Link:
 def _run_worker(job, timeout):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     try:
-        proc = subprocess.run([sys.executable, "-m", "bench.remote_worker", json.dumps(job)],
+        # The job (with the storage credentials) goes through stdin: a command line is readable
+        # by every user of the machine (/proc/<pid>/cmdline, ps).
+        proc = subprocess.run([sys.executable, "-m", "bench.remote_worker"], input=json.dumps(job),
                               cwd=os.path.dirname(HERE), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:

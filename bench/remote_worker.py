@@ -1,6 +1,8 @@
 """One epoch of one system for bench/remote.py, in a fresh interpreter.
 
-    python -m bench.remote_worker '<job json>'   -> prints one line `RESULT {json}`
+    python -m bench.remote_worker < job.json   -> prints one line `RESULT {json}`
+
+The job arrives on stdin, not the command line: it holds the storage credentials.
 
 Job keys: system ("stoker" | "petastorm"), path (local folder), uri (s3://bucket/prefix or None for
 local), files (keys relative to the bucket, for Petastorm), storage (endpoint, access/secret
@@ -148,7 +150,7 @@ def _raw_batches(job):
 
 
 def main() -> None:
-    job = json.loads(sys.argv[1])
+    job = json.loads(sys.stdin.read())
     gen = {"stoker": _stoker_batches, "petastorm": _petastorm_batches, "raw": _raw_batches}[job["system"]]
     if job["system"] == "raw":
         import pyarrow.fs  # noqa: F401

@@ -37,3 +37,22 @@ def test_remote_bench_smoke_every_row_delivers_or_says_why(tmp_path):
     for system in ("stoker", "petastorm"):
         for epoch in ("local", "cold", "warm1"):
             assert (system, epoch) in seen, (system, epoch, sorted(seen))
+
+
+def test_remote_worker_gets_the_credentials_on_stdin_not_the_command_line(monkeypatch):
+    """A command line is world-readable (/proc/<pid>/cmdline): the secret must not be on it."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    from bench import remote
+
+    seen = {}
+
+    def fake_run(cmd, **kwargs):
+        seen["cmd"], seen["input"] = cmd, kwargs.get("input")
+        return subprocess.CompletedProcess(cmd, 0, stdout='RESULT {"rows": 1}\n', stderr="")
+
+    monkeypatch.setattr(remote.subprocess, "run", fake_run)
+    job = {"system": "stoker", "storage": {"secret_key": "s3cr3t-value", "access_key": "a"}}
+    assert remote._run_worker(job, timeout=5) == {"rows": 1}
+    assert not any("s3cr3t-value" in part for part in seen["cmd"])
+    assert json.loads(seen["input"])["storage"]["secret_key"] == "s3cr3t-value"
