@@ -91,6 +91,25 @@ def test_del_mid_iteration_stops_threads(dataset):
     """))
 
 
+def test_unstarted_iterator_dropped_stops_threads(dataset):
+    """iter() starts the epoch (it prefetches); dropping or closing the iterator before its first
+    next() stops it too, with the loader still alive and usable."""
+    check(run_script(dataset, """
+        import time
+        it = iter(loader)
+        time.sleep(0.2)
+        assert threads() > base
+        del it
+        assert threads() == base, (threads(), base)
+        it = iter(loader)
+        it.close()
+        assert threads() == base, (threads(), base)
+        assert sum(1 for _ in loader) == len(loader)
+        assert threads() == base, (threads(), base)
+        print("OK")
+    """))
+
+
 def test_batches_outlive_the_loader(dataset):
     check(run_script(dataset, """
         import numpy as np

@@ -48,6 +48,34 @@ def _stop_all_at_exit() -> None:
 atexit.register(_stop_all_at_exit)
 
 
+
+class _EpochIterator:
+    """What ``iter(loader)`` returns: the epoch's batches. The epoch starts (and prefetches) at
+    ``iter()``; dropping or closing the iterator stops it, even before the first ``next()``."""
+
+    __slots__ = ("_batches", "_stop")
+
+    def __init__(self, batches: Iterator[Dict[str, Any]], stop: Callable[[], None]) -> None:
+        self._batches = batches
+        self._stop = stop
+
+    def __iter__(self) -> "_EpochIterator":
+        return self
+
+    def __next__(self) -> Dict[str, Any]:
+        return next(self._batches)
+
+    def close(self) -> None:
+        """Ends the iteration and stops the engine's epoch (as ``break`` out of a loop does)."""
+        self._batches.close()
+        self._stop()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001  (interpreter exit: nothing left to stop)
+            pass
+
 class Loader:
     """Streams a Parquet dataset as batches of numpy arrays or torch tensors.
 
@@ -481,7 +509,16 @@ class Loader:
         self._position = start
         self._running = generation
         self._loop_start, self._loop_end, self._loop_wait_s = time.perf_counter(), None, 0.0
-        return self._iterate(engine, generation)
+        return _EpochIterator(self._iterate(engine, generation),
+                              lambda: self._stop_unstarted(engine, generation))
+
+    def _stop_unstarted(self, engine: Any, generation: int) -> None:
+        """What _iterate's `finally` does, for an iterator dropped or closed before its first
+        next() (a generator that never started runs no `finally`)."""
+        if generation == self._generation and self._running == generation:
+            self._running = None
+            self._loop_end = time.perf_counter()
+            engine.stop()
 
     def _check_generation(self, generation: int) -> None:
         if generation != self._generation:
