@@ -124,6 +124,15 @@ def test_hive_partition_as_category_and_feature(tmp_path):
     assert batch["ids"][:, 1].tolist() == k.tolist()
 
 
+def test_describe_shows_categories(pandas_dataset):
+    described = stoker.describe(pandas_dataset, columns=["city", "x"],
+                                categories={"city": ["rome", "oslo"]})
+    city, x = described.columns
+    assert city.ok and city.dtype == "int64" and city.annotation == "category"
+    assert city.vocabulary_size == 2 and x.vocabulary_size == 0
+    assert city.feature_group == "" and x.feature_group == ""
+
+
 def test_categorical_in_an_int64_group_with_dense(pandas_dataset):
     with stoker.Loader(pandas_dataset, columns=["label"],
                        features={"dense": ["x"], "ids": ["city"]},

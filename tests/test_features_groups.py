@@ -64,8 +64,9 @@ def test_columns_info_and_describe_know_every_group(write_parquet):
         assert info["ids"].dtype == "int64" and list(info["ids"].inner_shape) == [5]
     described = stoker.describe(path, features={"dense": DENSE[:2], "ids": IDS[:1]},
                                 features_dtype={"dense": "float64", "ids": "int64"})
-    got = {c.name: (c.ok, c.dtype) for c in described.columns}
-    assert got == {"d0": (True, "float64"), "d1": (True, "float64"), "c0": (True, "int64")}
+    got = {c.name: (c.ok, c.dtype, c.feature_group) for c in described.columns}
+    assert got == {"d0": (True, "float64", "dense"), "d1": (True, "float64", "dense"),
+                   "c0": (True, "int64", "ids")}
 
 
 def test_a_str_dtype_applies_to_every_group(write_parquet, load_batches):

@@ -170,6 +170,15 @@ std::vector<ColumnDescription> DescribeColumn(
       out.push_back(column);
       out.back().name = spec.name;
       SetProduced(spec, &out.back());
+      if (spec.vocabulary) out.back().vocabulary_size = spec.vocabulary->size();
+      if (feature) {
+        for (const FeatureGroup& group : EffectiveFeatureGroups(options)) {
+          const auto& members = group.columns;
+          if (std::find(members.begin(), members.end(), name) != members.end()) {
+            out.back().feature_group = group.name;
+          }
+        }
+      }
     }
     return out;
   }
