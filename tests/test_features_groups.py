@@ -261,3 +261,40 @@ def test_partition_numbers_are_features(tmp_path, load_batches):
     labels = np.concatenate([b["label"] for b in batches])
     assert feats[:, 0].tolist() == [float(l // 100) for l in labels]
     assert feats[:, 1].tolist() == [float(l % 100 + l // 100) for l in labels]
+
+
+def test_partition_values_bound_the_cast(tmp_path):
+    for day in (1, 2**24 + 1):
+        folder = tmp_path / f"id={day}"
+        folder.mkdir()
+        pq.write_table(pa.table({"v": np.ones(4, dtype=np.float32)}), folder / "p.parquet")
+    with pytest.raises(LossyCastError, match="partition values reach") as err:
+        stoker.Loader(str(tmp_path), features=["id", "v"], batch_size=4)
+    assert "features_dtype='float64'" in str(err.value)
+    with stoker.Loader(str(tmp_path), features=["id", "v"], features_dtype="float64",
+                       batch_size=8, shuffle=False) as loader:
+        assert sorted(next(iter(loader))["features"][:, 0].tolist()) == \
+            [1.0] * 4 + [float(2**24 + 1)] * 4
+
+
+def test_every_lossy_group_at_once_and_one_fix_for_all(write_parquet):
+    table = pa.table({"big": pa.array([2**60, 1, None], pa.int64()),
+                      "wide": pa.array([2**40, 2, 3], pa.int64()),
+                      "f": pa.array([0.5, 1.5, 2.5], pa.float32())})
+    path = write_parquet(table)
+    kwargs = dict(features={"a": ["big"], "b": ["wide", "f"]},
+                  features_dtype={"a": "float64", "b": "float32"}, batch_size=3)
+    with pytest.raises(LossyCastError) as err:
+        stoker.Loader(path, fill_null={"big": -1}, **kwargs)
+    lines = str(err.value).splitlines()
+    assert any("'big'" in line for line in lines) and any("'wide'" in line for line in lines)
+    assert "features_dtype={'a': 'int64', 'b': 'float64'}" in lines[-1]
+    fixed = dict(kwargs, features_dtype={'a': 'int64', 'b': 'float64'})
+    with stoker.Loader(path, fill_null={"big": -1}, shuffle=False, **fixed) as loader:
+        batch = next(iter(loader))
+    assert batch["a"][:, 0].tolist() == [2**60, 1, -1]
+    assert batch["b"].tolist() == [[2.0**40, 0.5], [2.0, 1.5], [3.0, 2.5]]
+    # A fill value int64 cannot hold rules int64 out: then only allow_lossy_cast is suggested.
+    with pytest.raises(LossyCastError) as err:
+        stoker.Loader(path, fill_null={"big": 0.5}, **kwargs)
+    assert "features_dtype=" not in str(err.value).splitlines()[-1]

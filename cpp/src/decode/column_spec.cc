@@ -666,7 +666,10 @@ bool FeatureCastIsExact(const Catalog& catalog, const ColumnSpec& spec, DType to
     return false;
   }
   if (*bound <= limit) return true;
-  *why = " (its footer statistics reach |v| = " + std::to_string(*bound) + ", beyond the " +
+  const char* source = spec.vocabulary                           ? "its vocabulary ids reach"
+                       : spec.layout == SourceLayout::kPartition ? "its partition values reach"
+                                                                 : "its footer statistics reach";
+  *why = std::string(" (") + source + " |v| = " + std::to_string(*bound) + ", beyond the " +
          std::to_string(limit) + " that " + DTypeName(to) + " holds exactly)";
   return false;
 }
@@ -849,6 +852,9 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
   }
   const bool single = options.feature_groups.empty();
   std::set<std::string> seen_features;
+  std::vector<std::string> lossy_lines;  // of every group
+  std::map<std::string, DType> fixed_dtypes;
+  bool all_fixable = true;
   for (const FeatureGroup& group : feature_groups) {
     // The legacy single group keeps its option names in messages.
     const std::string dtype_option =
@@ -961,38 +967,50 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
     }
     group_spec.count = out.features.size() - group_spec.first;
     if (!lossy.empty()) {
-      // A fix that works: a dtype every column of the group stacks into exactly, else the
-      // explicit allow_lossy_cast.
-      std::string fix;
+      // A fix that works: a dtype every column of the group stacks into exactly (and holds its
+      // fill_null), else only the explicit allow_lossy_cast.
+      std::optional<DType> fix;
       for (DType candidate : {DType::kFloat64, DType::kInt64}) {
         bool exact = true;
         for (const ColumnSpec& original : as_read) {
           std::string ignored;
-          if (!FeatureCastIsExact(catalog, original, candidate, &ignored)) exact = false;
+          exact = exact && FeatureCastIsExact(catalog, original, candidate, &ignored) &&
+                  !(original.explicit_options && FillNullApplies(original) &&
+                    !IsRepresentable(original.options.fill_null, candidate));
         }
-        if (!exact) continue;
-        if (single) {
-          fix = "features_dtype='" + std::string(DTypeName(candidate)) + "', or ";
-        } else {
-          fix = "features_dtype={";
-          for (const auto& other : feature_groups) {
-            if (&other != &group) {
-              fix += "'" + other.name + "': '" + DTypeName(other.dtype) + "', ";
-            } else {
-              fix += "'" + other.name + "': '" + DTypeName(candidate) + "', ";
-            }
-          }
-          fix.resize(fix.size() - 2);
-          fix += "}, or ";
+        if (exact) {
+          fix = candidate;
+          break;
         }
-        break;
       }
-      std::string message;
-      for (const auto& line : lossy) message += line + "\n";
-      message += "pass " + fix + "allow_lossy_cast=True to accept the rounding";
-      return MakeError(ErrorKind::kLossyCast, message);
+      if (fix) {
+        fixed_dtypes[group.name] = *fix;
+      } else {
+        all_fixable = false;
+      }
+      lossy_lines.insert(lossy_lines.end(), lossy.begin(), lossy.end());
     }
     out.feature_groups.push_back(std::move(group_spec));
+  }
+  if (!lossy_lines.empty()) {
+    // Every lossy column of every group at once, and one suggestion that fixes them all.
+    std::string fix;
+    if (all_fixable && single) {
+      fix = "features_dtype='" + std::string(DTypeName(fixed_dtypes.begin()->second)) + "', or ";
+    } else if (all_fixable) {
+      fix = "features_dtype={";
+      for (const auto& group : feature_groups) {
+        auto fixed = fixed_dtypes.find(group.name);
+        fix += "'" + group.name + "': '" +
+               DTypeName(fixed == fixed_dtypes.end() ? group.dtype : fixed->second) + "', ";
+      }
+      fix.resize(fix.size() - 2);
+      fix += "}, or ";
+    }
+    std::string message;
+    for (const auto& line : lossy_lines) message += line + "\n";
+    message += "pass " + fix + "allow_lossy_cast=True to accept the rounding";
+    return MakeError(ErrorKind::kLossyCast, message);
   }
   if (options.user_transform) {
     for (const auto& field : transform_schema->fields()) {
