@@ -224,3 +224,17 @@ def test_strings_as_features_point_to_categories(write_parquet):
     path = write_parquet(pa.table({"city": ["a", "b"]}))
     with pytest.raises(UnsupportedTypeError, match="categories="):
         stoker.Loader(path, features=["city"], batch_size=2)
+
+
+def test_a_dictionary_that_fell_back_to_plain_pages_is_read_whole(write_parquet):
+    # A small dictionary page limit makes the writer fall back to plain pages part way: the
+    # dictionary page alone would miss values, so the vocabulary must come from the values.
+    values = [f"v{i:05d}" for i in range(3000)]
+    path = write_parquet(pa.table({"s": values}), dictionary_pagesize_limit=512,
+                         data_page_size=1024)
+    meta = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    assert "PLAIN" in meta.encodings and meta.dictionary_page_offset is not None
+    with stoker.Loader(path, categories={"s": "auto"}, batch_size=3000,
+                       shuffle=False) as loader:
+        assert loader.vocabulary("s") == values
+        assert next(iter(loader))["s"].tolist() == list(range(1, 3001))

@@ -84,6 +84,15 @@ TEST(ApplyVocabulary, PlainAndDictionaryChunksKeepTheirNulls) {
   ASSERT_TRUE(dict_ids.ok()) << dict_ids.status().ToString();
   EXPECT_EQ(Ids(**dict_ids), (std::vector<int64_t>{2, 1, 0, 0}));
   EXPECT_TRUE((*dict_ids)->IsNull(2));
+  // An index to a null dictionary entry is a null row, as in MaterializeDictionary.
+  auto null_entry =
+      *arrow::DictionaryArray::FromArrays(arrow::dictionary(arrow::int32(), arrow::utf8()),
+                                          Int32s({0, 1}), Strings({"y", std::nullopt}));
+  auto entry_ids = ApplyVocabulary(*vocabulary, arrow::ChunkedArray(null_entry), "c", "here");
+  ASSERT_TRUE(entry_ids.ok());
+  EXPECT_EQ(Ids(**entry_ids), (std::vector<int64_t>{2, 0}));
+  EXPECT_TRUE((*entry_ids)->IsValid(0));
+  EXPECT_TRUE((*entry_ids)->IsNull(1));
   auto numbers =
       ApplyVocabulary(*vocabulary, arrow::ChunkedArray(Int32s({1})), "c", "file 'f', row group 0");
   ASSERT_FALSE(numbers.ok());
