@@ -238,3 +238,16 @@ def test_a_dictionary_that_fell_back_to_plain_pages_is_read_whole(write_parquet)
                        shuffle=False) as loader:
         assert loader.vocabulary("s") == values
         assert next(iter(loader))["s"].tolist() == list(range(1, 3001))
+
+
+def _rename_city(batch):
+    return {"c2": batch["city"]}
+
+
+def test_outputs_of_transform_take_a_given_vocabulary(write_parquet):
+    path = write_parquet(pa.table({"city": ["a", "b", "c", "a"]}))
+    with stoker.Loader(path, transform=_rename_city, categories={"c2": ["a", "c"]},
+                       batch_size=4, shuffle=False) as loader:
+        assert next(iter(loader))["c2"].tolist() == [1, 0, 2, 1]
+    with pytest.raises(InvalidOptionError, match="give the vocabulary"):
+        stoker.Loader(path, transform=_rename_city, categories={"c2": "auto"}, batch_size=4)

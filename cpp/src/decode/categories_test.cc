@@ -99,6 +99,41 @@ TEST(ApplyVocabulary, PlainAndDictionaryChunksKeepTheirNulls) {
   EXPECT_EQ(GetErrorKind(numbers.status()), ErrorKind::kUnsupportedType);
 }
 
+TEST(LoaderOptions, GroupsAndCategoriesAreFingerprinted) {
+  LoaderOptions base;
+  base.sources = {"/data"};
+  const uint64_t plain = base.Fingerprint();
+  LoaderOptions grouped = base;
+  grouped.feature_groups = {{"dense", {"a", "b"}, DType::kFloat32, false}};
+  LoaderOptions other_dtype = grouped;
+  other_dtype.feature_groups[0].dtype = DType::kFloat64;
+  LoaderOptions masked = grouped;
+  masked.feature_groups[0].null_mask = true;
+  LoaderOptions auto_vocabulary = base;
+  auto_vocabulary.categories["c"] = {};
+  LoaderOptions given = base;
+  given.categories["c"] = {"x", "y"};
+  LoaderOptions reordered = base;
+  reordered.categories["c"] = {"y", "x"};
+  const std::vector<uint64_t> prints = {plain,
+                                        grouped.Fingerprint(),
+                                        other_dtype.Fingerprint(),
+                                        masked.Fingerprint(),
+                                        auto_vocabulary.Fingerprint(),
+                                        given.Fingerprint(),
+                                        reordered.Fingerprint()};
+  for (size_t i = 0; i < prints.size(); ++i) {
+    for (size_t j = i + 1; j < prints.size(); ++j) EXPECT_NE(prints[i], prints[j]) << i << j;
+  }
+  EXPECT_TRUE(given.Validate().ok());
+  LoaderOptions twice = base;
+  twice.categories["c"] = {"x", "x"};
+  EXPECT_EQ(GetErrorKind(twice.Validate()), ErrorKind::kInvalidOption);
+  LoaderOptions both = grouped;
+  both.features = {"a"};
+  EXPECT_EQ(GetErrorKind(both.Validate()), ErrorKind::kInvalidOption);
+}
+
 class FeaturesAndCategoriesTest : public ::testing::Test {
  protected:
   void SetUp() override {
