@@ -142,10 +142,15 @@ def test_bad_options(good, kwargs, needle):
 
 
 def test_lossy_feature_cast_needs_option(good):
+    # float32 -> int32 is lossy by type ("id", int64 below 1000 by its footer statistics, would
+    # stack into float32 exactly).
     with pytest.raises(errors.LossyCastError, match="allow_lossy_cast"):
-        stoker.Loader(str(good), features=["x", "id"])
-    loader = stoker.Loader(str(good), features=["x", "id"], allow_lossy_cast=True, batch_size=10)
+        stoker.Loader(str(good), features=["x", "id"], features_dtype="int32")
+    loader = stoker.Loader(str(good), features=["x", "id"], features_dtype="int32",
+                           allow_lossy_cast=True, batch_size=10)
     assert next(iter(loader))["features"].shape == (10, 2)
+    exact = stoker.Loader(str(good), features=["x", "id"], batch_size=10)
+    assert next(iter(exact))["features"].dtype == np.float32
 
 
 def test_duplicate_column(good):

@@ -41,7 +41,9 @@ void RegisterDescribe(nb::module_& m) {
       .def_ro("kind", &ColumnDescription::kind)
       .def_prop_ro("dtype", [](const ColumnDescription& c) { return DTypeName(c.dtype); })
       .def_ro("inner_shape", &ColumnDescription::inner_shape)
-      .def_ro("annotation", &ColumnDescription::annotation);
+      .def_ro("annotation", &ColumnDescription::annotation)
+      .def_ro("feature_group", &ColumnDescription::feature_group)
+      .def_ro("vocabulary_size", &ColumnDescription::vocabulary_size);
 
   nb::class_<DatasetDescription>(m, "DatasetDescription")
       .def_ro("files", &DatasetDescription::files)

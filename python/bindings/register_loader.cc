@@ -109,6 +109,14 @@ void RegisterLoader(nb::module_& m) {
       .def_prop_ro("data_fingerprint", [](const Loader& self) { return self.Fingerprint(false); })
       .def_prop_ro("dataset_fingerprint", &Loader::DatasetFingerprint)
       .def("columns", &Loader::Columns)
+      .def(
+          "vocabulary",
+          [](const Loader& self, const std::string& column) {
+            auto vocabulary = self.Vocabulary(column);
+            ThrowIfError(vocabulary.status());
+            return *vocabulary;
+          },
+          nb::arg("column"))
       .def_prop_ro("seed", &Loader::Seed)
       .def("set_seed", &Loader::SetSeed, nb::arg("seed"))
       // A dict of plain values, shaped by stoker/stats.h (stages: a list in data-flow order).

@@ -24,6 +24,21 @@ void RegisterOptions(nb::module_& m) {
       .def_rw("null_mask", &ColumnOptions::null_mask)
       .def_rw("on_error_zero", &ColumnOptions::on_error_zero);
 
+  nb::class_<FeatureGroup>(m, "FeatureGroup")
+      .def(nb::init<>())
+      .def_rw("name", &FeatureGroup::name)
+      .def_rw("columns", &FeatureGroup::columns)
+      .def_prop_rw(
+          "dtype", [](const FeatureGroup& g) { return DTypeName(g.dtype); },
+          [](FeatureGroup& g, const std::string& name) {
+            if (!ParseDType(name, &g.dtype)) {
+              ThrowIfError(MakeError(
+                  ErrorKind::kInvalidOption,
+                  "features_dtype['" + g.name + "'] '" + name + "' is not a known dtype"));
+            }
+          })
+      .def_rw("null_mask", &FeatureGroup::null_mask);
+
   nb::class_<LoaderOptions>(m, "LoaderOptions")
       .def(nb::init<>())
       .def_rw("sources", &LoaderOptions::sources)
@@ -38,6 +53,8 @@ void RegisterOptions(nb::module_& m) {
                                      "features_dtype '" + name + "' is not a known dtype"));
             }
           })
+      .def_rw("feature_groups", &LoaderOptions::feature_groups)
+      .def_rw("categories", &LoaderOptions::categories)
       .def_rw("allow_lossy_cast", &LoaderOptions::allow_lossy_cast)
       .def_rw("column_options", &LoaderOptions::column_options)
       // {column: [{"op": name, **params}, ...]}; write-only (the engine checks it at open).

@@ -8,8 +8,9 @@ import inspect
 from typing import Any, Mapping, Optional, Sequence
 
 from . import _stoker
-from ._options import (Source, check_int, column_options, normalise_sources, parse_size,
-                       set_transforms, storage_value, transform_chains)
+from ._options import (Source, check_int, column_options, feature_columns, normalise_sources,
+                       parse_size, set_categories, set_features, set_transforms, storage_value,
+                       transform_chains)
 from ._redact import redact_uri
 from .errors import InvalidOptionError
 from .loader import Loader
@@ -18,7 +19,8 @@ __all__ = ["describe", "redact_uri"]
 
 # Loader arguments that change the description; every other Loader argument is accepted (so the
 # CLI can pass the options of a run unchanged) and has no effect on it.
-_DESCRIBED = ("features_name", "features_dtype", "allow_lossy_cast", "lists", "pad_value",
+_DESCRIBED = ("features_name", "features_dtype", "allow_lossy_cast", "categories", "lists",
+              "pad_value",
               "fill_null", "null_mask", "num_io_threads", "max_retries", "retry_base_delay",
               "transforms", "on_error", "petastorm")
 
@@ -29,7 +31,7 @@ def _loader_defaults() -> dict:
 
 
 def describe(source: Source, columns: Optional[Sequence[str]] = None,
-             features: Optional[Sequence[str]] = None,
+             features: Any = None,
              storage_options: Optional[Mapping[str, Any]] = None,
              **loader_options: Any) -> "_stoker.DatasetDescription":
     """Describes a Parquet dataset and what ``stoker.Loader`` produces for each column.
@@ -41,7 +43,7 @@ def describe(source: Source, columns: Optional[Sequence[str]] = None,
     Args:
         source: As for ``Loader``: a file, folder, glob, URI, or a list of these.
         columns: Columns to describe (default: every column, hive partition columns included).
-        features: Columns to describe as stacked features.
+        features: Columns to describe as stacked features: a list, or ``{group: [columns]}``.
         storage_options: As for ``Loader``.
         **loader_options: Any other ``Loader`` argument. ``lists``, ``fill_null``,
             ``null_mask``, ``pad_value``, ``features_dtype``, ``allow_lossy_cast``,
@@ -71,9 +73,9 @@ def describe(source: Source, columns: Optional[Sequence[str]] = None,
     opts = _stoker.LoaderOptions()
     opts.sources = normalise_sources(source)
     opts.columns = list(columns) if columns is not None else []
-    opts.features = list(features) if features is not None else []
-    opts.features_name = kw["features_name"]
-    opts.features_dtype = kw["features_dtype"]
+    null_mask = set_features(opts, features, kw["features_dtype"], kw["features_name"],
+                             kw["null_mask"])
+    set_categories(opts, kw["categories"])
     opts.allow_lossy_cast = bool(kw["allow_lossy_cast"])
     opts.num_io_threads = kw["num_io_threads"] or 0
     if storage_options is not None:
@@ -87,8 +89,8 @@ def describe(source: Source, columns: Optional[Sequence[str]] = None,
     for name in ("prefetch_bytes", "task_bytes", "cache_bytes", "cache_min_free_bytes"):
         parse_size(loader_options.get(name, defaults[name]), name)
     opts.default_column_options, opts.column_options = column_options(
-        kw["lists"], kw["pad_value"], kw["fill_null"], kw["null_mask"],
-        opts.columns + opts.features, kw["on_error"])
+        kw["lists"], kw["pad_value"], kw["fill_null"], null_mask,
+        opts.columns + feature_columns(opts), kw["on_error"])
     transforms = transform_chains(kw["transforms"]) if kw["transforms"] is not None else {}
     if kw["petastorm"] is not False:
         transforms = _petastorm_transforms(opts.sources, storage_options, columns, transforms,

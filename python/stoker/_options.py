@@ -11,7 +11,8 @@ from . import _stoker
 from .errors import InvalidOptionError
 
 __all__ = ["Source", "parse_size", "normalise_sources", "storage_value", "column_options",
-           "check_int", "transform_chains", "set_transforms", "output_columns"]
+           "check_int", "transform_chains", "set_transforms", "output_columns", "set_features",
+           "feature_columns", "feature_group_names", "set_categories"]
 
 Source = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
@@ -173,3 +174,137 @@ def column_options(lists: Union[None, str, Mapping[str, str]],
             fill_by.get(name, fill_default), mask_by.get(name, mask_default),
             error_by.get(name, error_default), f"[{name!r}]")
     return default, per_column
+
+
+def _names(value: Any, where: str) -> list:
+    if isinstance(value, str) or not isinstance(value, Sequence) or \
+            not all(isinstance(name, str) for name in value):
+        raise InvalidOptionError(f"{where} takes a list of column names, got {value!r}")
+    return list(value)
+
+
+def set_features(opts: Any, features: Any, features_dtype: Any, features_name: str,
+                 null_mask: Any) -> Any:
+    """Sets the stacked features on the engine's options and returns ``null_mask`` without the
+    group names it named (those masks are the groups').
+
+    ``features`` is a list (one group named ``features_name``) or ``{group: [columns]}``;
+    ``features_dtype`` a dtype name for every group or ``{group: dtype}`` (groups it leaves out
+    are float32). ``null_mask`` may name groups: ``True`` masks every group."""
+    if features is None:
+        if isinstance(features_dtype, Mapping):
+            raise InvalidOptionError("features_dtype is a dict but features is not given")
+        opts.features_dtype = features_dtype
+        opts.features_name = features_name
+        return null_mask
+    grouped = isinstance(features, Mapping)
+    if grouped:
+        if features_name != "features":
+            raise InvalidOptionError(
+                "features_name names the group of a list of features; with a dict, its keys "
+                "name the groups")
+        if not features:
+            raise InvalidOptionError("features is an empty dict: give {group: [columns]}")
+        groups = {}
+        for name, columns in features.items():
+            if not isinstance(name, str) or not name:
+                raise InvalidOptionError(f"features keys are group names, got {name!r}")
+            groups[name] = _names(columns, f"features[{name!r}]")
+    else:
+        groups = {features_name: _names(features, "features")}
+    if isinstance(features_dtype, Mapping):
+        unknown = sorted(set(features_dtype) - set(groups))
+        if unknown:
+            raise InvalidOptionError(
+                f"features_dtype names group(s) {unknown}, which features does not define; "
+                f"groups: {sorted(groups)}")
+        dtypes = {name: features_dtype.get(name, "float32") for name in groups}
+    elif isinstance(features_dtype, str):
+        dtypes = {name: features_dtype for name in groups}
+    else:
+        raise InvalidOptionError(
+            f"features_dtype must be a dtype name or a dict {{group: dtype}}, got "
+            f"{features_dtype!r}")
+    masked: set = set()
+    rest = null_mask
+    if null_mask is True:
+        masked = set(groups)
+    elif not isinstance(null_mask, (bool, str)) and isinstance(null_mask, Sequence):
+        masked = {name for name in null_mask if name in groups}
+        rest = [name for name in null_mask if name not in groups]
+    if not grouped and not masked:
+        # One group as before (its fingerprint unchanged); null_mask=True masks it.
+        opts.features = groups[features_name]
+        opts.features_name = features_name
+        opts.features_dtype = dtypes[features_name]
+        return rest
+    made = []
+    for name, columns in groups.items():
+        group = _stoker.FeatureGroup()
+        group.name = name
+        group.columns = columns
+        group.dtype = dtypes[name]
+        group.null_mask = name in masked
+        made.append(group)
+    opts.feature_groups = made
+    opts.features_name = features_name
+    return rest
+
+
+def feature_columns(opts: Any) -> list:
+    """Every column the stacked features read, group after group."""
+    if opts.feature_groups:
+        return [column for group in opts.feature_groups for column in group.columns]
+    return list(opts.features)
+
+
+def feature_group_names(opts: Any) -> list:
+    if opts.feature_groups:
+        return [group.name for group in opts.feature_groups]
+    return [opts.features_name] if opts.features else []
+
+
+def set_categories(opts: Any, categories: Any) -> None:
+    """``{column: "auto" | [values] | path of a text file, one value per line}`` -> the engine's
+    ``{column: [values]}`` ([] for "auto"). A file is read here (UTF-8; blank lines skipped)."""
+    if categories is None:
+        return
+    if not isinstance(categories, Mapping):
+        raise InvalidOptionError(
+            "categories must be a dict {column: 'auto' | list of str | path of a text file}")
+    out = {}
+    for column, given in categories.items():
+        where = f"categories[{column!r}]"
+        if not isinstance(column, str):
+            raise InvalidOptionError(f"categories keys are column names, got {column!r}")
+        if isinstance(given, str) and given == "auto":
+            out[column] = []
+            continue
+        if isinstance(given, (str, os.PathLike)):
+            path = os.fspath(given)
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    values = [line for line in handle.read().splitlines() if line.strip()]
+            except OSError as exc:
+                raise InvalidOptionError(
+                    f"{where}: cannot read the vocabulary file {path!r}: {exc.strerror or exc}"
+                ) from None
+            except UnicodeDecodeError:
+                raise InvalidOptionError(
+                    f"{where}: the vocabulary file {path!r} is not UTF-8 text") from None
+            where = f"{where} (file {path!r})"
+        elif isinstance(given, Sequence) and all(isinstance(value, str) for value in given):
+            values = list(given)
+        else:
+            raise InvalidOptionError(
+                f"{where} must be 'auto', a list of str or the path of a text file, got "
+                f"{given!r}")
+        if not values:
+            raise InvalidOptionError(f"{where} is empty: give at least one value, or 'auto'")
+        seen: set = set()
+        for value in values:
+            if value in seen:
+                raise InvalidOptionError(f"{where} lists {value!r} twice; each value gets one id")
+            seen.add(value)
+        out[column] = values
+    opts.categories = out

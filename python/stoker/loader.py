@@ -11,7 +11,7 @@ import os
 import time
 import weakref
 import zlib
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -22,8 +22,9 @@ from ._device import DeviceFeeder, parse_device
 from ._distributed import agree_on_seed, default_num_threads, resolve_rank
 from ._pyworkers import make_runner
 from ._user_transform import TransformGlue, user_transform
-from ._options import (Source, check_int, column_options, normalise_sources, parse_size,
-                       output_columns, set_transforms, storage_value, transform_chains)
+from ._options import (Source, check_int, column_options, feature_columns, normalise_sources,
+                       output_columns, parse_size, set_categories, set_features, set_transforms,
+                       storage_value, transform_chains)
 from ._pyworkers import check_python_options, make_runner
 from .errors import InvalidOptionError, LoaderClosedError, LoaderStateError, StateMismatchError
 
@@ -87,7 +88,10 @@ class Loader:
         source: A file, a folder (read recursively), a glob, a URI, or a list of these.
         columns: Columns delivered as one array each. ``None`` with no ``features``: every column.
         features: Scalar numeric/bool columns stacked into one ``[B, F]`` array named
-            ``features_name``, cast to ``features_dtype``.
+            ``features_name``, cast to ``features_dtype``; or several groups
+            ``{"dense": [...], "ids": [...]}``, each stacked into its own ``[B, F_group]`` array
+            named after the group. Integer hive partition columns and categorical columns
+            (``categories``) may be features.
         batch_size: Rows per batch.
         shuffle: Shuffle row groups per epoch and rows inside the shuffle window.
         seed: Seed of every random choice. ``None`` draws one (rank 0's draw, shared through
@@ -114,11 +118,21 @@ class Loader:
             dict per column.
         pad_value: Value that pads ``"padded"`` lists (all, or a dict per column).
         fill_null: Value that replaces nulls (all columns, or a dict per column).
-        null_mask: ``True`` or a list of columns that get a ``<name>_mask`` bool array (valid
-            rows are ``True``); null values are zero.
-        features_dtype: dtype of the stacked features (default ``"float32"``).
-        features_name: Key of the stacked features in each batch.
-        allow_lossy_cast: Allow feature casts that can lose information (int64 -> float32).
+        null_mask: ``True`` or a list of columns and feature groups that get a ``<name>_mask``
+            bool array (valid rows are ``True``; ``[B, F]`` for a feature group); null values
+            are zero (or ``fill_null``). ``True`` masks every column and every group.
+        features_dtype: dtype of the stacked features (default ``"float32"``), or
+            ``{group: dtype}`` (groups left out are float32).
+        features_name: Key of the stacked features when ``features`` is a list.
+        allow_lossy_cast: Allow feature casts that can lose information. Integer columns cast
+            to floats are exact, and allowed, when every row group's footer statistics keep
+            ``|v| <= 2**53`` (float64) or ``2**24`` (float32).
+        categories: ``{column: "auto" | [values] | path of a text file, one value per line}``:
+            string columns (plain, large or dictionary-encoded, and hive partition columns)
+            delivered as int64 ids, 0 for values outside the vocabulary and ``i + 1`` for its
+            ``i``-th value. ``"auto"``: the sorted distinct values of the dataset, built at
+            open. Nulls follow ``fill_null`` / ``null_mask`` (an error otherwise).
+            ``loader.vocabulary(column)`` returns the list.
         padding_mask: Add a bool ``__padding__`` array marking rows repeated by ``drop_last=False``.
         task_bytes: Target uncompressed size of one decode task (row groups are split by columns).
         storage_options: Settings for remote filesystems, with Arrow's names (``endpoint_override``,
@@ -180,7 +194,7 @@ class Loader:
         self,
         source: Source,
         columns: Optional[Sequence[str]] = None,
-        features: Optional[Sequence[str]] = None,
+        features: Union[None, Sequence[str], Mapping[str, Sequence[str]]] = None,
         batch_size: int = 1024,
         shuffle: bool = True,
         seed: Optional[int] = None,
@@ -198,9 +212,10 @@ class Loader:
         pad_value: Union[float, Mapping[str, float]] = 0,
         fill_null: Union[None, float, Mapping[str, float]] = None,
         null_mask: Union[bool, Sequence[str]] = False,
-        features_dtype: str = "float32",
+        features_dtype: Union[str, Mapping[str, str]] = "float32",
         features_name: str = "features",
         allow_lossy_cast: bool = False,
+        categories: Optional[Mapping[str, Union[str, os.PathLike, Sequence[str]]]] = None,
         padding_mask: bool = False,
         task_bytes: Union[int, str] = "16MiB",
         storage_options: Optional[Mapping[str, Any]] = None,
@@ -286,9 +301,8 @@ class Loader:
         opts = _stoker.LoaderOptions()
         opts.sources = normalise_sources(source)
         opts.columns = list(columns) if columns is not None else []
-        opts.features = list(features) if features is not None else []
-        opts.features_name = features_name
-        opts.features_dtype = features_dtype
+        null_mask = set_features(opts, features, features_dtype, features_name, null_mask)
+        set_categories(opts, categories)
         opts.allow_lossy_cast = bool(allow_lossy_cast)
         opts.batch_size = batch_size
         opts.shuffle = bool(shuffle)
@@ -352,7 +366,8 @@ class Loader:
                                          "column, or pass None for all")
             opts.transform_columns = list(transform_columns)
         opts.default_column_options, opts.column_options = column_options(
-            lists, pad_value, fill_null, null_mask, opts.columns + opts.features, on_error)
+            lists, pad_value, fill_null, null_mask, opts.columns + feature_columns(opts),
+            on_error)
         self._options = opts
         # One runner (thread or process pool) for every Python callable of this loader.
         self._runner = make_runner(functions, python_workers, python_start_method) \
@@ -381,7 +396,7 @@ class Loader:
 
     def _check_output_names(self) -> None:
         names = set(self._columns)
-        known = names | set(self._options.features) | set(self._transforms)
+        known = names | set(feature_columns(self._options)) | set(self._transforms)
         transformed = output_columns(self._transforms)
         for name in self._options.column_options:
             if name not in known:
@@ -395,7 +410,14 @@ class Loader:
             if info.kind == _stoker.ColumnKind.padded:
                 extra.append(info.name + "_lengths")
             opts = self._options.column_options.get(info.name, self._options.default_column_options)
-            if opts.null_mask:
+            if info.arrow_type == "stacked features":
+                masked = any(g.null_mask for g in self._options.feature_groups
+                             if g.name == info.name) or (
+                    not self._options.feature_groups and
+                    self._options.default_column_options.null_mask)
+                if masked:
+                    extra.append(info.name + "_mask")
+            elif opts.null_mask:
                 extra.append(info.name + "_mask")
             if opts.on_error_zero and info.name in transformed:
                 extra.append(info.name + "_valid")
@@ -424,6 +446,11 @@ class Loader:
         """What each output column is: name, Arrow type, kind, dtype, per-row shape, annotation
         (the unit of temporal columns, "utf8"/"binary" for strings)."""
         return dict(self._columns)
+
+    def vocabulary(self, column: str) -> List[str]:
+        """The vocabulary of categorical column ``column`` (``categories=``): value ``i`` of the
+        list is delivered as id ``i + 1``; id 0 is out-of-vocabulary."""
+        return list(self._live().vocabulary(column))
 
     @property
     def num_rows(self) -> int:
@@ -689,7 +716,11 @@ class Loader:
             "padding_mask": int(opts.padding_mask),
             "columns": crc(sorted(opts.columns)),
             "features": crc(list(opts.features), opts.features_name, str(opts.features_dtype),
-                            opts.allow_lossy_cast),
+                            opts.allow_lossy_cast) if not opts.feature_groups else
+            crc([(g.name, list(g.columns), g.dtype, g.null_mask) for g in opts.feature_groups],
+                opts.allow_lossy_cast),
+            # Only when set, so states of loaders without categories are unchanged.
+            **({"categories": crc(sorted(opts.categories.items()))} if opts.categories else {}),
             "column_options": crc(column_options(opts.default_column_options),
                                   sorted((k, column_options(v))
                                          for k, v in opts.column_options.items())),

@@ -67,6 +67,11 @@ struct ColumnDescription {
   DType dtype = DType::kUInt8;
   std::vector<int64_t> inner_shape;
   std::string annotation;
+  /// The feature group the column is stacked into ("" for a column of `columns`); `dtype` is
+  /// then the group's.
+  std::string feature_group;
+  /// A categorical column (LoaderOptions::categories): its vocabulary's size (0 otherwise).
+  int64_t vocabulary_size = 0;
 };
 
 struct DatasetDescription {

@@ -73,6 +73,9 @@ class Loader {
   /// changed options.
   uint64_t DatasetFingerprint() const;
   std::vector<ColumnInfo> Columns() const;
+  /// The vocabulary of categorical column `column` (LoaderOptions::categories): value i has
+  /// id i + 1, 0 is out-of-vocabulary. kInvalidOption when the column is not categorical.
+  Result<std::vector<std::string>> Vocabulary(const std::string& column) const;
   LoaderStats Stats() const;
 
   class Impl;

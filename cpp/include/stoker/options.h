@@ -41,6 +41,17 @@ struct ColumnOptions {
   bool on_error_zero = false;
 };
 
+/// One stacked feature group: scalar columns cast to `dtype` and stacked into a [B, F] tensor
+/// named `name`.
+struct FeatureGroup {
+  std::string name;
+  std::vector<std::string> columns;
+  DType dtype = DType::kFloat32;
+  /// Adds `<name>_mask`, bool [B, F], true where the value is present; nulls become fill_null
+  /// (per column) or zero.
+  bool null_mask = false;
+};
+
 struct LoaderOptions {
   /// Files, folders (recursive), globs or URIs (file://, s3://, ...). Local paths are absolute.
   std::vector<std::string> sources;
@@ -50,6 +61,15 @@ struct LoaderOptions {
   std::vector<std::string> features;
   std::string features_name = "features";
   DType features_dtype = DType::kFloat32;
+  /// Several stacked groups, each with its own dtype and mask (`features` must then be empty).
+  /// Empty: `features` is the one group, named `features_name`, of `features_dtype`, masked when
+  /// `default_column_options.null_mask` is set. Group names must not collide with columns.
+  std::vector<FeatureGroup> feature_groups;
+  /// Categorical string columns (string, large_string, dictionary<string>, or hive partition
+  /// columns) delivered as int64 ids: 0 for a value outside the vocabulary, vocabulary[i] as
+  /// i + 1. An empty vocabulary means "auto": the sorted distinct values of the dataset, built at
+  /// open. Nulls stay nulls (the column's fill_null / null_mask rules apply).
+  std::map<std::string, std::vector<std::string>> categories;
   /// Allows casts that can lose information (int64 -> float32, float64 -> float32, ...).
   bool allow_lossy_cast = false;
   std::map<std::string, ColumnOptions> column_options;

@@ -327,18 +327,27 @@ Status MaskWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
 
 // --- FeaturesWriter ------------------------------------------------------------------------
 
-FeaturesWriter::FeaturesWriter(std::vector<ColumnSpec> features, int first_slot, DType dtype,
-                               std::string name, int output)
+FeaturesWriter::FeaturesWriter(std::vector<ColumnSpec> features, int first_slot,
+                               FeatureGroupSpec group, int group_index, int output)
     : ColumnWriter(output),
       features_(std::move(features)),
       first_slot_(first_slot),
-      dtype_(dtype),
-      name_(std::move(name)) {}
+      group_(std::move(group)),
+      group_index_(group_index) {}
+
+FeaturesWriter::FeaturesWriter(std::vector<ColumnSpec> features, int first_slot, DType dtype,
+                               std::string name, int output)
+    : FeaturesWriter(std::move(features), first_slot,
+                     FeatureGroupSpec{std::move(name), dtype, false, 0, 0}, 0, output) {}
 
 Status FeaturesWriter::Prepare(DecodedItem* item) const {
   const int64_t num_features = static_cast<int64_t>(features_.size());
   if (num_features == 0 || item->num_rows == 0) return Status::OK();
-  const int width = DTypeSize(dtype_);
+  const size_t slots = static_cast<size_t>(group_index_) + 1;
+  if (item->feature_rows.size() < slots) item->feature_rows.resize(slots);
+  if (item->feature_masks.size() < slots) item->feature_masks.resize(slots);
+  const DType dtype = group_.dtype;
+  const int width = DTypeSize(dtype);
   ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> matrix,
                         arrow::AllocateBuffer(item->num_rows * num_features * width));
   std::vector<RowRef> refs(item->num_rows);
@@ -351,12 +360,12 @@ Status FeaturesWriter::Prepare(DecodedItem* item) const {
     for (int64_t f = 0; f < num_features; ++f) {
       const ColumnSource& src = item->sources[first_slot_ + f];
       if (features_[f].layout == SourceLayout::kBool || src.validity != nullptr) {
-        GatherFixedColumn(rows, first_slot_ + static_cast<int>(f), features_[f], dtype_,
+        GatherFixedColumn(rows, first_slot_ + static_cast<int>(f), features_[f], dtype,
                           out + f * width, num_features, begin, end);
         continue;
       }
       // The common case, without BatchRows' per-row indirection: one item, consecutive rows.
-      VisitDType(dtype_, [&](auto out_tag) {
+      VisitDType(dtype, [&](auto out_tag) {
         using D = decltype(out_tag);
         D* dst = reinterpret_cast<D*>(out) + f;
         VisitDType(features_[f].source_dtype, [&](auto source_tag) {
@@ -367,25 +376,48 @@ Status FeaturesWriter::Prepare(DecodedItem* item) const {
       });
     }
   }
-  item->feature_rows = std::move(matrix);
+  item->feature_rows[group_index_] = std::move(matrix);
+  if (group_.null_mask) {
+    ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> mask,
+                          arrow::AllocateBuffer(item->num_rows * num_features));
+    uint8_t* valid = mask->mutable_data();
+    for (int64_t f = 0; f < num_features; ++f) {
+      const ColumnSource& src = item->sources[first_slot_ + f];
+      for (int64_t r = 0; r < item->num_rows; ++r) valid[r * num_features + f] = src.IsValid(r);
+    }
+    item->feature_masks[group_index_] = std::move(mask);
+  }
   // The feature columns are no longer read; free them (an output column keeps its own).
   for (int64_t f = 0; f < num_features; ++f) item->sources[first_slot_ + f] = ColumnSource{};
   return Status::OK();
 }
 
 void FeaturesWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
-  column->name = name_;
-  SetShape(&column->values, dtype_, {rows.size(), static_cast<int64_t>(features_.size())});
+  column->name = group_.name;
+  const int64_t num_features = static_cast<int64_t>(features_.size());
+  SetShape(&column->values, group_.dtype, {rows.size(), num_features});
   layout->Place(&column->values);
+  if (group_.null_mask) {
+    column->has_mask = true;
+    SetShape(&column->mask, DType::kBool, {rows.size(), num_features});
+    layout->Place(&column->mask);
+  }
 }
 
 Status FeaturesWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   // Whole rows of the items' feature matrices (built by Prepare).
-  const int64_t row_bytes = static_cast<int64_t>(features_.size()) * DTypeSize(dtype_);
+  const int64_t num_features = static_cast<int64_t>(features_.size());
+  const int64_t row_bytes = num_features * DTypeSize(group_.dtype);
   for (const auto& [first, length] : rows.runs) {
     const DecodedItem& item = rows.Item(first);
     std::memcpy(column->values.data + first * row_bytes,
-                item.feature_rows->data() + rows.row[first] * row_bytes, length * row_bytes);
+                item.feature_rows[group_index_]->data() + rows.row[first] * row_bytes,
+                length * row_bytes);
+    if (group_.null_mask) {
+      std::memcpy(column->mask.data + first * num_features,
+                  item.feature_masks[group_index_]->data() + rows.row[first] * num_features,
+                  length * num_features);
+    }
   }
   return Status::OK();
 }
@@ -565,9 +597,13 @@ ColumnWriters MakeColumnWriters(const OutputSpec& spec, const LoaderOptions& opt
     }
     if (column.options.null_mask) add(std::make_unique<MaskWriter>(c, output));
   }
-  if (!spec.features.empty()) {
-    add(std::make_unique<FeaturesWriter>(spec.features, num_columns, options.features_dtype,
-                                         options.features_name, out.num_outputs++));
+  for (size_t g = 0; g < spec.feature_groups.size(); ++g) {
+    const FeatureGroupSpec& group = spec.feature_groups[g];
+    std::vector<ColumnSpec> members(spec.features.begin() + group.first,
+                                    spec.features.begin() + group.first + group.count);
+    add(std::make_unique<FeaturesWriter>(std::move(members),
+                                         num_columns + static_cast<int>(group.first), group,
+                                         static_cast<int>(g), out.num_outputs++));
   }
   if (options.padding_mask) {
     add(std::make_unique<PaddingFlagWriter>(options.padding_name, out.num_outputs++));

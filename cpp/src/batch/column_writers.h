@@ -149,11 +149,15 @@ class MaskWriter final : public ColumnWriter {
   const int slot_;
 };
 
-/// The stacked features [B, F] in `dtype`. Prepare casts and transposes an item's feature
-/// columns (slots first_slot .. first_slot + F - 1) into its row-major matrix
-/// (DecodedItem::feature_rows) and frees them; Fill copies whole matrix rows, a run at a time.
+/// One group of stacked features [B, F] in the group's dtype (plus `<group>_mask`, bool [B, F],
+/// with the group's null_mask). Prepare casts and transposes an item's feature columns (slots
+/// first_slot .. first_slot + F - 1) into its row-major matrix (DecodedItem::feature_rows[group])
+/// and frees them; Fill copies whole matrix rows, a run at a time.
 class FeaturesWriter final : public ColumnWriter {
  public:
+  FeaturesWriter(std::vector<ColumnSpec> features, int first_slot, FeatureGroupSpec group,
+                 int group_index, int output);
+  /// One group without a mask (the single `features` group).
   FeaturesWriter(std::vector<ColumnSpec> features, int first_slot, DType dtype, std::string name,
                  int output);
   Status Prepare(DecodedItem* item) const override;
@@ -163,8 +167,8 @@ class FeaturesWriter final : public ColumnWriter {
  private:
   const std::vector<ColumnSpec> features_;
   const int first_slot_;
-  const DType dtype_;
-  const std::string name_;
+  const FeatureGroupSpec group_;
+  const int group_index_;
 };
 
 /// A column with a transform chain: dense [B, output shape...] of the chain's output dtype. Each

@@ -306,8 +306,9 @@ TEST(FeaturesWriter, PrepareTransposesThenFillCopiesRows) {
       Spec("f1", SourceLayout::kFixed, ColumnKind::kDense, DType::kFloat64, DType::kFloat64);
   const FeaturesWriter writer({a, b}, 1, DType::kFloat32, "feats", 5);
   ASSERT_TRUE(writer.Prepare(&item).ok());
-  ASSERT_NE(item.feature_rows, nullptr);
-  EXPECT_EQ(item.feature_rows->size(), 70 * 2 * 4);
+  ASSERT_EQ(item.feature_rows.size(), 1u);
+  ASSERT_NE(item.feature_rows[0], nullptr);
+  EXPECT_EQ(item.feature_rows[0]->size(), 70 * 2 * 4);
   EXPECT_NE(item.sources[0].values, nullptr);
   EXPECT_EQ(item.sources[1].values, nullptr);  // freed
   EXPECT_EQ(item.sources[2].values, nullptr);
@@ -395,6 +396,7 @@ TEST(MakeColumnWriters, OneWriterPerOutputPlusMasksFeaturesAndPadding) {
       Spec("p", SourceLayout::kPartition, ColumnKind::kDense, DType::kInt64, DType::kInt64));
   spec.features.push_back(
       Spec("f", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kInt32));
+  spec.feature_groups.push_back({"features", DType::kFloat32, false, 0, 1});
   LoaderOptions options;
   options.padding_mask = true;
   const ColumnWriters made = MakeColumnWriters(spec, options);
@@ -410,6 +412,46 @@ TEST(MakeColumnWriters, OneWriterPerOutputPlusMasksFeaturesAndPadding) {
   EXPECT_NE(dynamic_cast<const PaddingFlagWriter*>(made.writers[5].get()), nullptr);
 }
 
+// Two groups over adjacent slots, each its own dtype; the masked group zero-fills nulls and
+// reports them in its [B, F] mask.
+TEST(FeaturesWriter, GroupsHaveTheirOwnDtypeAndMask) {
+  DecodedItem item;
+  item.num_rows = 3;
+  item.sources.resize(3);
+  const double dense[] = {0.5, 1.5, 2.5};
+  const int64_t ids[] = {7, 99, 9};
+  const int32_t more[] = {1, 2, 3};
+  const std::vector<uint8_t> ids_valid = Bitmap({true, false, true});
+  item.sources[0].values = reinterpret_cast<const uint8_t*>(dense);
+  item.sources[1].values = reinterpret_cast<const uint8_t*>(ids);
+  item.sources[1].validity = ids_valid.data();
+  item.sources[2].values = reinterpret_cast<const uint8_t*>(more);
+  const ColumnSpec d =
+      Spec("d", SourceLayout::kFixed, ColumnKind::kDense, DType::kFloat64, DType::kFloat64);
+  const ColumnSpec i =
+      Spec("i", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt64, DType::kInt64);
+  const ColumnSpec m =
+      Spec("m", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kInt32);
+  const FeaturesWriter dense_writer({d}, 0, FeatureGroupSpec{"dense", DType::kFloat32, false, 0, 1},
+                                    0, 0);
+  const FeaturesWriter id_writer({i, m}, 1, FeatureGroupSpec{"ids", DType::kInt64, true, 1, 2}, 1,
+                                 1);
+  ASSERT_TRUE(dense_writer.Prepare(&item).ok());
+  ASSERT_TRUE(id_writer.Prepare(&item).ok());
+  ASSERT_EQ(item.feature_rows.size(), 2u);
+  const Written dense_out = Write(dense_writer, {{&item, 2}, {&item, 0}});
+  EXPECT_EQ(dense_out.column.name, "dense");
+  EXPECT_FALSE(dense_out.column.has_mask);
+  EXPECT_EQ(Values<float>(dense_out.column.values), (std::vector<float>{2.5, 0.5}));
+  const Written id_out = Write(id_writer, {{&item, 0}, {&item, 1}, {&item, 2}});
+  EXPECT_EQ(id_out.column.name, "ids");
+  EXPECT_EQ(id_out.column.values.shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(Values<int64_t>(id_out.column.values), (std::vector<int64_t>{7, 1, 0, 2, 9, 3}));
+  ASSERT_TRUE(id_out.column.has_mask);
+  EXPECT_EQ(id_out.column.mask.shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(Values<uint8_t>(id_out.column.mask), (std::vector<uint8_t>{1, 1, 0, 1, 1, 1}));
+}
+
 // The whole assembler: every output column, one slab, in spec order.
 TEST(BatchAssembler, AssemblesAllColumnsIntoOneSlab) {
   auto spec = std::make_shared<OutputSpec>();
@@ -420,6 +462,7 @@ TEST(BatchAssembler, AssemblesAllColumnsIntoOneSlab) {
   spec->columns.back().options.null_mask = true;
   spec->features.push_back(
       Spec("f", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kInt32));
+  spec->feature_groups.push_back({"features", DType::kFloat32, false, 0, 1});
   LoaderOptions options;
   options.padding_mask = true;
   options.padding_name = "__padding__";

@@ -3,11 +3,13 @@
 #include <arrow/extension/fixed_shape_tensor.h>
 #include <arrow/extension_type.h>
 #include <arrow/type.h>
+#include <parquet/statistics.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -527,6 +529,153 @@ Status ResolveOutputs(const std::vector<std::pair<std::string, std::vector<OpSpe
   return Status::OK();
 }
 
+std::vector<FeatureGroup> EffectiveFeatureGroups(const LoaderOptions& options) {
+  if (!options.feature_groups.empty()) return options.feature_groups;
+  if (options.features.empty()) return {};
+  FeatureGroup group;
+  group.name = options.features_name;
+  group.columns = options.features;
+  group.dtype = options.features_dtype;
+  group.null_mask = options.default_column_options.null_mask;
+  return {group};
+}
+
+namespace {
+
+// A column named in LoaderOptions::categories becomes int64 ids (dense, one per row): its
+// vocabulary is the given list, or built here once ("auto") and shared by every spec of it.
+Status MakeCategorical(const Catalog& catalog, const LoaderOptions& options, ColumnSpec* spec,
+                       OutputSpec* out) {
+  auto given = options.categories.find(spec->name);
+  if (given == options.categories.end()) return Status::OK();
+  const std::string& name = spec->name;
+  const bool partition = spec->layout == SourceLayout::kPartition;
+  if (!partition && (spec->layout != SourceLayout::kString || spec->annotation != "utf8")) {
+    return MakeError(ErrorKind::kUnsupportedType,
+                     "categories['" + name + "']: column '" + name + "' has type " +
+                         spec->arrow_type +
+                         "; categories apply to string, large_string and dictionary<string> "
+                         "columns and to hive partition columns");
+  }
+  if (options.transforms.count(name) || options.transform_outputs.count(name)) {
+    return MakeError(ErrorKind::kInvalidOption,
+                     "column '" + name +
+                         "' is in both categories and transforms; use one (the vocabulary op "
+                         "of transforms, or categories)");
+  }
+  std::shared_ptr<const Vocabulary>& vocabulary = out->vocabularies[name];
+  if (!vocabulary) {
+    if (!given->second.empty()) {
+      STOKER_ASSIGN_OR_RAISE(vocabulary,
+                             Vocabulary::Make(given->second, Vocabulary::Origin::kGiven, name));
+    } else if (partition) {
+      STOKER_ASSIGN_OR_RAISE(
+          vocabulary,
+          BuildPartitionVocabulary(catalog, spec->field_index - catalog.num_file_fields()));
+    } else if (options.user_transform) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "categories['" + name +
+                           "'] = 'auto' on an output of transform=: give the vocabulary (a "
+                           "list or a file)");
+    } else {
+      STOKER_ASSIGN_OR_RAISE(vocabulary, BuildVocabulary(catalog, name));
+    }
+  }
+  spec->vocabulary = vocabulary;
+  spec->kind = ColumnKind::kDense;
+  if (!partition) spec->layout = SourceLayout::kFixed;
+  spec->source_dtype = spec->dtype = DType::kInt64;
+  spec->annotation = "category";
+  return Status::OK();
+}
+
+// |value| without overflow (|INT64_MIN| fits a uint64).
+uint64_t Magnitude(int64_t value) {
+  return value < 0 ? static_cast<uint64_t>(-(value + 1)) + 1 : static_cast<uint64_t>(value);
+}
+
+// Largest |value| a feature column can hold, from what is known before reading it: the footer
+// statistics (min/max of every row group), the vocabulary size of a categorical column, or the
+// values of an integer partition column. nullopt when unknown (a row group without statistics).
+// Integers throughout: 2^53 + 1 must not round to 2^53 on the way.
+std::optional<uint64_t> MagnitudeBound(const Catalog& catalog, const ColumnSpec& spec) {
+  if (spec.vocabulary) return static_cast<uint64_t>(spec.vocabulary->size());
+  if (spec.layout == SourceLayout::kPartition) {
+    uint64_t bound = 0;
+    for (const auto& file : catalog.files()) {
+      const std::string& text = file.partition_values[spec.field_index - catalog.num_file_fields()];
+      bound = std::max(bound, Magnitude(std::stoll(text)));
+    }
+    return bound;
+  }
+  if (spec.chain || spec.field_index < 0 || spec.layout != SourceLayout::kFixed) {
+    return std::nullopt;
+  }
+  const bool is_unsigned =
+      spec.source_dtype == DType::kUInt8 || spec.source_dtype == DType::kUInt16 ||
+      spec.source_dtype == DType::kUInt32 || spec.source_dtype == DType::kUInt64;
+  uint64_t bound = 0;
+  for (const RowGroupRef& rg : catalog.row_groups()) {
+    const CatalogFile& file = catalog.files()[rg.file];
+    const FieldLeaves& leaves = file.fields.at(spec.Field());
+    if (leaves.leaves.size() != 1) return std::nullopt;
+    auto chunk = file.metadata->RowGroup(rg.row_group)->ColumnChunk(leaves.leaves.front());
+    auto stats = chunk->statistics();
+    if (!stats) return std::nullopt;
+    if (stats->HasNullCount() && stats->null_count() == chunk->num_values()) continue;
+    if (!stats->HasMinMax()) return std::nullopt;
+    uint64_t low = 0;
+    uint64_t high = 0;
+    if (stats->physical_type() == parquet::Type::INT32) {
+      const auto& typed = static_cast<const parquet::Int32Statistics&>(*stats);
+      low = is_unsigned ? static_cast<uint32_t>(typed.min()) : Magnitude(typed.min());
+      high = is_unsigned ? static_cast<uint32_t>(typed.max()) : Magnitude(typed.max());
+    } else if (stats->physical_type() == parquet::Type::INT64) {
+      const auto& typed = static_cast<const parquet::Int64Statistics&>(*stats);
+      low = is_unsigned ? static_cast<uint64_t>(typed.min()) : Magnitude(typed.min());
+      high = is_unsigned ? static_cast<uint64_t>(typed.max()) : Magnitude(typed.max());
+    } else {
+      return std::nullopt;
+    }
+    bound = std::max({bound, low, high});
+  }
+  return bound;
+}
+
+bool IsFloatDType(DType dtype) {
+  return dtype == DType::kFloat16 || dtype == DType::kFloat32 || dtype == DType::kFloat64 ||
+         dtype == DType::kBFloat16;
+}
+
+// Whether every value of feature `spec` (of type spec.dtype) is exact in `to`: by type, or for
+// integers cast to floats by the magnitude bound (2^53 for float64, 2^24 for float32).
+bool FeatureCastIsExact(const Catalog& catalog, const ColumnSpec& spec, DType to,
+                        std::string* why) {
+  if (IsLosslessCast(spec.dtype, to)) return true;
+  if (IsFloatDType(spec.dtype) || !IsFloatDType(to)) {
+    *why = "";
+    return false;
+  }
+  const uint64_t limit = to == DType::kFloat64   ? uint64_t{1} << 53
+                         : to == DType::kFloat32 ? uint64_t{1} << 24
+                         : to == DType::kFloat16 ? uint64_t{1} << 11
+                                                 : uint64_t{1} << 8;
+  const std::optional<uint64_t> bound = MagnitudeBound(catalog, spec);
+  if (!bound) {
+    *why = " (the footers have no min/max statistics for it to prove every value fits)";
+    return false;
+  }
+  if (*bound <= limit) return true;
+  const char* source = spec.vocabulary                           ? "its vocabulary ids reach"
+                       : spec.layout == SourceLayout::kPartition ? "its partition values reach"
+                                                                 : "its footer statistics reach";
+  *why = std::string(" (") + source + " |v| = " + std::to_string(*bound) + ", beyond the " +
+         std::to_string(limit) + " that " + DTypeName(to) + " holds exactly)";
+  return false;
+}
+
+}  // namespace
+
 Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options,
                                   std::shared_ptr<arrow::Schema> transform_schema) {
   OutputSpec out;
@@ -585,10 +734,11 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
         spec->source_dtype = spec->dtype = DType::kUInt8;
         spec->annotation = "utf8";
       }
-      return Status::OK();
+      return MakeCategorical(catalog, options, spec, &out);
     }
     needed.insert(name);
     STOKER_RETURN_NOT_OK(Classify(name, schema.field(index)->type(), column_options, spec));
+    STOKER_RETURN_NOT_OK(MakeCategorical(catalog, options, spec, &out));
     if (spec->list_of_strings && !options.transforms.count(name)) {
       return Unsupported(name, *schema.field(index)->type(),
                          " (list values must be numeric or bool; a list of strings needs "
@@ -605,7 +755,7 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
   };
 
   std::vector<std::string> columns = options.columns;
-  if (columns.empty() && options.features.empty()) {
+  if (columns.empty() && options.features.empty() && options.feature_groups.empty()) {
     for (const auto& field : schema.fields()) columns.push_back(field->name());
   }
   int groups = 0;
@@ -664,7 +814,11 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
     }
     out.columns.push_back(std::move(spec));
   }
-  const std::set<std::string> feature_names(options.features.begin(), options.features.end());
+  const std::vector<FeatureGroup> feature_groups = EffectiveFeatureGroups(options);
+  std::set<std::string> feature_names;
+  for (const auto& group : feature_groups) {
+    feature_names.insert(group.columns.begin(), group.columns.end());
+  }
   for (const auto& [name, outputs] : options.transform_outputs) {
     if (std::find(columns.begin(), columns.end(), name) == columns.end()) {
       return MakeError(ErrorKind::kInvalidOption, "transforms names column '" + name +
@@ -689,18 +843,48 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
                                                       "features");
     }
   }
-  if (!options.features.empty()) {
-    if (options.features_dtype == DType::kBFloat16) {
-      return MakeError(ErrorKind::kInvalidOption,
-                       "features_dtype='bfloat16' is not supported; stack the features as "
-                       "float32 (or float16) and cast on the device");
+  for (const auto& [name, vocabulary] : options.categories) {
+    if (!seen_outputs.count(name) && !feature_names.count(name)) {
+      return MakeError(ErrorKind::kInvalidOption, "categories names column '" + name +
+                                                      "', which is not in columns or "
+                                                      "features");
     }
-    if (seen_outputs.count(options.features_name)) {
+  }
+  const bool single = options.feature_groups.empty();
+  std::set<std::string> seen_features;
+  std::vector<std::string> lossy_lines;  // of every group
+  std::map<std::string, DType> fixed_dtypes;
+  bool all_fixable = true;
+  for (const FeatureGroup& group : feature_groups) {
+    // The legacy single group keeps its option names in messages.
+    const std::string dtype_option =
+        single ? "features_dtype" : "features_dtype['" + group.name + "']";
+    if (group.dtype == DType::kBFloat16) {
       return MakeError(ErrorKind::kInvalidOption,
-                       "features_name '" + options.features_name + "' clashes with a column");
+                       dtype_option +
+                           "='bfloat16' is not supported; stack the features as float32 (or "
+                           "float16) and cast on the device");
     }
-    std::set<std::string> seen_features;
-    for (const auto& name : options.features) {
+    // A group of the dict form must not share a name with any column of the dataset (the
+    // batch key would read as that column); the single group only with the requested ones.
+    if (seen_outputs.count(group.name) || (!single && schema.GetFieldIndex(group.name) >= 0)) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       (single ? "features_name '" : "feature group '") + group.name +
+                           "' clashes with a column of that name; rename the group");
+    }
+    if (seen_outputs.count(group.name + "_mask") && group.null_mask) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "feature group '" + group.name + "' adds '" + group.name +
+                           "_mask', which is also a column; rename the group");
+    }
+    FeatureGroupSpec group_spec;
+    group_spec.name = group.name;
+    group_spec.dtype = group.dtype;
+    group_spec.null_mask = group.null_mask;
+    group_spec.first = out.features.size();
+    std::vector<std::string> lossy;   // one line per column that cannot be stacked exactly
+    std::vector<ColumnSpec> as_read;  // the group's columns before the cast
+    for (const auto& name : group.columns) {
       if (!seen_features.insert(name).second) {
         return MakeError(ErrorKind::kInvalidOption,
                          "column '" + name + "' is listed twice in features");
@@ -731,7 +915,7 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
           return MakeError(ErrorKind::kUnsupportedType,
                            "transforms['" + name + "'] gives [" + shape +
                                "] per row, but feature column '" + name +
-                               "' needs one number per row to stack into " + options.features_name);
+                               "' needs one number per row to stack into " + group.name);
         }
         if (spec.cached_ops != spec.chain->size()) {
           return MakeError(ErrorKind::kInvalidOption,
@@ -747,30 +931,86 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
         spec.dtype = spec.source_dtype;
         spec.kind = ColumnKind::kDense;
       }
+      // Partition columns stack when their values are numbers (or category ids).
+      const bool partition_number =
+          spec.layout == SourceLayout::kPartition && spec.kind == ColumnKind::kDense;
       const bool scalar =
-          (spec.layout == SourceLayout::kFixed || spec.layout == SourceLayout::kBool) &&
-          spec.inner == 1;
-      if (!scalar || spec.layout == SourceLayout::kPartition) {
-        return MakeError(ErrorKind::kUnsupportedType,
-                         "feature column '" + name + "' has type " + spec.arrow_type +
-                             "; features must be scalar numeric or bool columns");
-      }
-      if (spec.options.null_mask) {
+          ((spec.layout == SourceLayout::kFixed || spec.layout == SourceLayout::kBool) &&
+           spec.inner == 1) ||
+          partition_number;
+      if (!scalar) {
         return MakeError(
-            ErrorKind::kInvalidOption,
-            "null_mask is not available for feature column '" + name + "'; use fill_null for it");
+            ErrorKind::kUnsupportedType,
+            "feature column '" + name + "' has type " + spec.arrow_type +
+                "; features must be scalar numeric or bool columns" +
+                (spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kPartition
+                     ? " (strings become ids with categories={'" + name + "': 'auto'})"
+                     : ""));
       }
-      if (!options.allow_lossy_cast && !IsLosslessCast(spec.dtype, options.features_dtype)) {
-        return MakeError(ErrorKind::kLossyCast,
-                         std::string("feature column '") + name + "' is " + DTypeName(spec.dtype) +
-                             " and stacking it into " + DTypeName(options.features_dtype) +
-                             " can lose information; pass allow_lossy_cast=True or choose "
-                             "features_dtype accordingly");
+      if (spec.explicit_options && spec.options.null_mask && !group.null_mask) {
+        return MakeError(ErrorKind::kInvalidOption,
+                         "null_mask names feature column '" + name + "'; masks of features are " +
+                             "per group: name the group (null_mask=['" + group.name + "'])");
       }
-      spec.dtype = options.features_dtype;
+      // The group's mask lets nulls through (zero-filled, or fill_null where given).
+      spec.options.null_mask = group.null_mask;
+      std::string why;
+      if (!options.allow_lossy_cast && !FeatureCastIsExact(catalog, spec, group.dtype, &why)) {
+        lossy.push_back("feature column '" + name + "' is " + DTypeName(spec.dtype) +
+                        " and stacking it into " + DTypeName(group.dtype) +
+                        " can lose information" + why);
+      }
+      as_read.push_back(spec);
+      spec.dtype = group.dtype;
       STOKER_RETURN_NOT_OK(CheckOptionValues(spec));
       out.features.push_back(std::move(spec));
     }
+    group_spec.count = out.features.size() - group_spec.first;
+    if (!lossy.empty()) {
+      // A fix that works: a dtype every column of the group stacks into exactly (and holds its
+      // fill_null), else only the explicit allow_lossy_cast.
+      std::optional<DType> fix;
+      for (DType candidate : {DType::kFloat64, DType::kInt64}) {
+        bool exact = true;
+        for (const ColumnSpec& original : as_read) {
+          std::string ignored;
+          exact = exact && FeatureCastIsExact(catalog, original, candidate, &ignored) &&
+                  !(original.explicit_options && FillNullApplies(original) &&
+                    !IsRepresentable(original.options.fill_null, candidate));
+        }
+        if (exact) {
+          fix = candidate;
+          break;
+        }
+      }
+      if (fix) {
+        fixed_dtypes[group.name] = *fix;
+      } else {
+        all_fixable = false;
+      }
+      lossy_lines.insert(lossy_lines.end(), lossy.begin(), lossy.end());
+    }
+    out.feature_groups.push_back(std::move(group_spec));
+  }
+  if (!lossy_lines.empty()) {
+    // Every lossy column of every group at once, and one suggestion that fixes them all.
+    std::string fix;
+    if (all_fixable && single) {
+      fix = "features_dtype='" + std::string(DTypeName(fixed_dtypes.begin()->second)) + "', or ";
+    } else if (all_fixable) {
+      fix = "features_dtype={";
+      for (const auto& group : feature_groups) {
+        auto fixed = fixed_dtypes.find(group.name);
+        fix += "'" + group.name + "': '" +
+               DTypeName(fixed == fixed_dtypes.end() ? group.dtype : fixed->second) + "', ";
+      }
+      fix.resize(fix.size() - 2);
+      fix += "}, or ";
+    }
+    std::string message;
+    for (const auto& line : lossy_lines) message += line + "\n";
+    message += "pass " + fix + "allow_lossy_cast=True to accept the rounding";
+    return MakeError(ErrorKind::kLossyCast, message);
   }
   if (options.user_transform) {
     for (const auto& field : transform_schema->fields()) {

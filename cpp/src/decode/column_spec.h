@@ -7,11 +7,13 @@
 #include <arrow/type_fwd.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "catalog/catalog.h"
+#include "decode/categories.h"
 #include "stoker/column_info.h"
 #include "stoker/options.h"
 #include "transform/op.h"
@@ -75,11 +77,26 @@ struct ColumnSpec {
   size_t shared_ops = 0;
   /// The loader's transform counters (OutputSpec::transform_counters) for chained columns.
   std::shared_ptr<TransformCounters> counters;
+  /// A categorical column (LoaderOptions::categories): its strings become these int64 ids in
+  /// the decoder (a partition column: in Decoder::Assemble); null otherwise.
+  std::shared_ptr<const Vocabulary> vocabulary;
+};
+
+/// One stacked feature group: OutputSpec::features[first, first + count).
+struct FeatureGroupSpec {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  bool null_mask = false;
+  size_t first = 0;
+  size_t count = 0;
 };
 
 struct OutputSpec {
   std::vector<ColumnSpec> columns;   // one output tensor group each
-  std::vector<ColumnSpec> features;  // stacked into one [B, F] tensor
+  std::vector<ColumnSpec> features;  // stacked into [B, F] tensors, group after group
+  std::vector<FeatureGroupSpec> feature_groups;
+  /// The vocabularies of the categorical columns, by column.
+  std::map<std::string, std::shared_ptr<const Vocabulary>> vocabularies;
   /// Field names the decoder must read (file fields only), in schema order. With a user
   /// transform: the transform's inputs.
   std::vector<std::string> file_fields;
@@ -108,6 +125,10 @@ bool IsRepresentable(double value, DType dtype);
 
 /// Whether every value of `from` is exactly representable as `to`.
 bool IsLosslessCast(DType from, DType to);
+
+/// The feature groups `options` asks for: LoaderOptions::feature_groups, or `features` as one
+/// group named features_name (masked when null_mask is on for every column).
+std::vector<FeatureGroup> EffectiveFeatureGroups(const LoaderOptions& options);
 
 ColumnInfo ToColumnInfo(const ColumnSpec& spec);
 

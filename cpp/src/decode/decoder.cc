@@ -12,6 +12,8 @@
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -82,6 +84,13 @@ const ColumnSpec* Decoder::ChainedColumn(const std::string& field) const {
 }
 
 std::string Decoder::CacheName(const std::string& field) const {
+  // Category ids are stored, not strings: the entry belongs to this vocabulary only.
+  if (auto vocabulary = spec_->vocabularies.find(field); vocabulary != spec_->vocabularies.end()) {
+    char hash[17];
+    std::snprintf(hash, sizeof(hash), "%016llx",
+                  static_cast<unsigned long long>(vocabulary->second->hash()));
+    return field + "|vocabulary=" + hash;
+  }
   const ColumnSpec* column = ChainedColumn(field);
   if (column == nullptr || column->cached_ops == 0) return field;
   // Entries written under on_error="zero" hold failed rows as nulls: never serve them to a
@@ -477,6 +486,15 @@ Result<std::shared_ptr<arrow::Array>> FlattenColumn(const arrow::ChunkedArray& c
   return arrow::Concatenate(chunks);
 }
 
+Result<std::shared_ptr<arrow::Array>> Decoder::Flatten(const arrow::ChunkedArray& column,
+                                                       const std::string& field,
+                                                       const std::string& where) const {
+  if (auto vocabulary = spec_->vocabularies.find(field); vocabulary != spec_->vocabularies.end()) {
+    return ApplyVocabulary(*vocabulary->second, column, field, where);
+  }
+  return FlattenColumn(column, /*keep_extensions=*/false, field, where);
+}
+
 Result<DecodedColumns> Decoder::DecodeTransformed(int row_group, int64_t row_begin,
                                                   int64_t num_rows) const {
   const RowGroupRef& rg = catalog_->row_groups()[row_group];
@@ -491,9 +509,8 @@ Result<DecodedColumns> Decoder::DecodeTransformed(int row_group, int64_t row_beg
   for (const auto& field : spec_->decoded_fields) {
     auto column = output->GetColumnByName(field);
     ARROW_DCHECK(column);  // RunUserTransform checked the schema
-    STOKER_ASSIGN_OR_RAISE(auto array,
-                           FlattenColumn(arrow::ChunkedArray(column->Slice(row_begin, num_rows)),
-                                         /*keep_extensions=*/false, field, where));
+    STOKER_ASSIGN_OR_RAISE(
+        auto array, Flatten(arrow::ChunkedArray(column->Slice(row_begin, num_rows)), field, where));
     if (const ColumnSpec* chained = ChainedColumn(field); chained && chained->cached_ops > 0) {
       STOKER_ASSIGN_OR_RAISE(array, ApplyCachedOps(*chained, array, row_group, row_begin));
     }
@@ -534,9 +551,8 @@ Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std:
                                                     std::to_string(rg.num_rows));
     }
     // Slice first so dictionaries are resolved for the segment's rows only.
-    STOKER_ASSIGN_OR_RAISE(auto array,
-                           FlattenColumn(*chunked->Slice(row_begin, num_rows),
-                                         /*keep_extensions=*/false, field, catalog_->Where(rg)));
+    STOKER_ASSIGN_OR_RAISE(
+        auto array, Flatten(*chunked->Slice(row_begin, num_rows), field, catalog_->Where(rg)));
     if (const ColumnSpec* chained = ChainedColumn(field); chained && chained->cached_ops > 0) {
       STOKER_ASSIGN_OR_RAISE(array, ApplyCachedOps(*chained, array, row_group, row_begin));
     }
@@ -664,13 +680,26 @@ Result<std::shared_ptr<DecodedItem>> Decoder::Assemble(const Plan& plan, int seg
     return nullptr;
   };
   for (const auto& part : parts) item->bytes += part.bytes;
-  auto add = [&](const ColumnSpec& spec) -> Status {
+  auto add = [&](const ColumnSpec& spec, bool feature) -> Status {
     ColumnSource source;
     if (spec.layout == SourceLayout::kPartition) {
       const int key = spec.field_index - catalog_->num_file_fields();
       const std::string& value = catalog_->files()[rg.file].partition_values[key];
       source.partition_text = value;
-      if (spec.kind == ColumnKind::kDense) source.partition_int = std::stoll(value);
+      if (spec.vocabulary) {
+        source.partition_int = spec.vocabulary->Lookup(value);
+      } else if (spec.kind == ColumnKind::kDense) {
+        source.partition_int = std::stoll(value);
+      }
+      if (feature && spec.kind == ColumnKind::kDense) {
+        // A stacked partition feature is read like a column: the value on every row.
+        ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> values,
+                              arrow::AllocateBuffer(seg.num_rows * sizeof(int64_t)));
+        std::fill_n(reinterpret_cast<int64_t*>(values->mutable_data()), seg.num_rows,
+                    source.partition_int);
+        source.values = values->data();
+        source.array = std::make_shared<arrow::Int64Array>(seg.num_rows, values);
+      }
     } else {
       auto array = find(spec.Field());
       ARROW_DCHECK(array);
@@ -679,8 +708,8 @@ Result<std::shared_ptr<DecodedItem>> Decoder::Assemble(const Plan& plan, int seg
     item->sources.push_back(std::move(source));
     return Status::OK();
   };
-  for (const auto& spec : spec_->columns) STOKER_RETURN_NOT_OK(add(spec));
-  for (const auto& spec : spec_->features) STOKER_RETURN_NOT_OK(add(spec));
+  for (const auto& spec : spec_->columns) STOKER_RETURN_NOT_OK(add(spec, false));
+  for (const auto& spec : spec_->features) STOKER_RETURN_NOT_OK(add(spec, true));
   return item;
 }
 

@@ -61,9 +61,11 @@ struct DecodedItem {
   int64_t bytes = 0;
   bool padding = false;
   std::vector<ColumnSource> sources;
-  /// The stacked features of every row, row-major [num_rows, F] in the features dtype; built by
-  /// BatchAssembler::Prepare on the worker so batches copy whole rows (null when no features).
-  std::shared_ptr<arrow::Buffer> feature_rows;
+  /// Per feature group: the stacked features of every row, row-major [num_rows, F] in the
+  /// group's dtype, and with the group's null_mask its validity [num_rows, F] (bool); built by
+  /// BatchAssembler::Prepare on the worker so batches copy whole rows (empty when no features).
+  std::vector<std::shared_ptr<arrow::Buffer>> feature_rows;
+  std::vector<std::shared_ptr<arrow::Buffer>> feature_masks;
   /// Where the rows come from, for transform errors and random keys: "file 'x', row group 3",
   /// the segment's first row in its row group, and the dataset-wide id of the item's row 0 (row
   /// groups numbered in catalog order).
@@ -133,6 +135,10 @@ class Decoder {
   Result<std::shared_ptr<arrow::Array>> ApplyListOps(const ColumnSpec& spec,
                                                      const std::shared_ptr<arrow::Array>& array,
                                                      int row_group, int64_t row_begin) const;
+  /// FlattenColumn, or for a categorical field its ids (ApplyVocabulary).
+  Result<std::shared_ptr<arrow::Array>> Flatten(const arrow::ChunkedArray& column,
+                                                const std::string& field,
+                                                const std::string& where) const;
   /// DecodeRows with a user transform: reads its inputs of the whole row group, runs it, then
   /// slices its outputs to the rows and runs their chains' cached prefixes.
   Result<DecodedColumns> DecodeTransformed(int row_group, int64_t row_begin,

@@ -103,7 +103,24 @@ Result<std::vector<ColumnSpec>> ResolveOne(const Catalog& catalog, const LoaderO
   LoaderOptions one = options;
   one.columns.clear();
   one.features.clear();
-  (feature ? one.features : one.columns).push_back(name);
+  one.feature_groups.clear();
+  if (feature) {
+    // The column alone in its group: the group's dtype and mask.
+    for (const FeatureGroup& group : EffectiveFeatureGroups(options)) {
+      if (std::find(group.columns.begin(), group.columns.end(), name) != group.columns.end()) {
+        FeatureGroup alone = group;
+        alone.columns = {name};
+        one.feature_groups.push_back(std::move(alone));
+      }
+    }
+  } else {
+    one.columns.push_back(name);
+  }
+  // Only this column's vocabulary (an "auto" one is built from the data).
+  one.categories.clear();
+  if (auto categories = options.categories.find(name); categories != options.categories.end()) {
+    one.categories.insert(*categories);
+  }
   // Only this column's transform chain: what the chain produces is part of its description.
   one.transforms.clear();
   if (auto chain = options.transforms.find(name); chain != options.transforms.end()) {
@@ -120,9 +137,9 @@ Result<std::vector<ColumnSpec>> ResolveOne(const Catalog& catalog, const LoaderO
 
 // What the loader makes of column `name`: one description, or one per output of its transforms
 // (each named after its output, with the column's footer facts).
-std::vector<ColumnDescription> DescribeColumn(const Catalog& catalog, const LoaderOptions& options,
-                                              const std::shared_ptr<arrow::Schema>& transform_schema,
-                                              const std::string& name, bool feature) {
+std::vector<ColumnDescription> DescribeColumn(
+    const Catalog& catalog, const LoaderOptions& options,
+    const std::shared_ptr<arrow::Schema>& transform_schema, const std::string& name, bool feature) {
   ColumnDescription column;
   column.name = name;
   const arrow::Schema& schema = *catalog.schema();
@@ -153,6 +170,15 @@ std::vector<ColumnDescription> DescribeColumn(const Catalog& catalog, const Load
       out.push_back(column);
       out.back().name = spec.name;
       SetProduced(spec, &out.back());
+      if (spec.vocabulary) out.back().vocabulary_size = spec.vocabulary->size();
+      if (feature) {
+        for (const FeatureGroup& group : EffectiveFeatureGroups(options)) {
+          const auto& members = group.columns;
+          if (std::find(members.begin(), members.end(), name) != members.end()) {
+            out.back().feature_group = group.name;
+          }
+        }
+      }
     }
     return out;
   }
@@ -219,7 +245,8 @@ Result<DatasetDescription> Describe(const LoaderOptions& options) {
   if (options.user_transform) {
     STOKER_ASSIGN_OR_RAISE(transform_schema, ProbeUserTransform(*catalog, options));
   }
-  if (options.columns.empty() && options.features.empty()) {
+  const std::vector<FeatureGroup> groups = EffectiveFeatureGroups(options);
+  if (options.columns.empty() && groups.empty()) {
     std::vector<std::string> names;
     if (transform_schema) {
       for (const auto& field : transform_schema->fields()) names.push_back(field->name());
@@ -240,9 +267,11 @@ Result<DatasetDescription> Describe(const LoaderOptions& options) {
         out.columns.push_back(std::move(column));
       }
     }
-    for (const auto& name : options.features) {
-      for (auto& column : DescribeColumn(*catalog, options, transform_schema, name, true)) {
-        out.columns.push_back(std::move(column));
+    for (const auto& group : groups) {
+      for (const auto& name : group.columns) {
+        for (auto& column : DescribeColumn(*catalog, options, transform_schema, name, true)) {
+          out.columns.push_back(std::move(column));
+        }
       }
     }
   }

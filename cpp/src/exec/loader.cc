@@ -292,22 +292,41 @@ uint64_t Loader::Fingerprint(bool with_shard) const {
   Fnv1a hash;
   hash.AddInt(impl_->options.Fingerprint(with_shard));
   hash.AddInt(impl_->catalog->fingerprint());
+  // The vocabularies actually used ("auto" ones are built from the data).
+  for (const auto& [column, vocabulary] : impl_->spec->vocabularies) {
+    hash.Add(column);
+    hash.AddInt(vocabulary->hash());
+  }
   return hash.digest();
 }
 
 std::vector<ColumnInfo> Loader::Columns() const {
   std::vector<ColumnInfo> out;
   for (const auto& spec : impl_->spec->columns) out.push_back(ToColumnInfo(spec));
-  if (!impl_->spec->features.empty()) {
+  for (const FeatureGroupSpec& group : impl_->spec->feature_groups) {
     ColumnInfo info;
-    info.name = impl_->options.features_name;
+    info.name = group.name;
     info.arrow_type = "stacked features";
     info.kind = ColumnKind::kDense;
-    info.dtype = impl_->options.features_dtype;
-    info.inner_shape = {static_cast<int64_t>(impl_->spec->features.size())};
+    info.dtype = group.dtype;
+    info.inner_shape = {static_cast<int64_t>(group.count)};
     out.push_back(std::move(info));
   }
   return out;
+}
+
+Result<std::vector<std::string>> Loader::Vocabulary(const std::string& column) const {
+  auto it = impl_->spec->vocabularies.find(column);
+  if (it == impl_->spec->vocabularies.end()) {
+    std::string known;
+    for (const auto& [name, vocabulary] : impl_->spec->vocabularies) {
+      known += (known.empty() ? "'" : ", '") + name + "'";
+    }
+    return MakeError(ErrorKind::kInvalidOption,
+                     "column '" + column + "' is not categorical (categories= names " +
+                         (known.empty() ? std::string("no column") : known) + ")");
+  }
+  return it->second->values();
 }
 
 LoaderStats Loader::Stats() const {

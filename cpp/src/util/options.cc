@@ -69,6 +69,34 @@ Status LoaderOptions::Validate() const {
                    " is not supported; use a float32/float64 or integer dtype");
   }
   if (features_name.empty()) return Invalid("features_name must not be empty");
+  if (!feature_groups.empty() && !features.empty()) {
+    return Invalid("features and feature_groups are both set; give the groups only");
+  }
+  for (size_t g = 0; g < feature_groups.size(); ++g) {
+    const FeatureGroup& group = feature_groups[g];
+    if (group.name.empty()) return Invalid("a feature group's name must not be empty");
+    if (group.columns.empty()) {
+      return Invalid("feature group '" + group.name + "' names no columns");
+    }
+    if (group.dtype == DType::kBool || group.dtype == DType::kFloat16) {
+      return Invalid("features_dtype['" + group.name + "'] " + DTypeName(group.dtype) +
+                     " is not supported; use a float32/float64 or integer dtype");
+    }
+    for (size_t h = 0; h < g; ++h) {
+      if (feature_groups[h].name == group.name) {
+        return Invalid("feature group '" + group.name + "' is given twice");
+      }
+    }
+  }
+  for (const auto& [column, vocabulary] : categories) {
+    std::vector<std::string> sorted = vocabulary;
+    std::sort(sorted.begin(), sorted.end());
+    auto duplicate = std::adjacent_find(sorted.begin(), sorted.end());
+    if (duplicate != sorted.end()) {
+      return Invalid("categories['" + column + "'] lists '" + *duplicate +
+                     "' twice; each value gets one id");
+    }
+  }
   if (!transform_columns.empty() && !user_transform) {
     return Invalid("transform_columns needs transform=");
   }
@@ -95,6 +123,22 @@ uint64_t LoaderOptions::Fingerprint(bool with_shard) const {
   hash.Add(features_name);
   hash.AddInt(static_cast<uint64_t>(features_dtype));
   hash.AddInt(allow_lossy_cast);
+  // Only when set, so fingerprints of loaders without them are unchanged.
+  for (const auto& group : feature_groups) {
+    hash.Add("feature-group:" + group.name);
+    hash.AddInt(group.columns.size());
+    for (const auto& column : group.columns) hash.Add(column);
+    hash.AddInt(static_cast<uint64_t>(group.dtype));
+    hash.AddInt(group.null_mask);
+  }
+  for (const auto& [column, vocabulary] : categories) {
+    hash.Add("categories:" + column);
+    hash.AddInt(vocabulary.size());
+    for (const auto& value : vocabulary) {
+      hash.AddInt(value.size());
+      hash.Add(value);
+    }
+  }
   for (const auto& [name, options] : column_options) {
     hash.Add(name);
     HashColumnOptions(options, &hash);
