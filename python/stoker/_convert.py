@@ -39,7 +39,17 @@ def to_python(batch: Any, output: str) -> Dict[str, Any]:
             out[column.name + "_lengths"] = convert(column.lengths)
         else:
             label = column.annotation if kind == _stoker.ColumnKind.strings else "list"
-            out[column.name] = Ragged(convert_values(column), convert(column.offsets), label)
+            inner = column.inner_offsets
+            if inner:
+                # Lists of lists (or of strings): one Ragged per level, the innermost holding
+                # the values (bytes with kind "utf8"/"binary" for strings).
+                label = column.annotation if column.annotation in ("utf8", "binary") else "list"
+                value = Ragged(convert_values(column), convert(inner[-1]), label)
+                for offsets in reversed(inner[:-1]):
+                    value = Ragged(value, convert(offsets), "list")
+                out[column.name] = Ragged(value, convert(column.offsets), "list")
+            else:
+                out[column.name] = Ragged(convert_values(column), convert(column.offsets), label)
         if column.has_mask:
             out[column.name + "_mask"] = convert(column.mask)
         if column.has_valid:

@@ -48,6 +48,17 @@ def _stop_all_at_exit() -> None:
 atexit.register(_stop_all_at_exit)
 
 
+def _column_options_of(options: Any, name: str) -> Any:
+    """A column's options: its own, else its nearest struct parent's, else the defaults."""
+    key = name
+    while True:
+        if key in options.column_options:
+            return options.column_options[key]
+        if "." not in key:
+            return options.default_column_options
+        key = key.rsplit(".", 1)[0]
+
+
 class Loader:
     """Streams a Parquet dataset as batches of numpy arrays or torch tensors.
 
@@ -356,7 +367,8 @@ class Loader:
         known = names | set(self._options.features) | set(self._transforms)
         transformed = output_columns(self._transforms)
         for name in self._options.column_options:
-            if name not in known:
+            # A struct's name stands for its leaves ("s" for "s.a", "s.b").
+            if name not in known and not any(k.startswith(name + ".") for k in known):
                 raise InvalidOptionError(
                     f"a per-column option names column {name!r}, which the loader does not read")
         if self._options.padding_mask and self._options.padding_name in names:
@@ -366,7 +378,7 @@ class Loader:
             extra = []
             if info.kind == _stoker.ColumnKind.padded:
                 extra.append(info.name + "_lengths")
-            opts = self._options.column_options.get(info.name, self._options.default_column_options)
+            opts = _column_options_of(self._options, info.name)
             if opts.null_mask:
                 extra.append(info.name + "_mask")
             if opts.on_error_zero and info.name in transformed:

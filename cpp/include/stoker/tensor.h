@@ -66,6 +66,10 @@ struct OutputColumn {
   ColumnKind kind = ColumnKind::kDense;
   Tensor values;
   Tensor offsets;  // kRagged, kStrings
+  /// kRagged lists of lists (and lists of strings): one int64 offsets tensor per level below the
+  /// rows', outer first. `offsets` indexes inner_offsets[0], which indexes inner_offsets[1]...,
+  /// the last one `values`.
+  std::vector<Tensor> inner_offsets;
   Tensor lengths;  // kPadded
   Tensor mask;     // when null_mask is on: bool [B], true where the value is valid
   bool has_mask = false;

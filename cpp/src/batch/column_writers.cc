@@ -245,8 +245,42 @@ Status PaddedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
 OffsetsWriter::OffsetsWriter(const ColumnSpec& spec, int slot, int output)
     : ColumnWriter(output), spec_(spec), slot_(slot) {}
 
+// The range of the next level's items under items [begin, end) of `level`.
+std::pair<int64_t, int64_t> Descend(const ColumnSource::Level& level, int64_t begin, int64_t end) {
+  return {level.At(begin), level.At(end)};
+}
+
+// Items at each level (rows' elements first, the values last) of a batch of lists of lists.
+std::vector<int64_t> LevelCounts(const BatchRows& rows, int slot, int levels) {
+  std::vector<int64_t> counts(levels + 1, 0);
+  for (int64_t i = 0; i < rows.size(); ++i) {
+    const ColumnSource& src = rows.Source(i, slot);
+    if (!src.IsValid(rows.row[i])) continue;
+    std::pair<int64_t, int64_t> range = {src.Begin(rows.row[i]), src.End(rows.row[i])};
+    counts[0] += range.second - range.first;
+    for (int l = 0; l < levels; ++l) {
+      range = Descend(src.levels[l], range.first, range.second);
+      counts[l + 1] += range.second - range.first;
+    }
+  }
+  return counts;
+}
+
 void OffsetsWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
   Describe(spec_, column);
+  if (spec_.list_levels > 0) {
+    const std::vector<int64_t> counts = LevelCounts(rows, slot_, spec_.list_levels);
+    SetShape(&column->offsets, DType::kInt64, {rows.size() + 1});
+    layout->Place(&column->offsets);
+    column->inner_offsets.resize(spec_.list_levels);
+    for (int l = 0; l < spec_.list_levels; ++l) {
+      SetShape(&column->inner_offsets[l], DType::kInt64, {counts[l] + 1});
+      layout->Place(&column->inner_offsets[l]);
+    }
+    SetShape(&column->values, spec_.dtype, {counts.back()});
+    layout->Place(&column->values);
+    return;
+  }
   int64_t total = 0;
   for (int64_t i = 0; i < rows.size(); ++i) total += ListLength(rows.Source(i, slot_), rows.row[i]);
   SetShape(&column->offsets, DType::kInt64, {rows.size() + 1});
@@ -259,6 +293,43 @@ Status OffsetsWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   auto* offsets = reinterpret_cast<int64_t*>(column->offsets.data);
   const int width = DTypeSize(spec_.dtype);
   offsets[0] = 0;
+  if (spec_.list_levels > 0) {
+    // Each level's offsets are rebased to the batch: out[l] indexes level l + 1 (the values
+    // after the last); `next[l]` counts the items of level l written so far.
+    const int levels = spec_.list_levels;
+    std::vector<int64_t*> out(levels);
+    for (int l = 0; l < levels; ++l) {
+      out[l] = reinterpret_cast<int64_t*>(column->inner_offsets[l].data);
+      out[l][0] = 0;
+    }
+    std::vector<int64_t> next(levels + 1, 0);
+    for (int64_t i = 0; i < rows.size(); ++i) {
+      const ColumnSource& src = rows.Source(i, slot_);
+      if (src.IsValid(rows.row[i])) {
+        const int64_t begin = src.Begin(rows.row[i]);
+        const int64_t end = src.End(rows.row[i]);
+        // Level 0's items are [begin, end): write their offsets into level 1, and so on down.
+        std::pair<int64_t, int64_t> range = {begin, end};
+        for (int l = 0; l < levels; ++l) {
+          const ColumnSource::Level& level = src.levels[l];
+          for (int64_t k = range.first; k < range.second; ++k) {
+            const int64_t length = level.At(k + 1) - level.At(k);
+            out[l][next[l] + 1] = out[l][next[l]] + length;
+            ++next[l];
+          }
+          range = Descend(level, range.first, range.second);
+        }
+        const int64_t length = range.second - range.first;
+        CopyListValues(src, spec_.source_dtype, range.first, length,
+                       column->values.data + next[levels] * width);
+        next[levels] += length;
+        offsets[i + 1] = offsets[i] + (end - begin);
+      } else {
+        offsets[i + 1] = offsets[i];
+      }
+    }
+    return Status::OK();
+  }
   for (int64_t i = 0; i < rows.size(); ++i) {
     const ColumnSource& src = rows.Source(i, slot_);
     int64_t length = 0;
