@@ -282,6 +282,9 @@ class OutputColumn:
     def offsets(self) -> object: ...
 
     @property
+    def inner_offsets(self) -> list: ...
+
+    @property
     def lengths(self) -> object: ...
 
     @property
