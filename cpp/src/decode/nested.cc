@@ -166,10 +166,13 @@ Result<std::shared_ptr<arrow::Array>> ConformArray(const std::shared_ptr<arrow::
       from.id() == arrow::Type::BINARY || from.id() == arrow::Type::LARGE_BINARY;
   const bool from_list = from.id() == arrow::Type::LIST || from.id() == arrow::Type::LARGE_LIST;
   const bool to_large = IsLarge(type->id());
-  if ((from_strings && (type->id() == arrow::Type::LARGE_STRING ||
-                        type->id() == arrow::Type::LARGE_BINARY || !IsLarge(from.id()))) ||
-      (from_list && (type->id() == arrow::Type::LIST || type->id() == arrow::Type::LARGE_LIST) &&
-       (to_large || !IsLarge(from.id())))) {
+  const bool to_strings =
+      type->id() == arrow::Type::STRING || type->id() == arrow::Type::LARGE_STRING ||
+      type->id() == arrow::Type::BINARY || type->id() == arrow::Type::LARGE_BINARY;
+  const bool to_list = type->id() == arrow::Type::LIST || type->id() == arrow::Type::LARGE_LIST;
+  // Offsets widen (32 to 64 bits), never narrow.
+  if (((from_strings && to_strings) || (from_list && to_list)) &&
+      (to_large || !IsLarge(from.id()))) {
     std::vector<std::shared_ptr<arrow::ArrayData>> children;
     if (from_list) {
       const auto& value_type = static_cast<const arrow::BaseListType&>(*type).value_type();
