@@ -196,3 +196,17 @@ def test_evolving_dataset_is_deterministic(tmp_path, threads):
     cache = tmp_path / "cache"
     assert _digest(load(root, num_threads=threads, cache_dir=str(cache), **kwargs)) == reference
     assert _digest(load(root, num_threads=threads, cache_dir=str(cache), **kwargs)) == reference
+
+
+def test_cache_entries_follow_the_unified_type(tmp_path):
+    # Cached arrays of a file hold its type as the dataset read it: a file added later that
+    # widens the column must not be served the narrower arrays.
+    root = tmp_path / "data"
+    write_files(root, [pa.table({"x": pa.array(range(9), pa.int32())})])
+    cache = os.fspath(tmp_path / "cache")
+    assert column(load(os.fspath(root), columns=["x"], cache_dir=cache), "x") == list(range(9))
+    pq.write_table(pa.table({"x": pa.array([2**40], pa.int64())}), root / "part-9.parquet")
+    for _ in range(2):
+        batches = load(os.fspath(root), columns=["x"], cache_dir=cache)
+        assert batches[0]["x"].dtype == np.int64
+        assert column(batches, "x") == list(range(9)) + [2**40]

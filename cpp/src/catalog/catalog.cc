@@ -536,6 +536,15 @@ std::string Catalog::MissingIn(const std::string& name) const {
   return it == missing_in_.end() ? std::string() : it->second;
 }
 
+std::string Catalog::ReadAs(int file, const std::string& name) const {
+  auto unified = schema_->GetFieldByName(name);
+  if (!unified) return "";
+  const auto& fields = files_[file].fields;
+  auto it = fields.find(name);
+  if (it == fields.end()) return "absent, " + unified->type()->ToString();
+  return it->second.type->Equals(*unified->type()) ? "" : unified->type()->ToString();
+}
+
 int64_t Catalog::FieldBytes(const RowGroupRef& rg, const std::string& field) const {
   const CatalogFile& file = files_[rg.file];
   auto it = file.fields.find(field);

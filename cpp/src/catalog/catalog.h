@@ -98,6 +98,10 @@ class Catalog {
   std::string Conflict(const std::string& name) const;
   /// The first file (display path) that lacks file column `name` ("" when every file has it).
   std::string MissingIn(const std::string& name) const;
+  /// How file `file`'s column `name` is converted when read: "" when it is read as stored, else
+  /// the dataset's type for it (and "absent" when the file lacks it). Part of cache keys, so
+  /// that adding a file that widens a column never serves arrays of the old type.
+  std::string ReadAs(int file, const std::string& name) const;
   int num_file_fields() const { return num_file_fields_; }
   int64_t total_rows() const { return total_rows_; }
   /// Identity of the dataset: paths, sizes and row counts.
