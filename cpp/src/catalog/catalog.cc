@@ -436,17 +436,16 @@ Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& s
   // only to a loader that reads the column (ResolveColumns).
   std::vector<std::shared_ptr<arrow::Field>> fields;
   std::unordered_map<std::string, size_t> first_file;  // name -> first file that has it
+  std::unordered_map<std::string, size_t> position;    // name -> index in `fields`
   for (size_t i = 0; i < schemas.size(); ++i) {
     for (const auto& field : schemas[i]->fields()) {
       auto [it, added] = first_file.emplace(field->name(), i);
       if (added) {
+        position[field->name()] = fields.size();
         fields.push_back(field);
         continue;
       }
-      const size_t index = static_cast<size_t>(
-          std::find_if(fields.begin(), fields.end(),
-                       [&](const auto& f) { return f->name() == field->name(); }) -
-          fields.begin());
+      const size_t index = position[field->name()];
       const auto& current = fields[index];
       if (catalog->conflicts_.count(field->name())) continue;
       auto unified = UnifyTypes(current->type(), field->type());
