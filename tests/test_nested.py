@@ -321,3 +321,19 @@ def test_nested_columns_are_deterministic(tmp_path, list_of_structs, lists_file,
     cache = os.fspath(tmp_path / "cache")
     assert _digest(load(files, num_threads=threads, cache_dir=cache, **kwargs)) == reference
     assert _digest(load(files, num_threads=threads, cache_dir=cache, **kwargs)) == reference
+
+
+def test_nested_ragged_as_torch_and_parent_options(tmp_path, lists_file):
+    torch = pytest.importorskip("torch")
+    batches = load(lists_file, columns=["grid"], lists={"grid": "ragged"}, output="torch")
+    value = batches[0]["grid"]
+    assert isinstance(value.flat_values, torch.Tensor) and value.flat_values.dtype == torch.int16
+    assert all(isinstance(o, torch.Tensor) and o.dtype == torch.int64
+               for o in value.nested_offsets)
+    assert [row for b in batches for row in b["grid"].tolist()] == expected(lists_file, "grid", [])
+    # lists= given for a map applies to its keys and values.
+    path = os.fspath(tmp_path / "map.parquet")
+    pq.write_table(pa.table({"m": pa.array([[(1, 2)], []], pa.map_(pa.int8(), pa.int8()))}), path)
+    batches = load(path, columns=["m"], lists={"m": "padded"})
+    assert batches[0]["m.keys"].tolist() == [[1], [0]]
+    assert batches[0]["m.values_lengths"].tolist() == [1, 0]
