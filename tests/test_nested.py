@@ -337,3 +337,13 @@ def test_nested_ragged_as_torch_and_parent_options(tmp_path, lists_file):
     batches = load(path, columns=["m"], lists={"m": "padded"})
     assert batches[0]["m.keys"].tolist() == [[1], [0]]
     assert batches[0]["m.values_lengths"].tolist() == [1, 0]
+
+
+def test_describe_names_each_leaf(struct_file):
+    description = stoker.describe(struct_file, columns=["s"], null_mask=True)
+    columns = {c.name: c for c in description.columns}
+    assert list(columns) == ["s.a", "s.b.c", "s.b.d"]
+    assert columns["s.a"].arrow_type == "int32" and columns["s.a"].ok
+    assert columns["s.b.d"].arrow_type == "string" and columns["s.b.d"].uncompressed_bytes > 0
+    assert [c.name for c in stoker.describe(struct_file).columns] == ["s.a", "s.b.c", "s.b.d",
+                                                                      "id"]

@@ -288,8 +288,8 @@ std::string Available(const arrow::Schema& schema) {
   return out;
 }
 
-// `names` with each struct parent ("s", not itself a column) replaced by its leaves ("s.a",
-// "s.b.c"), in schema order.
+}  // namespace
+
 std::vector<std::string> ExpandParents(const arrow::Schema& schema,
                                        const std::vector<std::string>& names) {
   std::vector<std::string> out;
@@ -307,8 +307,6 @@ std::vector<std::string> ExpandParents(const arrow::Schema& schema,
   }
   return out;
 }
-
-}  // namespace
 
 bool NullsAllowed(const ColumnSpec& spec) {
   // A numeric fill value cannot stand for a missing string or list: those need the mask.

@@ -101,6 +101,11 @@ struct OutputSpec {
 Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options,
                                   std::shared_ptr<arrow::Schema> transform_schema = nullptr);
 
+/// `names` with each struct or map parent ("s", not itself a column) replaced by its leaves
+/// ("s.a", "s.b.c"), in schema order; other names as they are.
+std::vector<std::string> ExpandParents(const arrow::Schema& schema,
+                                       const std::vector<std::string>& names);
+
 /// Whether a null row of this column is delivered (null_mask, fill_null where it applies, or a
 /// transform chain that takes nulls) rather than an error.
 bool NullsAllowed(const ColumnSpec& spec);

@@ -120,9 +120,9 @@ Result<std::vector<ColumnSpec>> ResolveOne(const Catalog& catalog, const LoaderO
 
 // What the loader makes of column `name`: one description, or one per output of its transforms
 // (each named after its output, with the column's footer facts).
-std::vector<ColumnDescription> DescribeColumn(const Catalog& catalog, const LoaderOptions& options,
-                                              const std::shared_ptr<arrow::Schema>& transform_schema,
-                                              const std::string& name, bool feature) {
+std::vector<ColumnDescription> DescribeColumn(
+    const Catalog& catalog, const LoaderOptions& options,
+    const std::shared_ptr<arrow::Schema>& transform_schema, const std::string& name, bool feature) {
   ColumnDescription column;
   column.name = name;
   const arrow::Schema& schema = *catalog.schema();
@@ -235,12 +235,14 @@ Result<DatasetDescription> Describe(const LoaderOptions& options) {
       }
     }
   } else {
-    for (const auto& name : options.columns) {
+    // A struct parent is described leaf by leaf, each with its own footer facts.
+    const arrow::Schema& schema = transform_schema ? *transform_schema : *catalog->schema();
+    for (const auto& name : ExpandParents(schema, options.columns)) {
       for (auto& column : DescribeColumn(*catalog, options, transform_schema, name, false)) {
         out.columns.push_back(std::move(column));
       }
     }
-    for (const auto& name : options.features) {
+    for (const auto& name : ExpandParents(schema, options.features)) {
       for (auto& column : DescribeColumn(*catalog, options, transform_schema, name, true)) {
         out.columns.push_back(std::move(column));
       }
