@@ -347,3 +347,13 @@ def test_describe_names_each_leaf(struct_file):
     assert columns["s.b.d"].arrow_type == "string" and columns["s.b.d"].uncompressed_bytes > 0
     assert [c.name for c in stoker.describe(struct_file).columns] == ["s.a", "s.b.c", "s.b.d",
                                                                       "id"]
+
+
+def test_transform_receives_flattened_leaves(struct_file):
+    def fn(cols):
+        assert set(cols) == {"s.a", "id"}
+        return {"a2": np.ma.filled(cols["s.a"], -1).astype(np.int64) * 2}
+
+    batches = load(struct_file, transform=fn, transform_columns=["s.a", "id"], columns=["a2"])
+    want = [-2 if v is None else 2 * v for v in expected(struct_file, "s", ["a"])]
+    assert [v for b in batches for v in b["a2"].tolist()] == want
