@@ -357,3 +357,13 @@ def test_transform_receives_flattened_leaves(struct_file):
     batches = load(struct_file, transform=fn, transform_columns=["s.a", "id"], columns=["a2"])
     want = [-2 if v is None else 2 * v for v in expected(struct_file, "s", ["a"])]
     assert [v for b in batches for v in b["a2"].tolist()] == want
+
+
+def test_dictionary_leaf_of_a_struct(tmp_path):
+    codes = pa.array(["red", "green", None, "red"]).dictionary_encode()
+    s = pa.StructArray.from_arrays([codes, pa.array([1, 2, 3, 4], pa.int8())], ["color", "n"])
+    path = os.fspath(tmp_path / "dict.parquet")
+    pq.write_table(pa.table({"s": s}), path)
+    batches = load(path, columns=["s"], null_mask=["s.color"], batch_size=4)
+    assert delivered(batches, "s.color") == ["red", "green", None, "red"]
+    assert delivered(batches, "s.n") == [1, 2, 3, 4]

@@ -210,3 +210,15 @@ def test_cache_entries_follow_the_unified_type(tmp_path):
         batches = load(os.fspath(root), columns=["x"], cache_dir=cache)
         assert batches[0]["x"].dtype == np.int64
         assert column(batches, "x") == list(range(9)) + [2**40]
+
+
+def test_feature_added_later_takes_fill_null(tmp_path):
+    root = write_files(tmp_path, [
+        pa.table({"a": pa.array([1.0, 2.0], pa.float32())}),
+        pa.table({"a": pa.array([3.0], pa.float32()), "b": pa.array([7], pa.int16())}),
+    ])
+    with pytest.raises(NullValueError, match=r"'b'.*part-0\.parquet"):
+        stoker.Loader(root, features=["a", "b"], shuffle=False, batch_size=2, drop_last=False)
+    batches = load(root, features=["a", "b"], fill_null={"b": -1})
+    features = np.concatenate([b["features"] for b in batches])
+    np.testing.assert_array_equal(features, np.array([[1, -1], [2, -1], [3, 7]], np.float32))
