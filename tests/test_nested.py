@@ -189,10 +189,43 @@ def test_lists_of_lists_ragged(lists_file):
     assert batches[1]["grid"][0] == [np.asarray(v).tolist() for v in batches[1]["grid"][0]]
 
 
-def test_lists_of_lists_padded_is_declined_with_the_option_that_works(lists_file):
-    for name in ("grid", "words"):
+def unpad(values, lengths, inner) -> list:
+    """Nested lists back from a padded [B, L0, ..., Lk] array and its per-level lengths."""
+    def cut(block, n, level, index):
+        if level == len(inner):
+            return block[:n].tolist()
+        return [cut(block[j], int(inner[level][index + (j,)]), level + 1, index + (j,))
+                for j in range(n)]
+    return [cut(values[i], int(lengths[i]), 0, (i,)) for i in range(len(lengths))]
+
+
+def test_lists_of_lists_padded(lists_file):
+    batches = load(lists_file, columns=["grid"], lists="padded", pad_value=-7, null_mask=True)
+    got = []
+    for b in batches:
+        values = b["grid"]
+        assert values.dtype == np.int16 and values.ndim == 3
+        inner = [b["grid_lengths_1"]]
+        assert inner[0].shape == values.shape[:2]
+        rows = unpad(values, b["grid_lengths"], inner)
+        # Everything outside the lengths is pad_value.
+        filled = sum(len(inner_row) for row in rows for inner_row in row)
+        assert (values == -7).sum() == values.size - filled
+        got.extend(rows)
+    assert got == expected(lists_file, "grid", [])
+
+
+def test_strings_padded_are_declined_with_the_option_that_works(lists_file):
+    for name in ("deep", "words"):
         with pytest.raises(UnsupportedTypeError, match=f"lists=\\{{'{name}': 'ragged'\\}}"):
             load(lists_file, columns=[name], lists="padded")
+
+
+def test_old_list_structure_padded():
+    path = os.path.join(DATA, "old_list_structure.parquet")
+    batch = load(path, columns=["a"], lists="padded")[0]
+    np.testing.assert_array_equal(batch["a"], [[[1, 2], [3, 4]]])
+    np.testing.assert_array_equal(batch["a_lengths_1"], [[2, 2]])
 
 
 def test_list_of_null_is_declined(tmp_path):
@@ -367,3 +400,25 @@ def test_dictionary_leaf_of_a_struct(tmp_path):
     batches = load(path, columns=["s"], null_mask=["s.color"], batch_size=4)
     assert delivered(batches, "s.color") == ["red", "green", None, "red"]
     assert delivered(batches, "s.n") == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("mode", ["ragged", "padded"])
+def test_three_levels_of_numbers(tmp_path, mode):
+    rng = np.random.default_rng(5)
+    rows = [[[[float(rng.integers(0, 9)) for _ in range(int(rng.integers(0, 3)))]
+              for _ in range(int(rng.integers(0, 3)))] for _ in range(int(rng.integers(0, 3)))]
+            for _ in range(17)]
+    rows[4] = None
+    path = os.fspath(tmp_path / "cube.parquet")
+    pq.write_table(pa.table({"c": pa.array(rows, pa.list_(pa.list_(pa.list_(pa.float32()))))}),
+                   path, row_group_size=6)
+    batches = load(path, columns=["c"], lists=mode, null_mask=True, batch_size=5, pad_value=-1)
+    if mode == "ragged":
+        assert delivered(batches, "c") == expected(path, "c", [])
+        return
+    got = []
+    for b in batches:
+        assert b["c"].ndim == 4 and b["c_lengths_2"].ndim == 3
+        cut = unpad(b["c"], b["c_lengths"], [b["c_lengths_1"], b["c_lengths_2"]])
+        got.extend(r if m else None for r, m in zip(cut, b["c_mask"].tolist()))
+    assert got == expected(path, "c", [])

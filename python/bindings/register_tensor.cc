@@ -72,6 +72,12 @@ void RegisterTensor(nb::module_& m) {
                      return out;
                    })
       .def_prop_ro("lengths", [](const OutputColumn& c) { return ToNumpy(c.lengths); })
+      .def_prop_ro("inner_lengths",
+                   [](const OutputColumn& c) {
+                     nb::list out;
+                     for (const Tensor& t : c.inner_lengths) out.append(ToNumpy(t));
+                     return out;
+                   })
       .def_prop_ro("mask", [](const OutputColumn& c) { return ToNumpy(c.mask); })
       .def_prop_ro("valid", [](const OutputColumn& c) { return ToNumpy(c.valid); });
 

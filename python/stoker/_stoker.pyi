@@ -288,6 +288,9 @@ class OutputColumn:
     def lengths(self) -> object: ...
 
     @property
+    def inner_lengths(self) -> list: ...
+
+    @property
     def mask(self) -> object: ...
 
     @property

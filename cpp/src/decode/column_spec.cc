@@ -234,7 +234,8 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
       }
       spec->kind =
           options.list_mode == ListMode::kPadded ? ColumnKind::kPadded : ColumnKind::kRagged;
-      if (spec->list_levels > 0 && spec->kind == ColumnKind::kPadded) {
+      // Padding pads numbers; strings in lists of lists are delivered ragged only.
+      if (spec->list_levels > 0 && spec->kind == ColumnKind::kPadded && !annotation.empty()) {
         return MakeError(ErrorKind::kUnsupportedType,
                          "column '" + name + "' is a list of lists or strings (" +
                              full_type->ToString() +
