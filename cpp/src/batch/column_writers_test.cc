@@ -289,6 +289,34 @@ TEST(OffsetsWriter, ListsOfListsGiveOneOffsetsTensorPerLevel) {
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(w.column.values.data), 3), "abc");
 }
 
+TEST(PaddedWriter, ListsOfListsPadEveryLevel) {
+  // Rows (list<list<int32>>): [[1, 2], []], null, [[3]].
+  DecodedItem item;
+  item.num_rows = 3;
+  item.sources.resize(1);
+  const int32_t values[] = {1, 2, 3};
+  const int32_t inner[] = {0, 2, 2, 3};
+  const int64_t rows[] = {0, 2, 2, 3};
+  const std::vector<uint8_t> valid = Bitmap({1, 0, 1});
+  ColumnSource& nested = item.sources[0];
+  nested.values = reinterpret_cast<const uint8_t*>(values);
+  nested.offsets64 = rows;
+  nested.validity = valid.data();
+  nested.levels.push_back({inner, nullptr});
+  ColumnSpec spec =
+      Spec("g", SourceLayout::kList, ColumnKind::kPadded, DType::kInt32, DType::kInt32);
+  spec.list_levels = 1;
+  spec.options.pad_value = -1;
+  const Written g = Write(PaddedWriter(spec, 0, 0), {{&item, 2}, {&item, 1}, {&item, 0}});
+  EXPECT_EQ(g.column.values.shape, (std::vector<int64_t>{3, 2, 2}));
+  EXPECT_EQ(Values<int32_t>(g.column.values),
+            (std::vector<int32_t>{3, -1, -1, -1, -1, -1, -1, -1, 1, 2, -1, -1}));
+  EXPECT_EQ(Values<int64_t>(g.column.lengths), (std::vector<int64_t>{1, 0, 2}));
+  ASSERT_EQ(g.column.inner_lengths.size(), 1u);
+  EXPECT_EQ(g.column.inner_lengths[0].shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(Values<int64_t>(g.column.inner_lengths[0]), (std::vector<int64_t>{1, 0, 0, 0, 2, 0}));
+}
+
 TEST(PartitionWriter, RepeatsEachItemsValue) {
   TwoItems items;
   items.a.sources[0].partition_int = 2024;
