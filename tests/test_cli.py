@@ -40,10 +40,10 @@ def dataset(tmp_path):
 
 @pytest.fixture
 def odd_dataset(tmp_path):
-    """A column with nulls and a struct column (unsupported), gzip-compressed."""
+    """A column with nulls and a list<null> column (unsupported), gzip-compressed."""
     path = tmp_path / "odd.parquet"
     table = pa.table({"a": pa.array([1.0, None, 3.0, 4.0]),
-                      "s": pa.array([{"q": i} for i in range(4)])})
+                      "s": pa.array([[], [None], [], []], pa.list_(pa.null()))})
     pq.write_table(table, path, compression="gzip")
     return str(path)
 

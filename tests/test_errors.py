@@ -98,14 +98,16 @@ def test_schema_mismatch_type(good):
     assert "'id'" in message and "part-0.parquet" in message and "part-9.parquet" in message
 
 
-def test_schema_mismatch_missing_column(good):
+def test_missing_column_is_null_in_that_file(good):
+    # Schemas evolve: a file without a column holds nulls for it, then the null rules apply.
     pq.write_table(pa.table({"id": pa.array([1], pa.int64())}), good / "part-9.parquet")
-    with pytest.raises(errors.SchemaMismatchError, match="part-9.parquet"):
+    with pytest.raises(errors.NullValueError, match="part-9.parquet"):
         stoker.Loader(str(good))
 
 
 def test_unsupported_type_names_column(tmp_path):
-    pq.write_table(pa.table({"s": pa.array([{"a": 1}, {"a": 2}])}), tmp_path / "s.parquet")
+    pq.write_table(pa.table({"s": pa.array([[], [None]], pa.list_(pa.null()))}),
+                   tmp_path / "s.parquet")
     with pytest.raises(TypeError, match="'s'") as info:
         stoker.Loader(str(tmp_path))
     assert isinstance(info.value, errors.UnsupportedTypeError)

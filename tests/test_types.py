@@ -508,10 +508,14 @@ def test_pad_value_not_representable(pyarrow_file):
                       shuffle=False)
 
 
-def test_list_of_strings_unsupported(write_parquet):
+def test_list_of_strings_ragged_only(write_parquet):
+    # Ragged: nested offsets (tests/test_nested.py); padded pads one level of numbers only.
     path = write_parquet({"tags": pa.array([["a"], ["b", "c"]])})
-    with pytest.raises(UnsupportedTypeError, match="'tags'"):
-        stoker.Loader(path, columns=["tags"], lists="ragged", shuffle=False)
+    with stoker.Loader(path, columns=["tags"], lists="ragged", shuffle=False,
+                       batch_size=2) as loader:
+        assert next(iter(loader))["tags"].tolist() == [["a"], ["b", "c"]]
+    with pytest.raises(UnsupportedTypeError, match="'tags'.*lists=\\{'tags': 'ragged'\\}"):
+        stoker.Loader(path, columns=["tags"], lists="padded", shuffle=False, batch_size=2)
 
 
 # ------------------------------------------------------------------------------ tensors
@@ -938,14 +942,26 @@ def test_hive_partition_mixed_values_are_strings(write_parquet, tmp_path):
 
 @pytest.mark.parametrize("sql,column", [
     ("SELECT (i * 1.5)::DECIMAL(10, 2) AS d FROM range(10) t(i)", "d"),
-    ("SELECT {'a': i, 'b': i * 2} AS st FROM range(10) t(i)", "st"),
-    ("SELECT MAP {'k': i} AS m FROM range(10) t(i)", "m"),
 ])
 def test_duckdb_unsupported_types_name_the_column(write_duckdb, sql, column):
     path = write_duckdb(sql)
     with pytest.raises(UnsupportedTypeError, match=f"'{column}'"):
         stoker.Loader(path, columns=[column], lists="ragged", shuffle=False)
     assert pq.read_table(path).num_rows == 10  # the file itself is fine
+
+
+def test_duckdb_structs_and_maps_are_flattened(write_duckdb):
+    """DuckDB's STRUCT and MAP: leaves `st.a`, `st.b`; `m.keys` and `m.values` (ragged)."""
+    path = write_duckdb("SELECT {'a': i, 'b': i * 2} AS st, MAP {'k' || i: i} AS m "
+                        "FROM range(10) t(i)")
+    with stoker.Loader(path, columns=["st", "m"], lists="ragged", shuffle=False,
+                       batch_size=10) as loader:
+        batch = next(iter(loader))
+    table = pq.read_table(path)
+    assert batch["st.a"].tolist() == [r["a"] for r in table["st"].to_pylist()]
+    assert batch["st.b"].tolist() == [r["b"] for r in table["st"].to_pylist()]
+    assert batch["m.keys"].tolist() == [[k for k, _ in r] for r in table["m"].to_pylist()]
+    assert batch["m.values"].tolist() == [[v for _, v in r] for r in table["m"].to_pylist()]
 
 
 def test_duckdb_from_arrow_table(write_duckdb):

@@ -65,7 +65,19 @@ void RegisterTensor(nb::module_& m) {
                    [](const OutputColumn& c) { return c.values.dtype == DType::kBFloat16; })
       .def_prop_ro("values", [](const OutputColumn& c) { return ToNumpy(c.values); })
       .def_prop_ro("offsets", [](const OutputColumn& c) { return ToNumpy(c.offsets); })
+      .def_prop_ro("inner_offsets",
+                   [](const OutputColumn& c) {
+                     nb::list out;
+                     for (const Tensor& t : c.inner_offsets) out.append(ToNumpy(t));
+                     return out;
+                   })
       .def_prop_ro("lengths", [](const OutputColumn& c) { return ToNumpy(c.lengths); })
+      .def_prop_ro("inner_lengths",
+                   [](const OutputColumn& c) {
+                     nb::list out;
+                     for (const Tensor& t : c.inner_lengths) out.append(ToNumpy(t));
+                     return out;
+                   })
       .def_prop_ro("mask", [](const OutputColumn& c) { return ToNumpy(c.mask); })
       .def_prop_ro("valid", [](const OutputColumn& c) { return ToNumpy(c.valid); });
 

@@ -11,7 +11,8 @@ __all__ = ["to_python"]
 
 
 def to_python(batch: Any, output: str) -> Dict[str, Any]:
-    """One engine batch as ``{name: array}``; padded lists add ``<name>_lengths``, masks
+    """One engine batch as ``{name: array}``; padded lists add ``<name>_lengths`` (and
+    ``<name>_lengths_1``... for lists of lists), masks
     ``<name>_mask``, on_error='zero' transforms ``<name>_valid``; ragged lists and strings
     become :class:`Ragged`."""
     if output == "torch":
@@ -37,9 +38,22 @@ def to_python(batch: Any, output: str) -> Dict[str, Any]:
         elif kind == _stoker.ColumnKind.padded:
             out[column.name] = convert_values(column)
             out[column.name + "_lengths"] = convert(column.lengths)
+            # Lists of lists: each inner level's lengths, [B, L0, ..., Ll] (level l + 1).
+            for level, lengths in enumerate(column.inner_lengths, 1):
+                out[f"{column.name}_lengths_{level}"] = convert(lengths)
         else:
             label = column.annotation if kind == _stoker.ColumnKind.strings else "list"
-            out[column.name] = Ragged(convert_values(column), convert(column.offsets), label)
+            inner = column.inner_offsets
+            if inner:
+                # Lists of lists (or of strings): one Ragged per level, the innermost holding
+                # the values (bytes with kind "utf8"/"binary" for strings).
+                label = column.annotation if column.annotation in ("utf8", "binary") else "list"
+                value = Ragged(convert_values(column), convert(inner[-1]), label)
+                for offsets in reversed(inner[:-1]):
+                    value = Ragged(value, convert(offsets), "list")
+                out[column.name] = Ragged(value, convert(column.offsets), "list")
+            else:
+                out[column.name] = Ragged(convert_values(column), convert(column.offsets), label)
         if column.has_mask:
             out[column.name + "_mask"] = convert(column.mask)
         if column.has_valid:

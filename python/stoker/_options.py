@@ -146,7 +146,9 @@ def column_options(lists: Union[None, str, Mapping[str, str]],
     for option, by in (("lists", list_by), ("pad_value", pad_by), ("fill_null", fill_by),
                        ("null_mask", mask_by), ("on_error", error_by)):
         for name in by:
-            if requested and name not in requested:
+            # A struct's name stands for its leaves, and a leaf may be named below a parent.
+            if requested and not any(r == name or r.startswith(name + ".") or
+                                     name.startswith(r + ".") for r in requested):
                 raise InvalidOptionError(
                     f"{option} names column {name!r}, which is not in columns or features")
 

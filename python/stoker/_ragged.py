@@ -16,6 +16,11 @@ class Ragged:
     ``"binary"``; variable-length list columns with ``lists="ragged"`` as a ``Ragged`` of their
     value dtype. ``values`` and ``offsets`` are numpy arrays (or torch tensors with
     ``output="torch"``) viewing stoker's batch memory without a copy.
+
+    Lists of lists and lists of strings (``lists="ragged"``) nest: ``values`` is itself a
+    ``Ragged`` whose rows are the inner lists (or the strings), so row ``i`` is the inner rows
+    ``offsets[i]`` to ``offsets[i + 1]``; ``flat_values`` and ``nested_offsets`` give the
+    innermost values and every level's offsets (outer first).
     """
 
     __slots__ = ("values", "offsets", "kind")
@@ -35,6 +40,8 @@ class Ragged:
         if not 0 <= i < n:
             raise IndexError(f"row {i} out of range for {n} rows")
         begin, end = int(self.offsets[i]), int(self.offsets[i + 1])
+        if isinstance(self.values, Ragged):
+            return [self.values[j] for j in range(begin, end)]
         row = self.values[begin:end]
         if self.kind == "utf8":
             return bytes(np.asarray(row)).decode("utf-8")
@@ -45,6 +52,9 @@ class Ragged:
     def tolist(self) -> list:
         """Python objects: ``str`` for utf8, ``bytes`` for binary, lists of numbers otherwise."""
         offsets = np.asarray(self.offsets).tolist()
+        if isinstance(self.values, Ragged):
+            inner = self.values.tolist()
+            return [inner[begin:end] for begin, end in zip(offsets, offsets[1:])]
         if self.kind in ("utf8", "binary"):
             # One bytes object for the batch, then cheap slices (not one numpy view per row).
             data = np.asarray(self.values).tobytes()
@@ -52,6 +62,23 @@ class Ragged:
             return [row.decode("utf-8") for row in rows] if self.kind == "utf8" else rows
         values = np.asarray(self.values)
         return [values[begin:end].tolist() for begin, end in zip(offsets, offsets[1:])]
+
+    @property
+    def flat_values(self) -> Any:
+        """The innermost values (the same as ``values`` for one level)."""
+        values = self.values
+        while isinstance(values, Ragged):
+            values = values.values
+        return values
+
+    @property
+    def nested_offsets(self) -> list:
+        """Every level's offsets, outer first (``[offsets]`` for one level)."""
+        out, level = [], self
+        while isinstance(level, Ragged):
+            out.append(level.offsets)
+            level = level.values
+        return out
 
     def __repr__(self) -> str:
         return f"Ragged(kind={self.kind!r}, rows={len(self)}, values={len(self.values)})"

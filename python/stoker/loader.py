@@ -49,6 +49,16 @@ def _stop_all_at_exit() -> None:
 atexit.register(_stop_all_at_exit)
 
 
+def _column_options_of(options: Any, name: str) -> Any:
+    """A column's options: its own, else its nearest struct parent's, else the defaults."""
+    key = name
+    while True:
+        if key in options.column_options:
+            return options.column_options[key]
+        if "." not in key:
+            return options.default_column_options
+        key = key.rsplit(".", 1)[0]
+
 
 class _EpochIterator:
     """What ``iter(loader)`` returns: the epoch's batches. The epoch starts (and prefetches) at
@@ -76,6 +86,7 @@ class _EpochIterator:
             self.close()
         except Exception:  # noqa: BLE001  (interpreter exit: nothing left to stop)
             pass
+
 
 class Loader:
     """Streams a Parquet dataset as batches of numpy arrays or torch tensors.
@@ -399,7 +410,8 @@ class Loader:
         known = names | set(feature_columns(self._options)) | set(self._transforms)
         transformed = output_columns(self._transforms)
         for name in self._options.column_options:
-            if name not in known:
+            # A struct's name stands for its leaves ("s" for "s.a", "s.b").
+            if name not in known and not any(k.startswith(name + ".") for k in known):
                 raise InvalidOptionError(
                     f"a per-column option names column {name!r}, which the loader does not read")
         if self._options.padding_mask and self._options.padding_name in names:
@@ -409,7 +421,7 @@ class Loader:
             extra = []
             if info.kind == _stoker.ColumnKind.padded:
                 extra.append(info.name + "_lengths")
-            opts = self._options.column_options.get(info.name, self._options.default_column_options)
+            opts = _column_options_of(self._options, info.name)
             if info.arrow_type == "stacked features":
                 masked = any(g.null_mask for g in self._options.feature_groups
                              if g.name == info.name) or (

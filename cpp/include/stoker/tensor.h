@@ -66,8 +66,15 @@ struct OutputColumn {
   ColumnKind kind = ColumnKind::kDense;
   Tensor values;
   Tensor offsets;  // kRagged, kStrings
+  /// kRagged lists of lists (and lists of strings): one int64 offsets tensor per level below the
+  /// rows', outer first. `offsets` indexes inner_offsets[0], which indexes inner_offsets[1]...,
+  /// the last one `values`.
+  std::vector<Tensor> inner_offsets;
   Tensor lengths;  // kPadded
-  Tensor mask;     // when null_mask is on: bool [B], true where the value is valid
+  /// kPadded lists of lists: the lengths of each level below the rows', outer first; level l is
+  /// int64 [B, L0, ..., Ll] (0 where padded), `values` being [B, L0, ..., Lk].
+  std::vector<Tensor> inner_lengths;
+  Tensor mask;  // when null_mask is on: bool [B], true where the value is valid
   bool has_mask = false;
   Tensor valid;  // on_error="zero" transforms: bool [B], false where a zero tensor was substituted
   bool has_valid = false;

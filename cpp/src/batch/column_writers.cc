@@ -205,8 +205,70 @@ Status DenseWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
 PaddedWriter::PaddedWriter(const ColumnSpec& spec, int slot, int output)
     : ColumnWriter(output), spec_(spec), slot_(slot) {}
 
+namespace {
+
+// The longest list of each level of a batch of lists of lists: the rows' (level 0) first, the
+// innermost (the values) last.
+std::vector<int64_t> Longest(const BatchRows& rows, int slot, int levels) {
+  std::vector<int64_t> longest(levels + 1, 0);
+  for (int64_t i = 0; i < rows.size(); ++i) {
+    const ColumnSource& src = rows.Source(i, slot);
+    if (!src.IsValid(rows.row[i])) continue;
+    int64_t begin = src.Begin(rows.row[i]);
+    int64_t end = src.End(rows.row[i]);
+    longest[0] = std::max(longest[0], end - begin);
+    for (int l = 0; l < levels; ++l) {
+      const ColumnSource::Level& level = src.levels[l];
+      for (int64_t k = begin; k < end; ++k) {
+        longest[l + 1] = std::max(longest[l + 1], level.At(k + 1) - level.At(k));
+      }
+      begin = level.At(begin);
+      end = level.At(end);
+    }
+  }
+  return longest;
+}
+
+// Writes items [begin, end) of level `depth` (0: a row's elements) at flat position `prefix` of
+// the dims before it, then their children, down to the values.
+void FillPaddedLevel(const ColumnSource& src, DType dtype, const std::vector<int64_t>& longest,
+                     int depth, int64_t begin, int64_t end, int64_t prefix,
+                     const std::vector<int64_t*>& lengths, uint8_t* values) {
+  const int levels = static_cast<int>(longest.size()) - 1;
+  if (depth == levels) {
+    CopyListValues(src, dtype, begin, end - begin,
+                   values + prefix * longest[levels] * DTypeSize(dtype));
+    return;
+  }
+  const ColumnSource::Level& level = src.levels[depth];
+  for (int64_t k = begin; k < end; ++k) {
+    const int64_t at = prefix * longest[depth] + (k - begin);
+    lengths[depth][at] = level.At(k + 1) - level.At(k);
+    FillPaddedLevel(src, dtype, longest, depth + 1, level.At(k), level.At(k + 1), at, lengths,
+                    values);
+  }
+}
+
+}  // namespace
+
 void PaddedWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
   Describe(spec_, column);
+  if (spec_.list_levels > 0) {
+    const std::vector<int64_t> longest = Longest(rows, slot_, spec_.list_levels);
+    std::vector<int64_t> shape = {rows.size()};
+    SetShape(&column->lengths, DType::kInt64, shape);
+    layout->Place(&column->lengths);
+    column->inner_lengths.resize(spec_.list_levels);
+    for (int l = 0; l < spec_.list_levels; ++l) {
+      shape.push_back(longest[l]);
+      SetShape(&column->inner_lengths[l], DType::kInt64, shape);
+      layout->Place(&column->inner_lengths[l]);
+    }
+    shape.push_back(longest.back());
+    SetShape(&column->values, spec_.dtype, shape);
+    layout->Place(&column->values);
+    return;
+  }
   int64_t longest = 0;
   for (int64_t i = 0; i < rows.size(); ++i) {
     longest = std::max(longest, ListLength(rows.Source(i, slot_), rows.row[i]));
@@ -219,6 +281,37 @@ void PaddedWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout*
 
 Status PaddedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   auto* lengths = reinterpret_cast<int64_t*>(column->lengths.data);
+  if (spec_.list_levels > 0) {
+    const int levels = spec_.list_levels;
+    std::vector<int64_t> longest(column->values.shape.begin() + 1, column->values.shape.end());
+    std::vector<int64_t*> inner(levels);
+    for (int l = 0; l < levels; ++l) {
+      inner[l] = reinterpret_cast<int64_t*>(column->inner_lengths[l].data);
+      std::fill(inner[l], inner[l] + column->inner_lengths[l].num_elements(), 0);
+    }
+    VisitDType(spec_.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T* out = reinterpret_cast<T*>(column->values.data);
+      std::fill(out, out + column->values.num_elements(), FromDouble<T>(spec_.options.pad_value));
+    });
+    for (int64_t i = 0; i < rows.size(); ++i) {
+      const ColumnSource& src = rows.Source(i, slot_);
+      lengths[i] = 0;
+      if (!src.IsValid(rows.row[i])) continue;
+      const int64_t begin = src.Begin(rows.row[i]);
+      const int64_t end = src.End(rows.row[i]);
+      lengths[i] = end - begin;
+      // Level 0's items are the row's elements, at rows i of the [B, L0] lengths.
+      for (int64_t k = begin; k < end; ++k) {
+        const ColumnSource::Level& level = src.levels[0];
+        const int64_t at = i * longest[0] + (k - begin);
+        inner[0][at] = level.At(k + 1) - level.At(k);
+        FillPaddedLevel(src, spec_.source_dtype, longest, 1, level.At(k), level.At(k + 1), at,
+                        inner, column->values.data);
+      }
+    }
+    return Status::OK();
+  }
   const int64_t longest = column->values.shape[1];
   VisitDType(spec_.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -245,8 +338,42 @@ Status PaddedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
 OffsetsWriter::OffsetsWriter(const ColumnSpec& spec, int slot, int output)
     : ColumnWriter(output), spec_(spec), slot_(slot) {}
 
+// The range of the next level's items under items [begin, end) of `level`.
+std::pair<int64_t, int64_t> Descend(const ColumnSource::Level& level, int64_t begin, int64_t end) {
+  return {level.At(begin), level.At(end)};
+}
+
+// Items at each level (rows' elements first, the values last) of a batch of lists of lists.
+std::vector<int64_t> LevelCounts(const BatchRows& rows, int slot, int levels) {
+  std::vector<int64_t> counts(levels + 1, 0);
+  for (int64_t i = 0; i < rows.size(); ++i) {
+    const ColumnSource& src = rows.Source(i, slot);
+    if (!src.IsValid(rows.row[i])) continue;
+    std::pair<int64_t, int64_t> range = {src.Begin(rows.row[i]), src.End(rows.row[i])};
+    counts[0] += range.second - range.first;
+    for (int l = 0; l < levels; ++l) {
+      range = Descend(src.levels[l], range.first, range.second);
+      counts[l + 1] += range.second - range.first;
+    }
+  }
+  return counts;
+}
+
 void OffsetsWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
   Describe(spec_, column);
+  if (spec_.list_levels > 0) {
+    const std::vector<int64_t> counts = LevelCounts(rows, slot_, spec_.list_levels);
+    SetShape(&column->offsets, DType::kInt64, {rows.size() + 1});
+    layout->Place(&column->offsets);
+    column->inner_offsets.resize(spec_.list_levels);
+    for (int l = 0; l < spec_.list_levels; ++l) {
+      SetShape(&column->inner_offsets[l], DType::kInt64, {counts[l] + 1});
+      layout->Place(&column->inner_offsets[l]);
+    }
+    SetShape(&column->values, spec_.dtype, {counts.back()});
+    layout->Place(&column->values);
+    return;
+  }
   int64_t total = 0;
   for (int64_t i = 0; i < rows.size(); ++i) total += ListLength(rows.Source(i, slot_), rows.row[i]);
   SetShape(&column->offsets, DType::kInt64, {rows.size() + 1});
@@ -259,6 +386,43 @@ Status OffsetsWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   auto* offsets = reinterpret_cast<int64_t*>(column->offsets.data);
   const int width = DTypeSize(spec_.dtype);
   offsets[0] = 0;
+  if (spec_.list_levels > 0) {
+    // Each level's offsets are rebased to the batch: out[l] indexes level l + 1 (the values
+    // after the last); `next[l]` counts the items of level l written so far.
+    const int levels = spec_.list_levels;
+    std::vector<int64_t*> out(levels);
+    for (int l = 0; l < levels; ++l) {
+      out[l] = reinterpret_cast<int64_t*>(column->inner_offsets[l].data);
+      out[l][0] = 0;
+    }
+    std::vector<int64_t> next(levels + 1, 0);
+    for (int64_t i = 0; i < rows.size(); ++i) {
+      const ColumnSource& src = rows.Source(i, slot_);
+      if (src.IsValid(rows.row[i])) {
+        const int64_t begin = src.Begin(rows.row[i]);
+        const int64_t end = src.End(rows.row[i]);
+        // Level 0's items are [begin, end): write their offsets into level 1, and so on down.
+        std::pair<int64_t, int64_t> range = {begin, end};
+        for (int l = 0; l < levels; ++l) {
+          const ColumnSource::Level& level = src.levels[l];
+          for (int64_t k = range.first; k < range.second; ++k) {
+            const int64_t length = level.At(k + 1) - level.At(k);
+            out[l][next[l] + 1] = out[l][next[l]] + length;
+            ++next[l];
+          }
+          range = Descend(level, range.first, range.second);
+        }
+        const int64_t length = range.second - range.first;
+        CopyListValues(src, spec_.source_dtype, range.first, length,
+                       column->values.data + next[levels] * width);
+        next[levels] += length;
+        offsets[i + 1] = offsets[i] + (end - begin);
+      } else {
+        offsets[i + 1] = offsets[i];
+      }
+    }
+    return Status::OK();
+  }
   for (int64_t i = 0; i < rows.size(); ++i) {
     const ColumnSource& src = rows.Source(i, slot_);
     int64_t length = 0;

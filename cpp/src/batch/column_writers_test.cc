@@ -250,6 +250,73 @@ TEST(OffsetsWriter, CopiesStringBytesAndBoolLists) {
   EXPECT_EQ(Values<int64_t>(b.column.offsets), (std::vector<int64_t>{0, 2, 2, 4}));
 }
 
+TEST(OffsetsWriter, ListsOfListsGiveOneOffsetsTensorPerLevel) {
+  // Rows (list<list<int32>>): [[1, 2], []], null, [[3]], [] ; then list<string>: ["ab", "c"].
+  DecodedItem item;
+  item.num_rows = 4;
+  item.sources.resize(2);
+  const int32_t values[] = {1, 2, 3};
+  const int32_t inner[] = {0, 2, 2, 3};
+  const int64_t rows[] = {0, 2, 2, 3, 3};
+  const std::vector<uint8_t> valid = Bitmap({1, 0, 1, 1});
+  ColumnSource& nested = item.sources[0];
+  nested.values = reinterpret_cast<const uint8_t*>(values);
+  nested.offsets64 = rows;
+  nested.validity = valid.data();
+  nested.levels.push_back({inner, nullptr});
+  ColumnSpec spec =
+      Spec("g", SourceLayout::kList, ColumnKind::kRagged, DType::kInt32, DType::kInt32);
+  spec.list_levels = 1;
+  const Written g = Write(OffsetsWriter(spec, 0, 0), {{&item, 2}, {&item, 1}, {&item, 0}});
+  EXPECT_EQ(Values<int64_t>(g.column.offsets), (std::vector<int64_t>{0, 1, 1, 3}));
+  ASSERT_EQ(g.column.inner_offsets.size(), 1u);
+  EXPECT_EQ(Values<int64_t>(g.column.inner_offsets[0]), (std::vector<int64_t>{0, 1, 3, 3}));
+  EXPECT_EQ(Values<int32_t>(g.column.values), (std::vector<int32_t>{3, 1, 2}));
+
+  const char text[] = "abc";
+  const int32_t string_offsets[] = {0, 2, 3};
+  const int32_t row_offsets[] = {0, 2, 2, 2, 2};
+  ColumnSource& words = item.sources[1];
+  words.values = reinterpret_cast<const uint8_t*>(text);
+  words.offsets32 = row_offsets;
+  words.levels.push_back({string_offsets, nullptr});
+  spec = Spec("w", SourceLayout::kList, ColumnKind::kRagged, DType::kUInt8, DType::kUInt8);
+  spec.list_levels = 1;
+  spec.annotation = "utf8";
+  const Written w = Write(OffsetsWriter(spec, 1, 0), {{&item, 1}, {&item, 0}});
+  EXPECT_EQ(Values<int64_t>(w.column.offsets), (std::vector<int64_t>{0, 0, 2}));
+  EXPECT_EQ(Values<int64_t>(w.column.inner_offsets[0]), (std::vector<int64_t>{0, 2, 3}));
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(w.column.values.data), 3), "abc");
+}
+
+TEST(PaddedWriter, ListsOfListsPadEveryLevel) {
+  // Rows (list<list<int32>>): [[1, 2], []], null, [[3]].
+  DecodedItem item;
+  item.num_rows = 3;
+  item.sources.resize(1);
+  const int32_t values[] = {1, 2, 3};
+  const int32_t inner[] = {0, 2, 2, 3};
+  const int64_t rows[] = {0, 2, 2, 3};
+  const std::vector<uint8_t> valid = Bitmap({1, 0, 1});
+  ColumnSource& nested = item.sources[0];
+  nested.values = reinterpret_cast<const uint8_t*>(values);
+  nested.offsets64 = rows;
+  nested.validity = valid.data();
+  nested.levels.push_back({inner, nullptr});
+  ColumnSpec spec =
+      Spec("g", SourceLayout::kList, ColumnKind::kPadded, DType::kInt32, DType::kInt32);
+  spec.list_levels = 1;
+  spec.options.pad_value = -1;
+  const Written g = Write(PaddedWriter(spec, 0, 0), {{&item, 2}, {&item, 1}, {&item, 0}});
+  EXPECT_EQ(g.column.values.shape, (std::vector<int64_t>{3, 2, 2}));
+  EXPECT_EQ(Values<int32_t>(g.column.values),
+            (std::vector<int32_t>{3, -1, -1, -1, -1, -1, -1, -1, 1, 2, -1, -1}));
+  EXPECT_EQ(Values<int64_t>(g.column.lengths), (std::vector<int64_t>{1, 0, 2}));
+  ASSERT_EQ(g.column.inner_lengths.size(), 1u);
+  EXPECT_EQ(g.column.inner_lengths[0].shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(Values<int64_t>(g.column.inner_lengths[0]), (std::vector<int64_t>{1, 0, 0, 0, 2, 0}));
+}
+
 TEST(PartitionWriter, RepeatsEachItemsValue) {
   TwoItems items;
   items.a.sources[0].partition_int = 2024;

@@ -2,6 +2,7 @@
 
 #include <arrow/filesystem/localfs.h>
 #include <arrow/io/interfaces.h>
+#include <arrow/type_traits.h>
 #include <fnmatch.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/arrow/schema.h>
@@ -163,6 +164,84 @@ std::vector<std::pair<std::string, std::string>> HivePartitions(const ListedFile
   return out;
 }
 
+void CollectLeaves(const parquet::arrow::SchemaField& node, std::vector<int>* out) {
+  if (node.is_leaf()) out->push_back(node.column_index);
+  for (const auto& child : node.children) CollectLeaves(child, out);
+}
+
+bool HasStructOrMap(const arrow::DataType& type) {
+  switch (type.id()) {
+    case arrow::Type::STRUCT:
+    case arrow::Type::MAP:
+      return true;
+    case arrow::Type::LIST:
+    case arrow::Type::LARGE_LIST:
+      return HasStructOrMap(*static_cast<const arrow::BaseListType&>(type).value_type());
+    default:
+      return false;
+  }
+}
+
+// Wraps `type` in the list levels (`large` per level, outermost first) above a leaf.
+std::shared_ptr<arrow::DataType> WrapLists(std::shared_ptr<arrow::DataType> type,
+                                           const std::vector<bool>& large) {
+  for (auto it = large.rbegin(); it != large.rend(); ++it) {
+    type = *it ? arrow::large_list(type) : arrow::list(type);
+  }
+  return type;
+}
+
+// The flattened columns under one node of the file's schema: the node itself unless a struct or
+// map is below it; struct children as `name.child`; through lists, one list column per leaf; a
+// map as `name.keys` and `name.values`. `map_node`: the outermost map above (all its leaves are
+// read together, as the reader needs the keys to build the values).
+void FlattenField(const parquet::arrow::SchemaField& node,
+                  const std::shared_ptr<arrow::DataType>& type, const std::string& name,
+                  const FieldLeaves& at, const std::vector<bool>& lists,
+                  const parquet::arrow::SchemaField* map_node,
+                  std::vector<std::pair<std::string, FieldLeaves>>* out) {
+  auto step = [&](PathStep::Kind kind, const std::string& child) {
+    FieldLeaves next = at;
+    next.path.push_back({kind, child});
+    return next;
+  };
+  if (!HasStructOrMap(*type)) {
+    FieldLeaves column = at;
+    CollectLeaves(map_node ? *map_node : node, &column.leaves);
+    std::sort(column.leaves.begin(), column.leaves.end());
+    column.type = WrapLists(type, lists);
+    out->emplace_back(name, std::move(column));
+    return;
+  }
+  if (type->id() == arrow::Type::STRUCT) {
+    for (int i = 0; i < type->num_fields() && i < static_cast<int>(node.children.size()); ++i) {
+      const auto& child = type->field(i);
+      FlattenField(node.children[i], child->type(), name + "." + child->name(),
+                   step(PathStep::kChild, child->name()), lists, map_node, out);
+    }
+    return;
+  }
+  std::vector<bool> inner = lists;
+  if (type->id() == arrow::Type::MAP) {
+    const auto& map = static_cast<const arrow::MapType&>(*type);
+    // The node's one child is the key/value entries; its children the key and the value.
+    if (node.children.size() != 1 || node.children[0].children.size() != 2) return;
+    const auto& entries = node.children[0];
+    inner.push_back(false);
+    const parquet::arrow::SchemaField* outer = map_node ? map_node : &node;
+    FlattenField(entries.children[0], map.key_type(), name + ".keys", step(PathStep::kMapKeys, ""),
+                 inner, outer, out);
+    FlattenField(entries.children[1], map.item_type(), name + ".values",
+                 step(PathStep::kMapItems, ""), inner, outer, out);
+    return;
+  }
+  // A list (or large_list) of something with structs or maps below.
+  if (node.children.size() != 1) return;
+  inner.push_back(type->id() == arrow::Type::LARGE_LIST);
+  FlattenField(node.children[0], static_cast<const arrow::BaseListType&>(*type).value_type(), name,
+               step(PathStep::kElements, ""), inner, map_node, out);
+}
+
 Status ReadFooter(const ListedFile& listed, std::shared_ptr<DiskCache> block_cache,
                   CatalogFile* out, std::shared_ptr<arrow::Schema>* schema) {
   out->path = listed.path;
@@ -203,26 +282,113 @@ Status ReadFooter(const ListedFile& listed, std::shared_ptr<DiskCache> block_cac
   std::vector<std::shared_ptr<arrow::Field>> fields;
   for (size_t i = 0; i < manifest.schema_fields.size(); ++i) {
     const auto& schema_field = manifest.schema_fields[i];
-    FieldLeaves leaves;
-    leaves.field_index = static_cast<int>(i);
-    std::vector<const parquet::arrow::SchemaField*> stack = {&schema_field};
-    while (!stack.empty()) {
-      const auto* node = stack.back();
-      stack.pop_back();
-      if (node->is_leaf()) leaves.leaves.push_back(node->column_index);
-      for (auto it = node->children.rbegin(); it != node->children.rend(); ++it) {
-        stack.push_back(&*it);
-      }
+    FieldLeaves top;
+    top.field_index = static_cast<int>(i);
+    top.top = schema_field.field->name();
+    std::vector<std::pair<std::string, FieldLeaves>> columns;
+    FlattenField(schema_field, schema_field.field->type(), schema_field.field->name(), top, {},
+                 nullptr, &columns);
+    for (auto& [name, column] : columns) {
+      // A name seen twice (a column literally named "a.b" beside struct a) keeps the first.
+      if (out->fields.count(name)) continue;
+      fields.push_back(arrow::field(name, column.type, schema_field.field->nullable()));
+      out->fields[name] = std::move(column);
     }
-    std::sort(leaves.leaves.begin(), leaves.leaves.end());
-    out->fields[schema_field.field->name()] = std::move(leaves);
-    fields.push_back(schema_field.field);
   }
   *schema = arrow::schema(std::move(fields));
   return Status::OK();
 }
 
 }  // namespace
+
+namespace {
+
+bool IsInteger(arrow::Type::type id) { return arrow::is_integer(id); }
+
+int BitWidth(const arrow::DataType& type) {
+  return static_cast<const arrow::FixedWidthType&>(type).bit_width();
+}
+
+std::shared_ptr<arrow::DataType> IntegerType(bool is_signed, int bits) {
+  switch (bits) {
+    case 8:
+      return is_signed ? arrow::int8() : arrow::uint8();
+    case 16:
+      return is_signed ? arrow::int16() : arrow::uint16();
+    case 32:
+      return is_signed ? arrow::int32() : arrow::uint32();
+    case 64:
+      return is_signed ? arrow::int64() : arrow::uint64();
+    default:
+      return nullptr;
+  }
+}
+
+bool IsStringLike(arrow::Type::type id) {
+  return id == arrow::Type::STRING || id == arrow::Type::LARGE_STRING ||
+         id == arrow::Type::BINARY || id == arrow::Type::LARGE_BINARY;
+}
+
+}  // namespace
+
+std::shared_ptr<arrow::DataType> UnifyTypes(const std::shared_ptr<arrow::DataType>& a,
+                                            const std::shared_ptr<arrow::DataType>& b) {
+  using arrow::Type;
+  if (a->Equals(*b)) return a;
+  if (a->id() == Type::NA) return b;
+  if (b->id() == Type::NA) return a;
+  // Dictionaries are decoded to their values (strings with 64-bit offsets, as
+  // MaterializeDictionary gives them), so only the values must agree.
+  if (a->id() == Type::DICTIONARY || b->id() == Type::DICTIONARY) {
+    auto values = [](const std::shared_ptr<arrow::DataType>& t) {
+      return t->id() == Type::DICTIONARY
+                 ? static_cast<const arrow::DictionaryType&>(*t).value_type()
+                 : t;
+    };
+    auto unified = UnifyTypes(values(a), values(b));
+    if (unified && unified->id() == Type::STRING) return arrow::large_utf8();
+    if (unified && unified->id() == Type::BINARY) return arrow::large_binary();
+    return unified;
+  }
+  const bool a_int = IsInteger(a->id());
+  const bool b_int = IsInteger(b->id());
+  if (a_int && b_int) {
+    const bool a_signed = arrow::is_signed_integer(a->id());
+    const bool b_signed = arrow::is_signed_integer(b->id());
+    if (a_signed == b_signed) return BitWidth(*a) >= BitWidth(*b) ? a : b;
+    // A signed type wider than the unsigned one holds both (uint64 has none).
+    const int unsigned_bits = a_signed ? BitWidth(*b) : BitWidth(*a);
+    const int signed_bits = a_signed ? BitWidth(*a) : BitWidth(*b);
+    return IntegerType(true, std::max(signed_bits, 2 * unsigned_bits));
+  }
+  const bool a_float = a->id() == Type::FLOAT || a->id() == Type::DOUBLE;
+  const bool b_float = b->id() == Type::FLOAT || b->id() == Type::DOUBLE;
+  if (a_float && b_float) return BitWidth(*a) >= BitWidth(*b) ? a : b;
+  if ((a_int && b_float) || (a_float && b_int)) {
+    // The float that holds every integer exactly: float32 up to 16 bits, float64 up to 32; no
+    // float holds every int64.
+    const auto& integer = a_int ? a : b;
+    const auto& real = a_int ? b : a;
+    if (BitWidth(*integer) <= 16) return real;
+    if (BitWidth(*integer) <= 32) return arrow::float64();
+    return nullptr;
+  }
+  if (IsStringLike(a->id()) && IsStringLike(b->id())) {
+    const bool text = (a->id() == Type::STRING || a->id() == Type::LARGE_STRING) &&
+                      (b->id() == Type::STRING || b->id() == Type::LARGE_STRING);
+    return text ? arrow::large_utf8() : arrow::large_binary();
+  }
+  const bool a_list = a->id() == Type::LIST || a->id() == Type::LARGE_LIST;
+  const bool b_list = b->id() == Type::LIST || b->id() == Type::LARGE_LIST;
+  if (a_list && b_list) {
+    auto values = UnifyTypes(static_cast<const arrow::BaseListType&>(*a).value_type(),
+                             static_cast<const arrow::BaseListType&>(*b).value_type());
+    if (!values) return nullptr;
+    if (a->id() == Type::LIST && b->id() == Type::LIST) return arrow::list(values);
+    return arrow::large_list(values);
+  }
+  return nullptr;
+}
 
 Result<std::shared_ptr<arrow::io::RandomAccessFile>> CatalogFile::Open() const {
   ARROW_ASSIGN_OR_RAISE(auto file, fs->OpenInputFile(path));
@@ -265,32 +431,43 @@ Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& s
   for (auto& thread : pool) thread.join();
   for (const auto& st : statuses) STOKER_RETURN_NOT_OK(st);
 
-  // Every file must agree with the first on every column.
-  const auto& first = schemas[0];
-  for (size_t i = 1; i < schemas.size(); ++i) {
-    const auto& other = schemas[i];
-    for (const auto& field : first->fields()) {
-      auto match = other->GetFieldByName(field->name());
-      if (!match) {
-        return MakeError(ErrorKind::kSchemaMismatch,
-                         "schema mismatch: column '" + field->name() + "' is in '" +
-                             catalog->files_[0].display_path + "' but not in '" +
-                             catalog->files_[i].display_path + "'");
+  // Columns in order of first appearance; each one's types unified over the files that have it
+  // (Arrow's schema unification). A column some files lack is null there; a conflict matters
+  // only to a loader that reads the column (ResolveColumns).
+  std::vector<std::shared_ptr<arrow::Field>> fields;
+  std::unordered_map<std::string, size_t> first_file;  // name -> first file that has it
+  std::unordered_map<std::string, size_t> position;    // name -> index in `fields`
+  for (size_t i = 0; i < schemas.size(); ++i) {
+    for (const auto& field : schemas[i]->fields()) {
+      auto [it, added] = first_file.emplace(field->name(), i);
+      if (added) {
+        position[field->name()] = fields.size();
+        fields.push_back(field);
+        continue;
       }
-      if (!match->type()->Equals(*field->type())) {
-        return MakeError(ErrorKind::kSchemaMismatch,
-                         "schema mismatch: column '" + field->name() + "' is " +
-                             field->type()->ToString() + " in '" + catalog->files_[0].display_path +
-                             "' but " + match->type()->ToString() + " in '" +
-                             catalog->files_[i].display_path + "'");
+      const size_t index = position[field->name()];
+      const auto& current = fields[index];
+      if (catalog->conflicts_.count(field->name())) continue;
+      auto unified = UnifyTypes(current->type(), field->type());
+      if (!unified) {
+        const auto& first_type = schemas[it->second]->GetFieldByName(field->name())->type();
+        catalog->conflicts_[field->name()] =
+            "schema mismatch: column '" + field->name() + "' is " + first_type->ToString() +
+            " in '" + catalog->files_[it->second].display_path + "' but " +
+            field->type()->ToString() + " in '" + catalog->files_[i].display_path +
+            "', and the two types cannot be unified without changing values";
+        continue;
       }
+      fields[index] =
+          arrow::field(field->name(), unified, current->nullable() || field->nullable());
     }
-    for (const auto& field : other->fields()) {
-      if (!first->GetFieldByName(field->name())) {
-        return MakeError(ErrorKind::kSchemaMismatch,
-                         "schema mismatch: column '" + field->name() + "' is in '" +
-                             catalog->files_[i].display_path + "' but not in '" +
-                             catalog->files_[0].display_path + "'");
+  }
+  for (auto& field : fields) {
+    for (size_t i = 0; i < schemas.size(); ++i) {
+      if (schemas[i]->GetFieldIndex(field->name()) < 0) {
+        catalog->missing_in_[field->name()] = catalog->files_[i].display_path;
+        field = field->WithNullable(true);
+        break;
       }
     }
   }
@@ -313,10 +490,9 @@ Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& s
                                                        "' have different key=value levels");
     }
   }
-  std::vector<std::shared_ptr<arrow::Field>> fields = first->fields();
   catalog->num_file_fields_ = static_cast<int>(fields.size());
   for (size_t k = 0; k < keys.size(); ++k) {
-    if (first->GetFieldByName(keys[k])) {
+    if (first_file.count(keys[k])) {
       return MakeError(ErrorKind::kSchemaMismatch,
                        "hive partition key '" + keys[k] + "' is also a column in the files");
     }
@@ -347,6 +523,25 @@ Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& s
   }
   catalog->fingerprint_ = hash.digest();
   return catalog;
+}
+
+std::string Catalog::Conflict(const std::string& name) const {
+  auto it = conflicts_.find(name);
+  return it == conflicts_.end() ? std::string() : it->second;
+}
+
+std::string Catalog::MissingIn(const std::string& name) const {
+  auto it = missing_in_.find(name);
+  return it == missing_in_.end() ? std::string() : it->second;
+}
+
+std::string Catalog::ReadAs(int file, const std::string& name) const {
+  auto unified = schema_->GetFieldByName(name);
+  if (!unified) return "";
+  const auto& fields = files_[file].fields;
+  auto it = fields.find(name);
+  if (it == fields.end()) return "absent, " + unified->type()->ToString();
+  return it->second.type->Equals(*unified->type()) ? "" : unified->type()->ToString();
 }
 
 int64_t Catalog::FieldBytes(const RowGroupRef& rg, const std::string& field) const {

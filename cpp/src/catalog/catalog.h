@@ -1,8 +1,12 @@
 // Catalog: resolves sources to Parquet files, reads their footers once, and indexes row groups.
 //
 // Sources go through Arrow's filesystem layer, so local paths and object-store URIs share one
-// code path. Footers are read in parallel. Every file must have the same columns with the same
-// types; hive-style `key=value` folders become extra (constant per file) columns.
+// code path. Footers are read in parallel. Nested fields are flattened into leaf columns (struct
+// children as `parent.child`, map entries as `<map>.keys` / `<map>.values`; a struct inside a
+// list gives one list column per leaf). The files' column types are unified as Arrow's schema
+// unification does (see UnifyTypes): a column missing in some files is null there; a column whose
+// types cannot be unified is recorded as a conflict, an error only when a loader reads it.
+// Hive-style `key=value` folders become extra (constant per file) columns.
 // Thread safety: immutable after Open(); share it freely.
 #pragma once
 
@@ -21,9 +25,26 @@
 
 namespace stoker {
 
+/// One step from a nested array towards a leaf column.
+struct PathStep {
+  enum Kind {
+    kChild,     // a struct's child `name` (the parent's nulls carried down)
+    kElements,  // into the values of a list (the list's offsets and nulls kept)
+    kMapKeys,   // into the keys of a map (as a list)
+    kMapItems,  // into the values of a map (as a list)
+  };
+  Kind kind = kChild;
+  std::string name;
+};
+
 struct FieldLeaves {
   int field_index = -1;     // top-level field in the file's Arrow schema
-  std::vector<int> leaves;  // Parquet leaf column indices under it
+  std::string top;          // its name: the column the Parquet reader returns
+  std::vector<int> leaves;  // Parquet leaf column indices read for the column
+  /// From the top-level array to this column (empty for a top-level column).
+  std::vector<PathStep> path;
+  /// The column's type in this file (before unification).
+  std::shared_ptr<arrow::DataType> type;
 };
 
 class DiskCache;
@@ -37,6 +58,7 @@ struct CatalogFile {
   /// Set for remote files when a cache_dir is given: reads go through the block cache.
   std::shared_ptr<DiskCache> block_cache;
   std::shared_ptr<parquet::FileMetaData> metadata;
+  /// Columns of this file by (flattened) name. A column of the dataset missing here is null.
   std::unordered_map<std::string, FieldLeaves> fields;
   /// Hive partition values, in the order of Catalog::partition_fields().
   std::vector<std::string> partition_values;
@@ -51,6 +73,13 @@ struct RowGroupRef {
   int64_t num_rows = 0;
 };
 
+/// The type both `a` and `b` convert to without changing a value, as Arrow's permissive
+/// unification would choose it (null with anything; integer and float widening; integers to a
+/// float that holds them exactly; string, large_string and dictionaries of them; binary likewise;
+/// list and large_list with unified values); null when there is none.
+std::shared_ptr<arrow::DataType> UnifyTypes(const std::shared_ptr<arrow::DataType>& a,
+                                            const std::shared_ptr<arrow::DataType>& b);
+
 class Catalog {
  public:
   /// Lists and opens every source. `num_threads` footers are read at once. Remote sources are
@@ -62,8 +91,17 @@ class Catalog {
 
   const std::vector<CatalogFile>& files() const { return files_; }
   const std::vector<RowGroupRef>& row_groups() const { return row_groups_; }
-  /// Columns of the files followed by hive partition columns.
+  /// Columns of the files (flattened, types unified over the files, in order of first
+  /// appearance) followed by hive partition columns.
   const std::shared_ptr<arrow::Schema>& schema() const { return schema_; }
+  /// Why column `name`'s types cannot be unified over the files ("" when they can).
+  std::string Conflict(const std::string& name) const;
+  /// The first file (display path) that lacks file column `name` ("" when every file has it).
+  std::string MissingIn(const std::string& name) const;
+  /// How file `file`'s column `name` is converted when read: "" when it is read as stored, else
+  /// the dataset's type for it (and "absent" when the file lacks it). Part of cache keys, so
+  /// that adding a file that widens a column never serves arrays of the old type.
+  std::string ReadAs(int file, const std::string& name) const;
   int num_file_fields() const { return num_file_fields_; }
   int64_t total_rows() const { return total_rows_; }
   /// Identity of the dataset: paths, sizes and row counts.
@@ -79,6 +117,8 @@ class Catalog {
   std::vector<RowGroupRef> row_groups_;
   std::shared_ptr<arrow::Schema> schema_;
   int num_file_fields_ = 0;
+  std::unordered_map<std::string, std::string> conflicts_;
+  std::unordered_map<std::string, std::string> missing_in_;
   int64_t total_rows_ = 0;
   uint64_t fingerprint_ = 0;
 };

@@ -193,7 +193,18 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
     case arrow::Type::LIST:
     case arrow::Type::LARGE_LIST: {
       const auto& list = static_cast<const arrow::BaseListType&>(*type);
-      const arrow::Type::type value_id = list.value_type()->id();
+      // Lists of lists: each level below the rows' is one more offsets tensor (ragged only).
+      std::shared_ptr<arrow::DataType> value_type = list.value_type();
+      while (value_type->id() == arrow::Type::LIST || value_type->id() == arrow::Type::LARGE_LIST) {
+        ++spec->list_levels;
+        value_type = static_cast<const arrow::BaseListType&>(*value_type).value_type();
+      }
+      const arrow::Type::type value_id = value_type->id();
+      if (value_id == arrow::Type::NA) {
+        return Unsupported(name, *full_type,
+                           " (every element of a list<null> is null, so it holds no values to "
+                           "deliver; leave it out of columns)");
+      }
       if (value_id == arrow::Type::STRING || value_id == arrow::Type::LARGE_STRING ||
           value_id == arrow::Type::BINARY || value_id == arrow::Type::LARGE_BINARY) {
         // Only element-wise transforms make numbers of these (ResolveColumns checks).
@@ -205,9 +216,14 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
         spec->annotation = annotation;
       } else if (value_id == arrow::Type::BOOL) {
         dtype = DType::kBool;  // unpacked from bits by its column writer
-      } else if (!FixedWidthDType(*list.value_type(), &dtype, &annotation) ||
-                 IsTemporal(annotation)) {
-        return Unsupported(name, *full_type, " (list values must be numeric or bool)");
+      } else if (!FixedWidthDType(*value_type, &dtype, &annotation) || IsTemporal(annotation)) {
+        return Unsupported(name, *full_type,
+                           " (list values must be numeric, bool or strings, or lists of them)");
+      }
+      if (spec->list_of_strings && spec->list_levels > 0) {
+        // Strings in lists of lists: the bytes are the innermost level.
+        spec->list_of_strings = false;
+        ++spec->list_levels;
       }
       spec->layout = SourceLayout::kList;
       spec->source_dtype = spec->dtype = dtype;
@@ -220,6 +236,17 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
       }
       spec->kind =
           options.list_mode == ListMode::kPadded ? ColumnKind::kPadded : ColumnKind::kRagged;
+      // Padding pads numbers; strings in lists of lists are delivered ragged only.
+      if (spec->list_levels > 0 && spec->kind == ColumnKind::kPadded && !annotation.empty()) {
+        return MakeError(ErrorKind::kUnsupportedType,
+                         "column '" + name + "' is a list of lists or strings (" +
+                             full_type->ToString() +
+                             "): lists='padded' pads one level; choose "
+                             "lists={'" +
+                             name +
+                             "': 'ragged'} for flat values plus one offsets "
+                             "tensor per level");
+      }
       return Status::OK();
     }
     default:
@@ -265,6 +292,33 @@ std::string Available(const arrow::Schema& schema) {
 }
 
 }  // namespace
+
+std::vector<std::string> ExpandParents(const arrow::Schema& schema,
+                                       const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const auto& name : names) {
+    if (schema.GetFieldIndex(name) >= 0) {
+      out.push_back(name);
+      continue;
+    }
+    const std::string prefix = name + ".";
+    const size_t before = out.size();
+    for (const auto& field : schema.fields()) {
+      if (field->name().compare(0, prefix.size(), prefix) == 0) out.push_back(field->name());
+    }
+    if (out.size() == before) out.push_back(name);  // not found: reported by the lookup
+  }
+  return out;
+}
+
+bool NullsAllowed(const ColumnSpec& spec) {
+  // A numeric fill value cannot stand for a missing string or list: those need the mask.
+  const bool variable_length =
+      spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
+  return spec.options.null_mask || (spec.options.has_fill_null && !variable_length) ||
+         (spec.chain && spec.layout != SourceLayout::kList &&
+          (spec.options.on_error_zero || spec.chain->op(0).AcceptsNull()));
+}
 
 bool FillNullApplies(const ColumnSpec& spec) {
   const bool scalar_values =
@@ -715,7 +769,13 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
                            (options.user_transform ? " (the outputs of transform=)" : "") +
                            "; available columns: " + Available(schema));
     }
+    // Options of a struct's leaf: its own, else those of its nearest parent (`s` for `s.a.b`).
     auto it = options.column_options.find(name);
+    for (size_t dot = name.rfind('.');
+         it == options.column_options.end() && dot != std::string::npos && dot > 0;
+         dot = name.rfind('.', dot - 1)) {
+      it = options.column_options.find(name.substr(0, dot));
+    }
     const ColumnOptions& column_options =
         it == options.column_options.end() ? options.default_column_options : it->second;
     // Partition columns keep their index in the catalog's schema.
@@ -736,14 +796,32 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       }
       return MakeCategorical(catalog, options, spec, &out);
     }
+    if (!options.user_transform) {
+      if (std::string conflict = catalog.Conflict(name); !conflict.empty()) {
+        return MakeError(ErrorKind::kSchemaMismatch, conflict);
+      }
+    }
     needed.insert(name);
     STOKER_RETURN_NOT_OK(Classify(name, schema.field(index)->type(), column_options, spec));
     STOKER_RETURN_NOT_OK(MakeCategorical(catalog, options, spec, &out));
     if (spec->list_of_strings && !options.transforms.count(name)) {
+      if (spec->kind == ColumnKind::kPadded) {
+        return Unsupported(
+            name, *schema.field(index)->type(),
+            (" as a padded list (lists='padded' pads numbers); choose lists={'" + name +
+             "': 'ragged'} for the bytes plus two offsets tensors, or "
+             "transforms that make numbers of the strings, such as "
+             "hash_bucket or vocabulary")
+                .c_str());
+      }
+      // Delivered ragged: the strings' bytes are a second level of offsets.
+      spec->list_of_strings = false;
+      spec->list_levels = 1;
+    }
+    if (spec->list_levels > 0 && options.transforms.count(name)) {
       return Unsupported(name, *schema.field(index)->type(),
-                         " (list values must be numeric or bool; a list of strings needs "
-                         "transforms that make numbers of them, such as hash_bucket or "
-                         "vocabulary)");
+                         " with transforms (transforms take lists of one level of numbers or "
+                         "strings)");
     }
     const bool plain_values = (spec->layout == SourceLayout::kFixed && spec->inner == 1) ||
                               spec->layout == SourceLayout::kString;
@@ -754,7 +832,7 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
     return Status::OK();
   };
 
-  std::vector<std::string> columns = options.columns;
+  std::vector<std::string> columns = ExpandParents(schema, options.columns);
   if (columns.empty() && options.features.empty() && options.feature_groups.empty()) {
     for (const auto& field : schema.fields()) columns.push_back(field->name());
   }
@@ -814,9 +892,11 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
     }
     out.columns.push_back(std::move(spec));
   }
-  const std::vector<FeatureGroup> feature_groups = EffectiveFeatureGroups(options);
+  std::vector<FeatureGroup> feature_groups = EffectiveFeatureGroups(options);
   std::set<std::string> feature_names;
-  for (const auto& group : feature_groups) {
+  for (auto& group : feature_groups) {
+    // A struct parent stands for its leaves.
+    group.columns = ExpandParents(schema, group.columns);
     feature_names.insert(group.columns.begin(), group.columns.end());
   }
   for (const auto& [name, outputs] : options.transform_outputs) {
@@ -1011,6 +1091,29 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
     for (const auto& line : lossy_lines) message += line + "\n";
     message += "pass " + fix + "allow_lossy_cast=True to accept the rounding";
     return MakeError(ErrorKind::kLossyCast, message);
+  }
+  // A column that some files lack (added later) is null in their rows: without a choice for
+  // nulls, say so now rather than at the first batch from such a file.
+  if (!options.user_transform) {
+    for (const auto* group : {&out.columns, &out.features}) {
+      for (const ColumnSpec& spec : *group) {
+        if (spec.layout == SourceLayout::kPartition || NullsAllowed(spec)) continue;
+        const std::string missing = catalog.MissingIn(spec.Field());
+        if (missing.empty()) continue;
+        const bool variable_length =
+            spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
+        return MakeError(
+            ErrorKind::kNullValues,
+            "column '" + spec.Field() + "' is not in '" + missing +
+                "' (files without it are read as nulls)" +
+                (variable_length ? "; pass null_mask=['" + spec.Field() +
+                                       "'] to get a validity mask (fill_null does not apply to "
+                                       "strings and lists)"
+                                 : "; pass fill_null={'" + spec.Field() +
+                                       "': value} to replace them or null_mask=['" + spec.Field() +
+                                       "'] to get a validity mask"));
+      }
+    }
   }
   if (options.user_transform) {
     for (const auto& field : transform_schema->fields()) {

@@ -53,6 +53,9 @@ struct ColumnSpec {
   /// A list of strings or binaries (kList, `annotation` "utf8" or "binary"): only with a chain
   /// that turns each element into a number (hash_bucket, vocabulary).
   bool list_of_strings = false;
+  /// kList: offset levels below the rows' (list<list<T>>: 1; list<string>: 1, the strings' bytes
+  /// being the innermost level; list<list<string>>: 2). Delivered ragged only.
+  int list_levels = 0;
   ColumnOptions options;
   /// Whether `options` came from a per-column entry rather than the defaults for all columns.
   bool explicit_options = false;
@@ -114,6 +117,15 @@ struct OutputSpec {
 /// schema when already learned (ProbeUserTransform); null: learned here by calling the transform.
 Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options,
                                   std::shared_ptr<arrow::Schema> transform_schema = nullptr);
+
+/// `names` with each struct or map parent ("s", not itself a column) replaced by its leaves
+/// ("s.a", "s.b.c"), in schema order; other names as they are.
+std::vector<std::string> ExpandParents(const arrow::Schema& schema,
+                                       const std::vector<std::string>& names);
+
+/// Whether a null row of this column is delivered (null_mask, fill_null where it applies, or a
+/// transform chain that takes nulls) rather than an error.
+bool NullsAllowed(const ColumnSpec& spec);
 
 /// Whether nulls of this column are replaced by its fill_null value (numeric and bool columns
 /// with fill_null set; strings and lists need null_mask instead).

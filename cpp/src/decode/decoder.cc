@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "decode/dictionary.h"
+#include "decode/nested.h"
 #include "decode/user_code.h"
 #include "io/filesystem.h"
 
@@ -416,52 +417,101 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
   const RowGroupRef& rg = catalog.row_groups()[row_group];
   const CatalogFile& file = catalog.files()[rg.file];
 
+  // A column this file lacks (added to the dataset later) is read as nulls.
   std::vector<int> leaves;
   for (const auto& field : fields) {
-    const auto& field_leaves = file.fields.at(field).leaves;
-    leaves.insert(leaves.end(), field_leaves.begin(), field_leaves.end());
+    auto it = file.fields.find(field);
+    if (it == file.fields.end()) continue;
+    leaves.insert(leaves.end(), it->second.leaves.begin(), it->second.leaves.end());
   }
   std::sort(leaves.begin(), leaves.end());
+  leaves.erase(std::unique(leaves.begin(), leaves.end()), leaves.end());
 
-  auto input = file.Open();
-  if (!input.ok()) {
-    return MakeError(ErrorKind::kStorage,
-                     "cannot open " + catalog.Where(rg) + ": " + input.status().message());
-  }
   std::shared_ptr<arrow::Table> table;
   Status failure;
-  try {
-    parquet::ArrowReaderProperties arrow_props;
-    arrow_props.set_use_threads(false);           // our workers are the parallelism
-    SetReaderProperties(*file.fs, &arrow_props);  // pre-buffer coalesced ranges if remote
-    auto reader = parquet::ParquetFileReader::Open(*input, parquet::default_reader_properties(),
-                                                   file.metadata);
-    auto arrow_reader = parquet::arrow::FileReader::Make(arrow::default_memory_pool(),
-                                                         std::move(reader), arrow_props);
-    if (!arrow_reader.ok()) {
-      failure = arrow_reader.status();
-    } else {
-      auto result = (*arrow_reader)->ReadRowGroup(rg.row_group, leaves);
-      if (result.ok()) {
-        table = *result;
-      } else {
-        failure = result.status();
-      }
+  if (!leaves.empty()) {
+    auto input = file.Open();
+    if (!input.ok()) {
+      return MakeError(ErrorKind::kStorage,
+                       "cannot open " + catalog.Where(rg) + ": " + input.status().message());
     }
-  } catch (const parquet::ParquetStatusException& e) {
-    failure = e.status();
-  } catch (const parquet::ParquetException& e) {
-    failure = Status::IOError(e.what());
+    try {
+      parquet::ArrowReaderProperties arrow_props;
+      arrow_props.set_use_threads(false);           // our workers are the parallelism
+      SetReaderProperties(*file.fs, &arrow_props);  // pre-buffer coalesced ranges if remote
+      auto reader = parquet::ParquetFileReader::Open(*input, parquet::default_reader_properties(),
+                                                     file.metadata);
+      auto arrow_reader = parquet::arrow::FileReader::Make(arrow::default_memory_pool(),
+                                                           std::move(reader), arrow_props);
+      if (!arrow_reader.ok()) {
+        failure = arrow_reader.status();
+      } else {
+        auto result = (*arrow_reader)->ReadRowGroup(rg.row_group, leaves);
+        if (result.ok()) {
+          table = *result;
+        } else {
+          failure = result.status();
+        }
+      }
+    } catch (const parquet::ParquetStatusException& e) {
+      failure = e.status();
+    } catch (const parquet::ParquetException& e) {
+      failure = Status::IOError(e.what());
+    }
+    if (!table) {
+      std::string columns;
+      for (const auto& f : fields) columns += (columns.empty() ? "'" : ", '") + f + "'";
+      const ErrorKind kind = ReadFailureKind(failure);
+      return MakeError(
+          kind, std::string(kind == ErrorKind::kCorruptFile ? "cannot decode" : "cannot read") +
+                    " column(s) " + columns + " of " + catalog.Where(rg) + ": " +
+                    failure.message());
+    }
   }
-  if (!table) {
-    std::string columns;
-    for (const auto& f : fields) columns += (columns.empty() ? "'" : ", '") + f + "'";
-    const ErrorKind kind = ReadFailureKind(failure);
-    return MakeError(
-        kind, std::string(kind == ErrorKind::kCorruptFile ? "cannot decode" : "cannot read") +
-                  " column(s) " + columns + " of " + catalog.Where(rg) + ": " + failure.message());
+  // One column per requested field: a nested leaf extracted from its top-level column, and
+  // every file's type converted to the dataset's unified type.
+  std::vector<std::shared_ptr<arrow::Field>> out_fields;
+  std::vector<std::shared_ptr<arrow::ChunkedArray>> out_columns;
+  const std::string where = catalog.Where(rg);
+  for (const auto& field : fields) {
+    auto unified = catalog.schema()->GetFieldByName(field);
+    if (!unified) {
+      return MakeError(ErrorKind::kColumnNotFound,
+                       "column '" + field + "' is not in the dataset (" + where + ")");
+    }
+    const std::shared_ptr<arrow::DataType>& type = unified->type();
+    auto it = file.fields.find(field);
+    if (it == file.fields.end()) {
+      STOKER_ASSIGN_OR_RAISE(auto nulls, arrow::MakeArrayOfNull(type, rg.num_rows));
+      out_fields.push_back(arrow::field(field, type));
+      out_columns.push_back(std::make_shared<arrow::ChunkedArray>(std::move(nulls)));
+      continue;
+    }
+    auto top = table ? table->GetColumnByName(it->second.top) : nullptr;
+    if (!top) {
+      return MakeError(ErrorKind::kCorruptFile,
+                       "column '" + field + "' missing after decoding " + where);
+    }
+    if (it->second.path.empty() && top->type()->Equals(*type)) {
+      out_fields.push_back(arrow::field(field, type));
+      out_columns.push_back(std::move(top));
+      continue;
+    }
+    std::vector<std::shared_ptr<arrow::Array>> chunks;
+    for (const auto& chunk : top->chunks()) {
+      auto leaf = ExtractPath(chunk, it->second.path);
+      if (!leaf.ok()) {
+        return MakeError(ErrorKind::kCorruptFile, "cannot read column '" + field + "' of " + where +
+                                                      ": " + leaf.status().message());
+      }
+      STOKER_ASSIGN_OR_RAISE(auto conformed, ConformArray(*leaf, type, field, where));
+      chunks.push_back(std::move(conformed));
+    }
+    out_fields.push_back(arrow::field(field, type));
+    out_columns.push_back(std::make_shared<arrow::ChunkedArray>(std::move(chunks), type));
   }
-  return table;
+  return arrow::Table::Make(arrow::schema(std::move(out_fields)), std::move(out_columns),
+                            rg.num_rows);
 }
 
 Result<std::shared_ptr<arrow::Array>> FlattenColumn(const arrow::ChunkedArray& column,
@@ -568,10 +618,7 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
   // A numeric fill value cannot stand for a missing string or list: those need the mask.
   const bool variable_length =
       spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
-  const bool nulls_allowed = spec.options.null_mask ||
-                             (spec.options.has_fill_null && !variable_length) ||
-                             (spec.chain && spec.layout != SourceLayout::kList &&
-                              (spec.options.on_error_zero || spec.chain->op(0).AcceptsNull()));
+  const bool nulls_allowed = NullsAllowed(spec);
   if (array->null_count() > 0 && !nulls_allowed) {
     const std::string advice =
         variable_length ? "; pass null_mask=['" + spec.name +
@@ -639,7 +686,31 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
       if (spec.layout == SourceLayout::kString) {
         out->values = data.buffers[2] ? data.buffers[2]->data() : nullptr;
       } else {
-        const arrow::ArrayData& child = *data.child_data[0];
+        const arrow::ArrayData* level = data.child_data[0].get();
+        for (int l = 0; l < spec.list_levels; ++l) {
+          if (level->GetNullCount() > 0) {
+            return MakeError(ErrorKind::kNullValues,
+                             "column '" + spec.name + "' has null elements inside its lists in " +
+                                 catalog_->Where(rg) + "; element nulls are not supported");
+          }
+          const arrow::Type::type id = level->type->id();
+          ColumnSource::Level offsets;
+          if (id == arrow::Type::LARGE_LIST || id == arrow::Type::LARGE_STRING ||
+              id == arrow::Type::LARGE_BINARY) {
+            offsets.offsets64 = level->GetValues<int64_t>(1);
+          } else {
+            offsets.offsets32 = level->GetValues<int32_t>(1);
+          }
+          out->levels.push_back(offsets);
+          if (id == arrow::Type::STRING || id == arrow::Type::LARGE_STRING ||
+              id == arrow::Type::BINARY || id == arrow::Type::LARGE_BINARY) {
+            // The strings' bytes: indexed by their offsets from the data buffer's start.
+            out->values = level->buffers[2] ? level->buffers[2]->data() : nullptr;
+            return Status::OK();
+          }
+          level = level->child_data[0].get();
+        }
+        const arrow::ArrayData& child = *level;
         if (child.GetNullCount() > 0) {
           return MakeError(ErrorKind::kNullValues,
                            "column '" + spec.name + "' has null elements inside its lists in " +

@@ -28,6 +28,14 @@ struct ColumnSource {
   int64_t validity_offset = 0;
   const int32_t* offsets32 = nullptr;  // lists/strings: offsets of row 0
   const int64_t* offsets64 = nullptr;
+  /// Lists of lists (ColumnSpec::list_levels): the offsets of each level below the rows', outer
+  /// first; each indexes the next level (the last one `values`).
+  struct Level {
+    const int32_t* offsets32 = nullptr;
+    const int64_t* offsets64 = nullptr;
+    int64_t At(int64_t i) const { return offsets32 ? offsets32[i] : offsets64[i]; }
+  };
+  std::vector<Level> levels;
   // Partition columns: the constant value.
   int64_t partition_int = 0;
   std::string partition_text;

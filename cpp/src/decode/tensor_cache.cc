@@ -162,6 +162,12 @@ Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& p
   std::vector<std::string> names;
   if (std::string prefix = decoder.CachePrefix(); !prefix.empty()) names.push_back(prefix);
   for (const auto& field : stored) names.push_back(decoder.CacheName(field));
+  // A column converted to the dataset's unified type: keyed by that type too.
+  for (const auto& field : task.fields) {
+    if (std::string as = catalog_->ReadAs(rg.file, field); !as.empty()) {
+      names.push_back(field + "|read as " + as);
+    }
+  }
   STOKER_ASSIGN_OR_RAISE(auto entry, cache_->GetOrFill(kNamespace, Key(rg, names), fill));
   if (!filled) {
     auto cached = Deserialize(std::move(entry), stored);

@@ -52,6 +52,18 @@ Status TransformError(const std::string& message) {
   return MakeError(ErrorKind::kTransform, message);
 }
 
+// The transform's inputs, unless the files disagree on one of their types.
+Result<std::vector<std::string>> CheckUnified(const Catalog& catalog,
+                                              std::vector<std::string> inputs) {
+  for (const auto& name : inputs) {
+    if (std::string conflict = catalog.Conflict(name); !conflict.empty()) {
+      return MakeError(ErrorKind::kSchemaMismatch,
+                       conflict + " (pass transform_columns without it)");
+    }
+  }
+  return inputs;
+}
+
 }  // namespace
 
 Result<std::vector<std::string>> TransformInputs(const Catalog& catalog,
@@ -60,7 +72,7 @@ Result<std::vector<std::string>> TransformInputs(const Catalog& catalog,
   std::vector<std::string> inputs;
   if (options.transform_columns.empty()) {
     for (int i = 0; i < catalog.num_file_fields(); ++i) inputs.push_back(schema.field(i)->name());
-    return inputs;
+    return CheckUnified(catalog, std::move(inputs));
   }
   std::set<std::string> wanted;
   for (const auto& name : options.transform_columns) {
@@ -84,7 +96,7 @@ Result<std::vector<std::string>> TransformInputs(const Catalog& catalog,
   for (int i = 0; i < catalog.num_file_fields(); ++i) {
     if (wanted.count(schema.field(i)->name())) inputs.push_back(schema.field(i)->name());
   }
-  return inputs;
+  return CheckUnified(catalog, std::move(inputs));
 }
 
 Result<std::shared_ptr<arrow::RecordBatch>> ReadTransformInput(

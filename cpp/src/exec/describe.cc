@@ -262,13 +262,15 @@ Result<DatasetDescription> Describe(const LoaderOptions& options) {
       }
     }
   } else {
-    for (const auto& name : options.columns) {
+    // A struct parent is described leaf by leaf, each with its own footer facts.
+    const arrow::Schema& schema = transform_schema ? *transform_schema : *catalog->schema();
+    for (const auto& name : ExpandParents(schema, options.columns)) {
       for (auto& column : DescribeColumn(*catalog, options, transform_schema, name, false)) {
         out.columns.push_back(std::move(column));
       }
     }
     for (const auto& group : groups) {
-      for (const auto& name : group.columns) {
+      for (const auto& name : ExpandParents(schema, group.columns)) {
         for (auto& column : DescribeColumn(*catalog, options, transform_schema, name, true)) {
           out.columns.push_back(std::move(column));
         }
