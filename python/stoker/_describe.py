@@ -8,7 +8,8 @@ import inspect
 from typing import Any, Mapping, Optional, Sequence
 
 from . import _stoker
-from ._options import (Source, check_int, column_options, normalise_sources, parse_size,
+from ._options import (Source, check_int, check_storage_options, column_options,
+                       normalise_sources, parse_size,
                        set_transforms, storage_value, transform_chains)
 from ._redact import redact_uri
 from .errors import InvalidOptionError
@@ -20,7 +21,7 @@ __all__ = ["describe", "redact_uri"]
 # CLI can pass the options of a run unchanged) and has no effect on it.
 _DESCRIBED = ("features_name", "features_dtype", "allow_lossy_cast", "lists", "pad_value",
               "fill_null", "null_mask", "num_io_threads", "max_retries", "retry_base_delay",
-              "transforms", "on_error", "petastorm")
+              "transforms", "on_error", "petastorm", "time_unit", "decimals")
 
 
 def _loader_defaults() -> dict:
@@ -79,6 +80,7 @@ def describe(source: Source, columns: Optional[Sequence[str]] = None,
     if storage_options is not None:
         if not isinstance(storage_options, Mapping):
             raise InvalidOptionError("storage_options must be a dict of strings")
+        check_storage_options(opts.sources, storage_options)
         opts.storage_options = {str(k): storage_value(v) for k, v in storage_options.items()}
     check_int("max_retries", kw["max_retries"])
     opts.max_retries = kw["max_retries"]
@@ -88,7 +90,7 @@ def describe(source: Source, columns: Optional[Sequence[str]] = None,
         parse_size(loader_options.get(name, defaults[name]), name)
     opts.default_column_options, opts.column_options = column_options(
         kw["lists"], kw["pad_value"], kw["fill_null"], kw["null_mask"],
-        opts.columns + opts.features, kw["on_error"])
+        opts.columns + opts.features, kw["on_error"], kw["time_unit"], kw["decimals"])
     transforms = transform_chains(kw["transforms"]) if kw["transforms"] is not None else {}
     if kw["petastorm"] is not False:
         transforms = _petastorm_transforms(opts.sources, storage_options, columns, transforms,

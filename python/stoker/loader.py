@@ -22,8 +22,9 @@ from ._device import DeviceFeeder, parse_device
 from ._distributed import agree_on_seed, default_num_threads, resolve_rank
 from ._pyworkers import make_runner
 from ._user_transform import TransformGlue, user_transform
-from ._options import (Source, check_int, column_options, normalise_sources, parse_size,
-                       output_columns, set_transforms, storage_value, transform_chains)
+from ._options import (Source, check_int, check_storage_options, column_options,
+                       normalise_sources, parse_size, output_columns, set_transforms,
+                       storage_value, transform_chains)
 from ._pyworkers import check_python_options, make_runner
 from .errors import InvalidOptionError, LoaderClosedError, LoaderStateError, StateMismatchError
 
@@ -146,6 +147,20 @@ class Loader:
             unpickler) has its codec fields decoded on the workers into the arrays Petastorm's
             reader returns. ``None``: detected on local sources; ``True``: on remote sources
             too (one more request, for ``_common_metadata``); ``False``: every column as stored.
+        time_unit: Deliver timestamp, date, time and duration columns (and features) as
+            ``float64`` counts of this unit since the Unix epoch (1970-01-01T00:00 UTC for
+            timestamps with a time zone; the naive clock's midnight for those without; since
+            midnight for times of day; the length for durations): ``"D"``, ``"h"``, ``"m"``,
+            ``"s"``, ``"ms"``, ``"us"`` or ``"ns"``, for all such columns or a dict per column.
+            ``None``: ``int64`` counts of the stored unit (``loader.columns[c].annotation`` names
+            it). A conversion float64 cannot hold exactly (counts beyond 2**52, by the footers'
+            statistics: nanosecond timestamps of today) needs ``allow_lossy_cast=True``.
+        decimals: Deliver decimal columns as ``"float64"`` (exact up to precision 15),
+            ``"float32"`` (the float64 value rounded; exact up to precision 6) or
+            ``"scaled_int64"`` (the unscaled integer, ``value * 10**scale``; precision up to 18),
+            for all decimal columns or a dict per column. A precision above what the choice
+            holds exactly needs ``allow_lossy_cast=True``. ``None``: decimal columns raise
+            :class:`~stoker.errors.UnsupportedTypeError` naming this option.
     """
 
     def __init__(
@@ -190,6 +205,8 @@ class Loader:
         transform_columns: Optional[Sequence[str]] = None,
         transform_version: Optional[str] = None,
         petastorm: Optional[bool] = None,
+        time_unit: Union[None, str, Mapping[str, str]] = None,
+        decimals: Union[None, str, Mapping[str, str]] = None,
     ) -> None:
         if output not in ("numpy", "torch"):
             raise InvalidOptionError(f"output must be 'numpy' or 'torch', got {output!r}")
@@ -282,6 +299,7 @@ class Loader:
         if storage_options is not None:
             if not isinstance(storage_options, Mapping):
                 raise InvalidOptionError("storage_options must be a dict of strings")
+            check_storage_options(opts.sources, storage_options)
             opts.storage_options = {str(k): storage_value(v) for k, v in storage_options.items()}
         opts.max_retries = max_retries
         opts.retry_base_delay_s = float(retry_base_delay)
@@ -324,7 +342,8 @@ class Loader:
                                          "column, or pass None for all")
             opts.transform_columns = list(transform_columns)
         opts.default_column_options, opts.column_options = column_options(
-            lists, pad_value, fill_null, null_mask, opts.columns + opts.features, on_error)
+            lists, pad_value, fill_null, null_mask, opts.columns + opts.features, on_error,
+            time_unit, decimals)
         self._options = opts
         # One runner (thread or process pool) for every Python callable of this loader.
         self._runner = make_runner(functions, python_workers, python_start_method) \

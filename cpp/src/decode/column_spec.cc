@@ -84,8 +84,11 @@ Status Unsupported(const std::string& column, const arrow::DataType& type, const
                        ", which stoker cannot turn into a tensor" + why);
 }
 
+// `catalog` (null for a user transform's outputs) and `allow_lossy_cast` decide value
+// conversions (time_unit, decimals).
 Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>& full_type,
-                const ColumnOptions& options, ColumnSpec* spec) {
+                const ColumnOptions& options, const Catalog* catalog, bool allow_lossy_cast,
+                ColumnSpec* spec) {
   spec->name = name;
   spec->options = options;
   spec->arrow_type = full_type->ToString();
@@ -124,6 +127,15 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
 
   DType dtype;
   std::string annotation;
+  if (IsDecimalType(*type) || (IsTemporalType(*type) && options.time_unit != TimeUnit::kUnset)) {
+    // Converted by the decoder into a plain numeric column (value_convert.h).
+    STOKER_RETURN_NOT_OK(ResolveConversion(catalog, name, *type, options, allow_lossy_cast,
+                                           &spec->conversion, &dtype, &spec->annotation));
+    spec->layout = SourceLayout::kFixed;
+    spec->source_dtype = spec->dtype = dtype;
+    spec->kind = ColumnKind::kDense;
+    return Status::OK();
+  }
   if (FixedWidthDType(*type, &dtype, &annotation)) {
     spec->layout = SourceLayout::kFixed;
     spec->source_dtype = dtype;
@@ -251,6 +263,17 @@ Status CheckOptionValues(const ColumnSpec& spec) {
                          "; pass pad_value={'" + spec.name + "': value} with a value it holds");
   }
   return Status::OK();
+}
+
+// One error for every problem found while resolving the columns, one line each: the kind (and
+// so the Python exception type) of the first, in the order columns then features.
+Status CombineProblems(const std::vector<Status>& problems) {
+  if (problems.size() == 1) return problems[0];
+  std::string message = std::to_string(problems.size()) +
+                        " problems with the requested columns (fix them all, then open again):";
+  for (const Status& problem : problems) message += "\n  - " + problem.message();
+  return MakeError(GetErrorKind(problems[0]).value_or(ErrorKind::kInvalidOption),
+                   std::move(message));
 }
 
 std::string Available(const arrow::Schema& schema) {
@@ -387,7 +410,8 @@ Status ResolveChain(const std::vector<OpSpec>& specs, ColumnSpec* spec, bool all
   } else if (spec->layout == SourceLayout::kString) {
     input = spec->annotation == "utf8" ? ValueType::String() : ValueType::Bytes();
   } else if (spec->layout == SourceLayout::kFixed &&
-             (!IsTemporal(spec->annotation) || spec->annotation == "arrow.fixed_shape_tensor")) {
+             (!IsTemporal(spec->annotation) || spec->annotation == "arrow.fixed_shape_tensor" ||
+              spec->conversion.active())) {
     input = ValueType::Tensor(transform::FromDType(spec->source_dtype),
                               spec->inner == 1 ? std::vector<int64_t>{} : spec->inner_shape);
   } else {
@@ -588,7 +612,9 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       return Status::OK();
     }
     needed.insert(name);
-    STOKER_RETURN_NOT_OK(Classify(name, schema.field(index)->type(), column_options, spec));
+    STOKER_RETURN_NOT_OK(Classify(name, schema.field(index)->type(), column_options,
+                                  options.user_transform ? nullptr : &catalog,
+                                  options.allow_lossy_cast, spec));
     if (spec->list_of_strings && !options.transforms.count(name)) {
       return Unsupported(name, *schema.field(index)->type(),
                          " (list values must be numeric or bool; a list of strings needs "
@@ -609,7 +635,9 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
     for (const auto& field : schema.fields()) columns.push_back(field->name());
   }
   int groups = 0;
-  for (const auto& name : columns) {
+  // Every problem is collected, so that one error lists them all (CombineProblems).
+  std::vector<Status> problems;
+  auto resolve_column = [&](const std::string& name) -> Status {
     if (!seen_outputs.insert(name).second) {
       return MakeError(ErrorKind::kInvalidOption,
                        "column '" + name + "' is listed twice in columns");
@@ -618,7 +646,7 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
         outputs != options.transform_outputs.end()) {
       STOKER_RETURN_NOT_OK(ResolveOutputs(outputs->second, name, groups++,
                                           !options.cache_dir.empty(), lookup, &seen_outputs, &out));
-      continue;
+      return Status::OK();
     }
     ColumnSpec spec;
     STOKER_RETURN_NOT_OK(lookup(name, &spec));
@@ -663,44 +691,52 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       }
     }
     out.columns.push_back(std::move(spec));
+    return Status::OK();
+  };
+  for (const auto& name : columns) {
+    if (Status status = resolve_column(name); !status.ok()) problems.push_back(std::move(status));
   }
   const std::set<std::string> feature_names(options.features.begin(), options.features.end());
   for (const auto& [name, outputs] : options.transform_outputs) {
     if (std::find(columns.begin(), columns.end(), name) == columns.end()) {
-      return MakeError(ErrorKind::kInvalidOption, "transforms names column '" + name +
-                                                      "' with several outputs, which is "
-                                                      "not in columns");
+      problems.push_back(
+          MakeError(ErrorKind::kInvalidOption, "transforms names column '" + name +
+                                                   "' with several outputs, which is "
+                                                   "not in columns"));
     }
     if (options.transforms.count(name)) {
-      return MakeError(ErrorKind::kInvalidOption,
-                       "transforms gives column '" + name + "' both one chain and several");
+      problems.push_back(MakeError(ErrorKind::kInvalidOption, "transforms gives column '" + name +
+                                                                  "' both one chain and several"));
     }
     if (feature_names.count(name)) {
-      return MakeError(ErrorKind::kInvalidOption,
-                       "column '" + name +
-                           "' has transforms with several outputs and is also in features; "
-                           "a feature takes one chain");
+      problems.push_back(
+          MakeError(ErrorKind::kInvalidOption,
+                    "column '" + name +
+                        "' has transforms with several outputs and is also in features; "
+                        "a feature takes one chain"));
     }
   }
   for (const auto& [name, chain] : options.transforms) {
     if (!seen_outputs.count(name) && !feature_names.count(name)) {
-      return MakeError(ErrorKind::kInvalidOption, "transforms names column '" + name +
-                                                      "', which is not in columns or "
-                                                      "features");
+      problems.push_back(MakeError(ErrorKind::kInvalidOption, "transforms names column '" + name +
+                                                                  "', which is not in columns or "
+                                                                  "features"));
     }
   }
   if (!options.features.empty()) {
     if (options.features_dtype == DType::kBFloat16) {
-      return MakeError(ErrorKind::kInvalidOption,
-                       "features_dtype='bfloat16' is not supported; stack the features as "
-                       "float32 (or float16) and cast on the device");
+      problems.push_back(
+          MakeError(ErrorKind::kInvalidOption,
+                    "features_dtype='bfloat16' is not supported; stack the features as "
+                    "float32 (or float16) and cast on the device"));
     }
     if (seen_outputs.count(options.features_name)) {
-      return MakeError(ErrorKind::kInvalidOption,
-                       "features_name '" + options.features_name + "' clashes with a column");
+      problems.push_back(
+          MakeError(ErrorKind::kInvalidOption,
+                    "features_name '" + options.features_name + "' clashes with a column"));
     }
     std::set<std::string> seen_features;
-    for (const auto& name : options.features) {
+    auto resolve_feature = [&](const std::string& name) -> Status {
       if (!seen_features.insert(name).second) {
         return MakeError(ErrorKind::kInvalidOption,
                          "column '" + name + "' is listed twice in features");
@@ -760,18 +796,38 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
             ErrorKind::kInvalidOption,
             "null_mask is not available for feature column '" + name + "'; use fill_null for it");
       }
-      if (!options.allow_lossy_cast && !IsLosslessCast(spec.dtype, options.features_dtype)) {
+      // Converted values known to be exact in float32 (dates as days, small decimals) stack
+      // into float32 as they are.
+      const bool exact_conversion =
+          spec.conversion.exact_in_float32 && options.features_dtype == DType::kFloat32;
+      if (!options.allow_lossy_cast && !IsLosslessCast(spec.dtype, options.features_dtype) &&
+          !exact_conversion) {
+        // A raw temporal column (int64 counts of its unit) is better stacked as a count of a
+        // chosen unit: say so.
+        const std::string temporal_hint =
+            IsTemporal(spec.annotation) && !spec.conversion.active()
+                ? " (it holds " + spec.annotation + " counts; time_unit={'" + name +
+                      "': 's'} stacks float64 seconds since the epoch, 'D' days)"
+                : "";
         return MakeError(ErrorKind::kLossyCast,
                          std::string("feature column '") + name + "' is " + DTypeName(spec.dtype) +
-                             " and stacking it into " + DTypeName(options.features_dtype) +
+                             temporal_hint + " and stacking it into " +
+                             DTypeName(options.features_dtype) +
                              " can lose information; pass allow_lossy_cast=True or choose "
                              "features_dtype accordingly");
       }
       spec.dtype = options.features_dtype;
       STOKER_RETURN_NOT_OK(CheckOptionValues(spec));
       out.features.push_back(std::move(spec));
+      return Status::OK();
+    };
+    for (const auto& name : options.features) {
+      if (Status status = resolve_feature(name); !status.ok()) {
+        problems.push_back(std::move(status));
+      }
     }
   }
+  if (!problems.empty()) return CombineProblems(problems);
   if (options.user_transform) {
     for (const auto& field : transform_schema->fields()) {
       if (needed.count(field->name())) out.decoded_fields.push_back(field->name());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "catalog/catalog.h"
+#include "decode/value_convert.h"
 #include "stoker/column_info.h"
 #include "stoker/options.h"
 #include "transform/op.h"
@@ -56,6 +57,9 @@ struct ColumnSpec {
   bool explicit_options = false;
   std::string arrow_type;
   std::string annotation;
+  /// time_unit / decimals: the decoder converts the column's arrays before anything else reads
+  /// them; `source_dtype` and `dtype` then describe the converted values.
+  ValueConversion conversion;
   /// The column's transform chain (LoaderOptions::transforms), or null. The decoder runs ops
   /// [0, cached_ops) per row before the ready-tensor cache, so the cache stores their output; the
   /// column's writer runs the rest per batch. `layout`, `source_dtype`, `inner` and `inner_shape`

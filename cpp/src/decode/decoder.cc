@@ -81,12 +81,25 @@ const ColumnSpec* Decoder::ChainedColumn(const std::string& field) const {
   return nullptr;
 }
 
+const ValueConversion* Decoder::Conversion(const std::string& field) const {
+  for (const auto& column : spec_->columns) {
+    if (column.conversion.active() && column.Field() == field) return &column.conversion;
+  }
+  for (const auto& feature : spec_->features) {
+    if (feature.conversion.active() && feature.Field() == field) return &feature.conversion;
+  }
+  return nullptr;
+}
+
 std::string Decoder::CacheName(const std::string& field) const {
+  // A converted column's entries hold the converted values (time_unit, decimals).
+  const ValueConversion* conversion = Conversion(field);
+  const std::string base = conversion ? field + "|" + conversion->tag : field;
   const ColumnSpec* column = ChainedColumn(field);
-  if (column == nullptr || column->cached_ops == 0) return field;
+  if (column == nullptr || column->cached_ops == 0) return base;
   // Entries written under on_error="zero" hold failed rows as nulls: never serve them to a
   // loader that must raise for those rows.
-  return field + "|" + column->chain->Fingerprint(column->cached_ops) +
+  return base + "|" + column->chain->Fingerprint(column->cached_ops) +
          (column->cached_shapes ? "|shaped-rows-v1" : "") +
          (column->options.on_error_zero ? "|on_error=zero" : "");
 }
@@ -494,6 +507,9 @@ Result<DecodedColumns> Decoder::DecodeTransformed(int row_group, int64_t row_beg
     STOKER_ASSIGN_OR_RAISE(auto array,
                            FlattenColumn(arrow::ChunkedArray(column->Slice(row_begin, num_rows)),
                                          /*keep_extensions=*/false, field, where));
+    if (const ValueConversion* conversion = Conversion(field)) {
+      STOKER_ASSIGN_OR_RAISE(array, ConvertValues(*conversion, array));
+    }
     if (const ColumnSpec* chained = ChainedColumn(field); chained && chained->cached_ops > 0) {
       STOKER_ASSIGN_OR_RAISE(array, ApplyCachedOps(*chained, array, row_group, row_begin));
     }
@@ -537,6 +553,9 @@ Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std:
     STOKER_ASSIGN_OR_RAISE(auto array,
                            FlattenColumn(*chunked->Slice(row_begin, num_rows),
                                          /*keep_extensions=*/false, field, catalog_->Where(rg)));
+    if (const ValueConversion* conversion = Conversion(field)) {
+      STOKER_ASSIGN_OR_RAISE(array, ConvertValues(*conversion, array));
+    }
     if (const ColumnSpec* chained = ChainedColumn(field); chained && chained->cached_ops > 0) {
       STOKER_ASSIGN_OR_RAISE(array, ApplyCachedOps(*chained, array, row_group, row_begin));
     }
