@@ -368,6 +368,8 @@ def mixed_file(tmp_path_factory):
         "price": pa.array([decimal.Decimal("1.5")] * 3, pa.decimal128(7, 2)),
         "ts": pa.array([1, 2, 3], pa.timestamp("us")),
         "big": pa.array([1, 2, 3], pa.uint64()),
+        "n": pa.array([1.0, None, 3.0]),
+        "s": pa.array(["x", None, "z"]),
     })
     pq.write_table(table, path)
     return path
@@ -412,6 +414,25 @@ def test_fixing_every_listed_problem_opens(mixed_file):
         batch = next(iter(loader))
     assert batch["price"].tolist() == [1.5, 1.5, 1.5]
     assert batch["features"][:, 0].tolist() == [1e-6, 2e-6, 3e-6]
+
+
+def test_a_failing_open_also_lists_the_nulls_the_footers_show(mixed_file):
+    with pytest.raises(ColumnNotFoundError) as err:
+        stoker.Loader(mixed_file, columns=["nope", "n", "s", "a"], batch_size=3)
+    lines = str(err.value).splitlines()
+    assert lines[0].startswith("3 problems")
+    assert "'n' has 1 null(s)" in lines[2] and "fill_null={'n': value}" in lines[2]
+    # Strings take only the mask.
+    assert "'s' has 1 null(s)" in lines[3] and "null_mask=['s']" in lines[3]
+    assert "fill_null" not in lines[3]
+    # Covered nulls are no problem; alone, nulls are found per row group during iteration.
+    with pytest.raises(ColumnNotFoundError) as err:
+        stoker.Loader(mixed_file, columns=["nope", "n"], fill_null=0, batch_size=3)
+    assert "problems" not in str(err.value)
+    loader = stoker.Loader(mixed_file, columns=["n"], batch_size=3)
+    with pytest.raises(stoker.errors.NullValueError, match="row group 0"):
+        list(loader)
+    loader.close()
 
 
 # ------------------------------------------------------------------------------ loader.columns

@@ -3,6 +3,9 @@
 #include <arrow/extension/fixed_shape_tensor.h>
 #include <arrow/extension_type.h>
 #include <arrow/type.h>
+#include <parquet/metadata.h>
+#include <parquet/schema.h>
+#include <parquet/statistics.h>
 
 #include <algorithm>
 #include <cmath>
@@ -276,6 +279,24 @@ Status CombineProblems(const std::vector<Status>& problems) {
                    std::move(message));
 }
 
+// Nulls of a flat column (one leaf, not nested) over every row group, from the footers' statistics;
+// 0 when unknown.
+int64_t FooterNullCount(const Catalog& catalog, const std::string& field) {
+  int64_t nulls = 0;
+  for (const CatalogFile& file : catalog.files()) {
+    auto it = file.fields.find(field);
+    if (it == file.fields.end() || it->second.leaves.size() != 1) continue;
+    const int leaf = it->second.leaves[0];
+    if (file.metadata->schema()->Column(leaf)->max_repetition_level() > 0) continue;
+    for (int rg = 0; rg < file.metadata->num_row_groups(); ++rg) {
+      auto chunk = file.metadata->RowGroup(rg)->ColumnChunk(leaf);
+      auto stats = chunk->is_stats_set() ? chunk->statistics() : nullptr;
+      if (stats && stats->HasNullCount()) nulls += stats->null_count();
+    }
+  }
+  return nulls;
+}
+
 std::string Available(const arrow::Schema& schema) {
   std::string out;
   for (const auto& field : schema.fields()) {
@@ -291,6 +312,15 @@ bool FillNullApplies(const ColumnSpec& spec) {
   const bool scalar_values =
       spec.layout == SourceLayout::kFixed || spec.layout == SourceLayout::kBool;
   return scalar_values && spec.options.has_fill_null;
+}
+
+bool NullsCovered(const ColumnSpec& spec) {
+  // A numeric fill value cannot stand for a missing string or list: those need the mask.
+  const bool variable_length =
+      spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
+  return spec.options.null_mask || (spec.options.has_fill_null && !variable_length) ||
+         (spec.chain && spec.layout != SourceLayout::kList &&
+          (spec.options.on_error_zero || spec.chain->op(0).AcceptsNull()));
 }
 
 bool IsRepresentable(double value, DType dtype) {
@@ -827,7 +857,29 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       }
     }
   }
-  if (!problems.empty()) return CombineProblems(problems);
+  if (!problems.empty()) {
+    // The open fails anyway: also name the columns whose footers show nulls that no option
+    // covers (otherwise found per row group during iteration), so one round fixes everything.
+    if (!options.user_transform) {
+      for (const auto* specs : {&out.columns, &out.features}) {
+        for (const ColumnSpec& spec : *specs) {
+          if (spec.layout == SourceLayout::kPartition || NullsCovered(spec)) continue;
+          const int64_t nulls = FooterNullCount(catalog, spec.Field());
+          if (nulls <= 0) continue;
+          const bool variable_length =
+              spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
+          problems.push_back(
+              MakeError(ErrorKind::kNullValues,
+                        "column '" + spec.name + "' has " + std::to_string(nulls) +
+                            " null(s) by the footers' statistics; pass " +
+                            (variable_length ? std::string("")
+                                             : "fill_null={'" + spec.name + "': value} or ") +
+                            "null_mask=['" + spec.name + "']"));
+        }
+      }
+    }
+    return CombineProblems(problems);
+  }
   if (options.user_transform) {
     for (const auto& field : transform_schema->fields()) {
       if (needed.count(field->name())) out.decoded_fields.push_back(field->name());

@@ -106,6 +106,10 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
 /// with fill_null set; strings and lists need null_mask instead).
 bool FillNullApplies(const ColumnSpec& spec);
 
+/// Whether the column's options (null_mask, fill_null for scalar values, a chain that takes nulls
+/// or on_error="zero") say what its null rows become.
+bool NullsCovered(const ColumnSpec& spec);
+
 /// Whether `value` (a fill_null or pad_value option) is exactly representable as `dtype`.
 /// NaN and infinities count as representable in the float dtypes only.
 bool IsRepresentable(double value, DType dtype);

@@ -571,11 +571,7 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
   // A numeric fill value cannot stand for a missing string or list: those need the mask.
   const bool variable_length =
       spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
-  const bool nulls_allowed = spec.options.null_mask ||
-                             (spec.options.has_fill_null && !variable_length) ||
-                             (spec.chain && spec.layout != SourceLayout::kList &&
-                              (spec.options.on_error_zero || spec.chain->op(0).AcceptsNull()));
-  if (array->null_count() > 0 && !nulls_allowed) {
+  if (array->null_count() > 0 && !NullsCovered(spec)) {
     const std::string advice =
         variable_length ? "; pass null_mask=['" + spec.name +
                               "'] to get a validity mask (fill_null does not apply to strings "
