@@ -219,6 +219,14 @@ def test_bad_time_unit_names_the_option(temporal_file):
         load(temporal_file, columns=["ts_us"], time_unit={"ts_us": "weeks"})
     with pytest.raises(InvalidOptionError, match="time_unit names column 'nope'"):
         load(temporal_file, columns=["ts_us"], time_unit={"nope": "s"})
+    with pytest.raises(InvalidOptionError, match=r"time_unit names column 'x' \(double\)"):
+        load(temporal_file, features=["x"], time_unit={"x": "s"})
+    with pytest.raises(InvalidOptionError, match=r"decimals names column 'x' \(double\)"):
+        load(temporal_file, columns=["x"], decimals={"x": "float64"})
+    # For all columns, the option applies where it fits and leaves the others alone.
+    batches = load(temporal_file, columns=["x", "ts_s"], time_unit="s", decimals="float64",
+                   lists={"x": "padded"})
+    assert column(batches, "x").dtype == np.float64 and column(batches, "ts_s").dtype == np.float64
 
 
 # ------------------------------------------------------------------------------ decimals

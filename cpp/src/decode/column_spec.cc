@@ -642,6 +642,20 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       return Status::OK();
     }
     needed.insert(name);
+    // time_unit / decimals given for this column by name (not for all columns) must fit it.
+    const arrow::DataType& type = *schema.field(index)->type();
+    if (spec->explicit_options && column_options.time_unit != TimeUnit::kUnset &&
+        options.default_column_options.time_unit == TimeUnit::kUnset && !IsTemporalType(type)) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "time_unit names column '" + name + "' (" + type.ToString() +
+                           "), which is not a timestamp, date, time or duration");
+    }
+    if (spec->explicit_options && column_options.decimals != DecimalMode::kUnset &&
+        options.default_column_options.decimals == DecimalMode::kUnset && !IsDecimalType(type)) {
+      return MakeError(
+          ErrorKind::kInvalidOption,
+          "decimals names column '" + name + "' (" + type.ToString() + "), which is not a decimal");
+    }
     STOKER_RETURN_NOT_OK(Classify(name, schema.field(index)->type(), column_options,
                                   options.user_transform ? nullptr : &catalog,
                                   options.allow_lossy_cast, spec));
