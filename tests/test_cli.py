@@ -288,3 +288,15 @@ def test_bad_per_column_flags_exit_2(dataset, argv, needle, capsys):
         main(argv)
     assert exit_info.value.code == 2
     assert needle in capsys.readouterr().err
+
+
+def test_inspect_names_the_decimals_option(tmp_path, capsys):
+    import decimal
+
+    path = tmp_path / "dec.parquet"
+    pq.write_table(pa.table({"price": pa.array([decimal.Decimal("1.25")] * 4,
+                                               pa.decimal128(9, 2))}), path)
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "column 'price' (decimal128(9, 2)) is a decimal: pass decimals=" in out
+    assert "Leave it out" not in out

@@ -470,3 +470,44 @@ def test_storage_options_on_a_local_path_raise_naming_the_option(mixed_file):
     # An empty dict is what code that always passes one gives: allowed.
     with stoker.Loader(mixed_file, columns=["a"], storage_options={}, batch_size=3) as loader:
         assert len(loader) == 1
+
+
+# ------------------------------------------------------------------------------ other writers
+
+def test_duckdb_decimals_and_timestamps(write_duckdb):
+    """DuckDB's own writer: DECIMAL(4,1) as INT32, (18,3) as INT64, (38,10) as a 16-byte
+    FIXED_LEN_BYTE_ARRAY; TIMESTAMP (us), TIMESTAMPTZ and DATE."""
+    path = write_duckdb("""
+        SELECT ((i * 7 % 2000 - 1000) / 10)::DECIMAL(4,1) AS d4,
+               (i * 1234567.891 - 5e9)::DECIMAL(18,3) AS d18,
+               ((i::HUGEINT * 12345678901234567)::DECIMAL(38,10)
+                + 0.1234567891::DECIMAL(38,10))::DECIMAL(38,10) AS d38,
+               TIMESTAMP '2024-03-01 12:00:00' + INTERVAL (i * 3607) SECOND AS ts,
+               TIMESTAMPTZ '2024-03-01 12:00:00+00' + INTERVAL (i * 61) SECOND AS tstz,
+               DATE '1960-01-01' + (i * 3)::INTEGER AS day
+        FROM range(5000) t(i)""", row_group_size=2048)
+    physical = {pq.ParquetFile(path).schema.column(i).name: pq.ParquetFile(path).schema.column(
+        i).physical_type for i in range(6)}
+    assert physical["d4"] == "INT32" and physical["d18"] == "INT64"
+    assert physical["d38"] == "FIXED_LEN_BYTE_ARRAY"
+    table = pq.read_table(path)
+    batches = load(path, batch_size=333, decimals={"d4": "float64", "d18": "scaled_int64",
+                                                   "d38": "float64"},
+                   allow_lossy_cast=True, time_unit={"ts": "s", "tstz": "ms", "day": "D"})
+    assert_bytes_equal(column(batches, "d4"),
+                       np.array([float(v) for v in table.column("d4").to_pylist()]))
+    assert_bytes_equal(column(batches, "d18"),
+                       np.array([int(v.scaleb(3)) for v in table.column("d18").to_pylist()]))
+    np.testing.assert_allclose(column(batches, "d38"),
+                               [float(v) for v in table.column("d38").to_pylist()], rtol=2**-52)
+    for name, unit in (("ts", "s"), ("tstz", "ms"), ("day", "D")):
+        assert_bytes_equal(column(batches, name), expected_counts(path, name, unit), name)
+
+
+def test_transforms_on_timestamps_take_time_unit(temporal_file):
+    ops = [stoker.ops.standardize(mean=1.7e9, std=1e8)]
+    with pytest.raises(UnsupportedTypeError, match=r"time_unit=\{'ts_us': 's'\}"):
+        load(temporal_file, columns=["ts_us"], transforms={"ts_us": ops})
+    batches = load(temporal_file, columns=["ts_us"], transforms={"ts_us": ops}, time_unit="s")
+    seconds = expected_counts(temporal_file, "ts_us", "s")
+    np.testing.assert_allclose(column(batches, "ts_us"), (seconds - 1.7e9) / 1e8, rtol=1e-5)

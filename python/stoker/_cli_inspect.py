@@ -128,7 +128,10 @@ def _warnings(r: Dict[str, Any]) -> List[str]:
                    "give more parallelism and better shuffling.")
     for c in r["columns"]:
         name = c["name"]
-        if c.get("error"):
+        if c.get("error") and "pass decimals=" in c["error"]:
+            out.append(f"column {name!r} ({c['arrow_type']}) is a decimal: pass decimals= "
+                       "('float64', 'float32' or 'scaled_int64'; --decimals for stoker bench).")
+        elif c.get("error"):
             out.append(f"column {name!r} ({c['arrow_type']}): stoker cannot read it: "
                        f"{c['error']}. Leave it out of columns=.")
         if c.get("needs_lists"):

@@ -413,7 +413,9 @@ class Loader:
     @property
     def columns(self) -> Dict[str, Any]:
         """What each output column is: name, Arrow type, kind, dtype, per-row shape, annotation
-        (the unit of temporal columns, "utf8"/"binary" for strings)."""
+        (the unit of temporal columns, "utf8"/"binary" for strings, what a ``time_unit`` or
+        ``decimals`` conversion delivers). ``kind`` also equals its name (``info.kind ==
+        "dense"``); ``repr(info)`` shows every field."""
         return dict(self._columns)
 
     @property

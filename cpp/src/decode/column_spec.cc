@@ -447,7 +447,11 @@ Status ResolveChain(const std::vector<OpSpec>& specs, ColumnSpec* spec, bool all
   } else {
     return MakeError(ErrorKind::kUnsupportedType,
                      "transforms on column '" + spec->name + "' (" + spec->arrow_type +
-                         "): transforms take binary, string, numeric or fixed-size list columns");
+                         "): transforms take binary, string, numeric or fixed-size list columns" +
+                         (IsTemporal(spec->annotation) && spec->layout == SourceLayout::kFixed
+                              ? "; time_unit={'" + spec->name +
+                                    "': 's'} makes a timestamp or date a float64 number first"
+                              : std::string()));
   }
   std::vector<std::unique_ptr<transform::Op>> ops;
   for (const auto& op : specs) {
