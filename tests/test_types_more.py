@@ -313,7 +313,7 @@ def test_decimals_scaled_int64_is_the_unscaled_integer(decimal_file, name):
     values = decimals_of(decimal_file, name)
     scale = dict((f"d{p}", s) for p, s in PRECISIONS)[name]
     valid = np.array([v is not None for v in values])
-    want = np.array([int(v.scaleb(scale)) if v is not None else 0 for v in values], np.int64)
+    want = np.array([unscaled(v, scale) if v is not None else 0 for v in values], np.int64)
     assert column(batches, f"{name}_mask").tolist() == valid.tolist()
     assert_bytes_equal(column(batches, name), want)
 
@@ -511,3 +511,79 @@ def test_transforms_on_timestamps_take_time_unit(temporal_file):
     batches = load(temporal_file, columns=["ts_us"], transforms={"ts_us": ops}, time_unit="s")
     seconds = expected_counts(temporal_file, "ts_us", "s")
     np.testing.assert_allclose(column(batches, "ts_us"), (seconds - 1.7e9) / 1e8, rtol=1e-5)
+
+
+def unscaled(value: decimal.Decimal, scale: int) -> int:
+    """value * 10**scale, exactly (the default context would round 38 digits to 28)."""
+    with decimal.localcontext() as context:
+        context.prec = 100
+        return int(value.scaleb(scale))
+
+
+def _zigzag_varint(value: int) -> bytes:
+    value = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def write_byte_array_decimals(path: str, columns: Dict[str, tuple]) -> None:
+    """Decimals stored as BYTE_ARRAY (big-endian two's complement), as parquet-mr based writers
+    (Hive, older Spark/Impala tooling) may write them, which pyarrow cannot: pyarrow writes plain
+    binary columns, then each column's schema element in the footer (Thrift compact protocol) gets
+    converted_type DECIMAL, scale and precision appended after its name."""
+    arrays = {}
+    for name, (values, precision, scale) in columns.items():
+        rows = []
+        for v in values:
+            if v is None:
+                rows.append(None)
+                continue
+            integer = unscaled(v, scale)
+            width = max(1, (integer.bit_length() + 8) // 8)
+            rows.append(integer.to_bytes(width, "big", signed=True))
+        arrays[name] = pa.array(rows, pa.binary())
+    pq.write_table(pa.table(arrays), path, store_schema=False, use_dictionary=False,
+                   write_statistics=False, row_group_size=ROW_GROUP)
+    data = open(path, "rb").read()
+    length = int.from_bytes(data[-8:-4], "little")
+    footer = data[-8 - length:-8]
+    for name, (_, precision, scale) in columns.items():
+        encoded = bytes([0x18, len(name)]) + name.encode()  # field 4 (name), after field 3
+        at = footer.index(encoded) + len(encoded)
+        assert footer[at] == 0, "the schema element should end after its name"
+        extra = (bytes([0x25]) + _zigzag_varint(5) +  # field 6 converted_type = DECIMAL
+                 bytes([0x15]) + _zigzag_varint(scale) +  # field 7 scale
+                 bytes([0x15]) + _zigzag_varint(precision))  # field 8 precision
+        footer = footer[:at] + extra + footer[at:]
+    with open(path, "wb") as f:
+        f.write(data[:-8 - length] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+
+
+def test_byte_array_backed_decimals(tmp_path):
+    path = str(tmp_path / "byte_array.parquet")
+    columns = {f"b{p}": (decimal_values(p, s, N), p, s) for p, s in PRECISIONS}
+    write_byte_array_decimals(path, columns)
+    schema = pq.ParquetFile(path).schema
+    assert {schema.column(i).physical_type for i in range(4)} == {"BYTE_ARRAY"}
+    for name, (values, precision, scale) in columns.items():
+        # pyarrow reads the patched file back as the decimals written.
+        assert pq.read_table(path, columns=[name]).column(name).to_pylist() == values
+        mode = "scaled_int64" if precision <= 18 else "float64"
+        got = column(load(path, columns=[name], decimals=mode, allow_lossy_cast=True,
+                          fill_null=0), name)
+        if mode == "scaled_int64":
+            want = np.array([unscaled(v, scale) if v is not None else 0 for v in values])
+            assert_bytes_equal(got, want, name)
+        else:
+            want = np.array([float(v) if v is not None else 0.0 for v in values])
+            np.testing.assert_allclose(got, want, rtol=2**-52, atol=0)
+    got = column(load(path, columns=["b12"], decimals="float64", fill_null=0), "b12")
+    assert_bytes_equal(got, np.array([float(v) if v is not None else 0.0
+                                      for v in columns["b12"][0]]))
