@@ -3,6 +3,7 @@
 #include <arrow/array.h>
 #include <arrow/buffer.h>
 #include <arrow/type.h>
+#include <arrow/util/bit_util.h>
 #include <arrow/util/bitmap_ops.h>
 #include <arrow/util/decimal.h>
 #include <parquet/metadata.h>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <optional>
 #include <sstream>
+#include <type_traits>
 
 namespace stoker {
 namespace {
@@ -264,7 +266,6 @@ Status ResolveConversion(const Catalog* catalog, const std::string& name,
       }
       *dtype = DType::kInt64;
       *annotation = type.ToString() + " unscaled (value * 10**" + std::to_string(scale) + ")";
-      out->exact_in_float32 = false;
       return Status::OK();
     case DecimalMode::kFloat64:
     case DecimalMode::kFloat32: {
@@ -302,10 +303,8 @@ template <typename Decimal>
 double DecimalToDouble(const uint8_t* bytes, int32_t scale, bool* small, int64_t* low) {
   const Decimal value(bytes);
   *small = false;
-  if constexpr (std::is_same_v<Decimal, arrow::Decimal32>) {
-    *low = value.value();
-    *small = true;
-  } else if constexpr (std::is_same_v<Decimal, arrow::Decimal64>) {
+  if constexpr (std::is_same_v<Decimal, arrow::Decimal32> ||
+                std::is_same_v<Decimal, arrow::Decimal64>) {
     *low = value.value();
     *small = true;
   } else if constexpr (std::is_same_v<Decimal, arrow::Decimal128>) {
