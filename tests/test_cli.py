@@ -300,3 +300,7 @@ def test_inspect_names_the_decimals_option(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "column 'price' (decimal128(9, 2)) is a decimal: pass decimals=" in out
     assert "Leave it out" not in out
+    assert main(["inspect", str(path), "--decimals", "price=float64", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["columns"][0]["produces"] == "dense float64 [B] (decimal128(9, 2) as float64)"
+    assert report["warnings"] == []

@@ -108,6 +108,12 @@ def _build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("uri", help="a Parquet file, folder, glob or URI (s3://...)")
     inspect.add_argument("--columns", type=_names, help="only these columns (comma-separated)")
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    inspect.add_argument("--time-unit", type=_per_column_choice("--time-unit", TIME_UNITS),
+                         metavar="UNIT|COL=UNIT,...",
+                         help="report timestamps and dates as float64 counts of this unit")
+    inspect.add_argument("--decimals", type=_per_column_choice("--decimals", DECIMAL_MODES),
+                         metavar="MODE|COL=MODE,...",
+                         help="report decimal columns as float64, float32 or scaled_int64")
     inspect.add_argument("--transforms", type=_json_object, metavar="JSON",
                          help='transform chains, e.g. \'{"image": [{"op": "decode_image"}, '
                               '{"op": "resize", "size": [224, 224]}]}\': shows what each '
@@ -214,7 +220,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif args.command == "inspect":
             from ._cli_inspect import run_inspect
 
-            return run_inspect(args.uri, args.columns, args.json, args.transforms)
+            return run_inspect(args.uri, args.columns, args.json, args.transforms,
+                               time_unit=args.time_unit, decimals=args.decimals)
         elif args.command == "bench":
             from ._cli_bench import run_bench
 

@@ -62,14 +62,17 @@ def _produced(column) -> Dict[str, Any]:
 
 def inspect_dataset(uri: str, columns: Optional[List[str]] = None,
                     storage_options: Optional[Dict[str, Any]] = None,
-                    transforms: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """The report of `stoker inspect` (a dict, also printed by ``--json``)."""
+                    transforms: Optional[Dict[str, Any]] = None,
+                    **loader_options: Any) -> Dict[str, Any]:
+    """The report of `stoker inspect` (a dict, also printed by ``--json``). ``loader_options``
+    (``time_unit``, ``decimals``, ...) change what each column is reported to produce."""
     from ._describe import describe, redact_uri
     from .errors import error_class
 
     if not uri:
         raise CliError("no dataset given: pass a Parquet file, folder, glob or URI")
-    desc = describe(uri, columns=columns, storage_options=storage_options, transforms=transforms)
+    desc = describe(uri, columns=columns, storage_options=storage_options, transforms=transforms,
+                    **{k: v for k, v in loader_options.items() if v is not None})
     for column in desc.columns:
         if column.error_kind == "column_not_found":
             raise error_class(column.error_kind)(column.error)
@@ -190,8 +193,8 @@ def format_report(r: Dict[str, Any], max_files: int = 10) -> str:
 
 
 def run_inspect(uri: str, columns: Optional[List[str]] = None, as_json: bool = False,
-                transforms: Optional[Dict[str, Any]] = None) -> int:
-    report = inspect_dataset(uri, columns, transforms=transforms)
+                transforms: Optional[Dict[str, Any]] = None, **loader_options: Any) -> int:
+    report = inspect_dataset(uri, columns, transforms=transforms, **loader_options)
     if as_json:
         print(json.dumps(report, indent=1, default=str))
     else:
