@@ -880,19 +880,23 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
     // covers (otherwise found per row group during iteration), so one round fixes everything.
     if (!options.user_transform) {
       for (const auto* specs : {&out.columns, &out.features}) {
+        const bool features = specs == &out.features;
         for (const ColumnSpec& spec : *specs) {
           if (spec.layout == SourceLayout::kPartition || NullsCovered(spec)) continue;
           const int64_t nulls = FooterNullCount(catalog, spec.Field());
           if (nulls <= 0) continue;
+          // Strings and lists take only the mask; stacked features only a fill value.
           const bool variable_length =
               spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
-          problems.push_back(
-              MakeError(ErrorKind::kNullValues,
-                        "column '" + spec.name + "' has " + std::to_string(nulls) +
-                            " null(s) by the footers' statistics; pass " +
-                            (variable_length ? std::string("")
-                                             : "fill_null={'" + spec.name + "': value} or ") +
-                            "null_mask=['" + spec.name + "']"));
+          const std::string fill = "fill_null={'" + spec.name + "': value}";
+          const std::string mask = "null_mask=['" + spec.name + "']";
+          problems.push_back(MakeError(ErrorKind::kNullValues,
+                                       std::string(features ? "feature column '" : "column '") +
+                                           spec.name + "' has " + std::to_string(nulls) +
+                                           " null(s) by the footers' statistics; pass " +
+                                           (features          ? fill
+                                            : variable_length ? mask
+                                                              : fill + " or " + mask)));
         }
       }
     }
