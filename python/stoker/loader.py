@@ -91,7 +91,8 @@ class Loader:
             rows are ``True``); null values are zero.
         features_dtype: dtype of the stacked features (default ``"float32"``).
         features_name: Key of the stacked features in each batch.
-        allow_lossy_cast: Allow feature casts that can lose information (int64 -> float32).
+        allow_lossy_cast: Allow feature casts that can lose information (int64 -> float32),
+            and ``time_unit`` / ``decimals`` conversions that round.
         padding_mask: Add a bool ``__padding__`` array marking rows repeated by ``drop_last=False``.
         task_bytes: Target uncompressed size of one decode task (row groups are split by columns).
         storage_options: Settings for remote filesystems, with Arrow's names (``endpoint_override``,
