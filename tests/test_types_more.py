@@ -592,3 +592,30 @@ def test_byte_array_backed_decimals(tmp_path):
     got = column(load(path, columns=["b12"], decimals="float64", fill_null=0), "b12")
     assert_bytes_equal(got, np.array([float(v) if v is not None else 0.0
                                       for v in columns["b12"][0]]))
+
+
+# ------------------------------------------------------------------------------ lists
+
+def test_lists_of_timestamps_and_decimals(tmp_path):
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 4, N)
+    stamps = [None if i % 13 == 4 else [int(v) for v in rng.integers(-10**12, 2 * 10**12, k)]
+              for i, k in enumerate(lengths)]
+    prices = [[decimal.Decimal(int(v)).scaleb(-2) for v in rng.integers(-10**6, 10**6, k)]
+              for k in lengths]
+    path = str(tmp_path / "lists.parquet")
+    pq.write_table(pa.table({"ts": pa.array(stamps, pa.list_(pa.timestamp("ms"))),
+                             "price": pa.array(prices, pa.list_(pa.decimal128(9, 2)))}),
+                   path, row_group_size=ROW_GROUP)
+    with pytest.raises(UnsupportedTypeError, match=r"time_unit=\{'ts': 's'\}"):
+        load(path, columns=["ts"], lists="ragged")
+    batches = load(path, lists={"ts": "ragged", "price": "padded"}, time_unit="s",
+                   decimals="float64", null_mask=["ts"], pad_value={"price": -1})
+    got = [row.tolist() for b in batches for row in
+           (b["ts"].values[b["ts"].offsets[i]:b["ts"].offsets[i + 1]]
+            for i in range(len(b["ts"].offsets) - 1))]
+    assert got == [[v / 1000 for v in row] if row is not None else [] for row in stamps]
+    assert column(batches, "ts_mask").tolist() == [row is not None for row in stamps]
+    rows = [list(r[:n]) for b in batches for r, n in zip(b["price"], b["price_lengths"])]
+    assert rows == [[float(v) for v in row] for row in prices]
+    assert batches[0]["price"].dtype == np.float64

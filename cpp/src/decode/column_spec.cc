@@ -218,9 +218,19 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
         spec->annotation = annotation;
       } else if (value_id == arrow::Type::BOOL) {
         dtype = DType::kBool;  // unpacked from bits by its column writer
+      } else if (IsDecimalType(*list.value_type()) ||
+                 (IsTemporalType(*list.value_type()) && options.time_unit != TimeUnit::kUnset)) {
+        // The elements are converted by the decoder, as a scalar column's values are.
+        STOKER_RETURN_NOT_OK(ResolveConversion(catalog, name, *list.value_type(), options,
+                                               allow_lossy_cast, &spec->conversion, &dtype,
+                                               &spec->annotation));
       } else if (!FixedWidthDType(*list.value_type(), &dtype, &annotation) ||
                  IsTemporal(annotation)) {
-        return Unsupported(name, *full_type, " (list values must be numeric or bool)");
+        const std::string why = IsTemporal(annotation)
+                                    ? " (list values must be numeric or bool: pass time_unit={'" +
+                                          name + "': 's'} for float64 counts of a unit)"
+                                    : " (list values must be numeric or bool)";
+        return Unsupported(name, *full_type, why.c_str());
       }
       spec->layout = SourceLayout::kList;
       spec->source_dtype = spec->dtype = dtype;
@@ -646,8 +656,13 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       return Status::OK();
     }
     needed.insert(name);
-    // time_unit / decimals given for this column by name (not for all columns) must fit it.
-    const arrow::DataType& type = *schema.field(index)->type();
+    // time_unit / decimals given for this column by name (not for all columns) must fit it
+    // (or its list's elements).
+    const arrow::DataType& field_type = *schema.field(index)->type();
+    const arrow::DataType& type =
+        field_type.id() == arrow::Type::LIST || field_type.id() == arrow::Type::LARGE_LIST
+            ? *static_cast<const arrow::BaseListType&>(field_type).value_type()
+            : field_type;
     if (spec->explicit_options && column_options.time_unit != TimeUnit::kUnset &&
         options.default_column_options.time_unit == TimeUnit::kUnset && !IsTemporalType(type)) {
       return MakeError(ErrorKind::kInvalidOption,

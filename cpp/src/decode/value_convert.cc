@@ -366,6 +366,16 @@ Status ConvertDecimal(const ValueConversion& conversion, const arrow::ArrayData&
 Result<std::shared_ptr<arrow::Array>> ConvertValues(const ValueConversion& conversion,
                                                     const std::shared_ptr<arrow::Array>& array) {
   if (!conversion.active()) return array;
+  if (array->type_id() == arrow::Type::LIST || array->type_id() == arrow::Type::LARGE_LIST) {
+    // The elements: the whole child array converted, the offsets and row validity kept.
+    STOKER_ASSIGN_OR_RAISE(
+        auto values, ConvertValues(conversion, arrow::MakeArray(array->data()->child_data[0])));
+    auto data = array->data()->Copy();
+    data->type = array->type_id() == arrow::Type::LIST ? arrow::list(values->type())
+                                                       : arrow::large_list(values->type());
+    data->child_data = {values->data()};
+    return arrow::MakeArray(std::move(data));
+  }
   const arrow::ArrayData& data = *array->data();
   const int64_t length = data.length;
   std::shared_ptr<arrow::DataType> type = arrow::float64();

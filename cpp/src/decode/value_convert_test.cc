@@ -120,6 +120,29 @@ TEST(ValueConvert, Decimal256AndFloat32) {
   EXPECT_EQ(floats.Value(1), static_cast<float>(-0.1));
 }
 
+TEST(ValueConvert, ListElementsAreConvertedAndOffsetsKept) {
+  ColumnOptions options;
+  options.decimals = DecimalMode::kScaledInt64;
+  auto type = arrow::decimal128(9, 2);
+  auto conversion = Resolve(*type, options);
+  ASSERT_TRUE(conversion.ok());
+  auto values = Decimals(type, {"1.00", "-2.50", "3.25", "", "4.00"});
+  arrow::Int32Builder offsets;
+  ASSERT_STATUS_OK(offsets.AppendValues({0, 2, 2, 5}));
+  auto list = arrow::ListArray::FromArrays(*offsets.Finish().ValueOrDie(), *values).ValueOrDie();
+  // Rows 1..2 of the list: an empty row, then [3.25, null, 4.00].
+  auto converted = ConvertValues(*conversion, list->Slice(1));
+  ASSERT_TRUE(converted.ok()) << converted.status().ToString();
+  const auto& out = static_cast<const arrow::ListArray&>(**converted);
+  ASSERT_EQ(out.length(), 2);
+  EXPECT_EQ(out.value_length(0), 0);
+  ASSERT_EQ(out.value_length(1), 3);
+  const auto& ints = static_cast<const arrow::Int64Array&>(*out.values());
+  EXPECT_EQ(ints.Value(out.value_offset(1)), 325);
+  EXPECT_TRUE(ints.IsNull(out.value_offset(1) + 1));
+  EXPECT_EQ(ints.Value(out.value_offset(1) + 2), 400);
+}
+
 TEST(ValueConvert, TimeUnitsMultiplyOrDivideInFloat64) {
   ColumnOptions options;
   options.time_unit = TimeUnit::kMilli;
