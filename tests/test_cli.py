@@ -57,7 +57,8 @@ def test_inspect_reports_files_rows_row_groups_and_columns(dataset, capsys):
     assert "ZSTD" in out
     assert "dense float32 [B, 4]" in out  # what stoker makes of the embedding
     assert "needs lists=" in out  # the variable-length column
-    assert "row groups are small" in out
+    # 6,000 rows, well under a megabyte: a rewrite would gain nothing, so no row-group advice.
+    assert "row groups are small" not in out and "row group(s) for" not in out
 
 
 def test_inspect_json_has_per_column_production(dataset, capsys):
@@ -200,3 +201,106 @@ def test_pyproject_declares_the_console_script():
         text = f.read()
     assert '[project.scripts]' in text
     assert 'stoker = "stoker.__main__:main"' in text
+
+
+# ------------------------------------------------------------------------------ issue 14 usability
+
+@pytest.fixture
+def hive_dataset(tmp_path):
+    """date=YYYY-MM-DD/region=N folders (pandas' partition_cols layout)."""
+    root = tmp_path / "hive"
+    for day in ("2024-01-01", "2024-01-02"):
+        for region in (1, 2):
+            folder = root / f"date={day}" / f"region={region}"
+            folder.mkdir(parents=True)
+            pq.write_table(pa.table({"v": np.arange(10, dtype=np.float32)}),
+                           folder / "part.parquet")
+    return str(root)
+
+
+def test_inspect_lists_hive_partition_columns(hive_dataset, capsys):
+    assert main(["inspect", hive_dataset, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    cols = {c["name"]: c for c in report["columns"]}
+    assert set(cols) == {"v", "date", "region"}
+    assert cols["date"]["partition"] is True and cols["date"]["kind"] == "strings"
+    assert cols["region"]["partition"] is True and cols["region"]["dtype"] == "int64"
+    assert main(["inspect", hive_dataset]) == 0
+    out = capsys.readouterr().out
+    assert "date" in out and "partition" in out
+
+
+def test_inspect_accepts_partition_columns_in_columns(hive_dataset, capsys):
+    assert main(["inspect", hive_dataset, "--columns", "date", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [c["name"] for c in report["columns"]] == ["date"]
+    assert report["columns"][0]["produces"].startswith("strings")
+    assert main(["inspect", hive_dataset, "--columns", "v,region"]) == 0
+
+
+def test_row_group_advice_depends_on_the_dataset_size(tmp_path, capsys):
+    # 80 MB uncompressed (PLAIN-encoded, zstd squeezes the counting sequence) in row groups of
+    # 800 KB: big enough for a rewrite to help; the advice gives a row count for ~128 MiB.
+    path = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"z": np.arange(10_000_000, dtype=np.float64)}), path,
+                   row_group_size=100_000, compression="zstd", use_dictionary=False)
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "row groups are small" in out and "row_group_size=" in out
+    rows = int(out.split("row_group_size=")[1].split(")")[0])
+    assert 10_000_000 < rows * 8 * 1.3 and rows * 8 < 2**28  # about 128 MiB of float64
+
+
+def test_bench_advice_uses_the_cli_flags(dataset, capsys):
+    assert main(["bench", dataset, "--columns", "tags", "--batches", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--lists tags=padded" in err and "--lists tags=ragged" in err
+    assert "lists={" not in err
+
+
+def test_bench_takes_per_column_lists_time_unit_and_decimals(tmp_path, capsys):
+    import decimal
+
+    path = tmp_path / "typed.parquet"
+    pq.write_table(pa.table({
+        "tags": pa.array([[1, 2], [3]] * 50, pa.list_(pa.int64())),
+        "ts": pa.array(list(range(100)), pa.timestamp("ms")),
+        "price": pa.array([decimal.Decimal("1.25")] * 100, pa.decimal128(9, 2)),
+    }), path)
+    code = main(["bench", str(path), "--columns", "tags,ts,price", "--lists", "tags=padded",
+                 "--time-unit", "ts=s", "--decimals", "float64", "--batches", "2",
+                 "--batch-size", "10", "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    # A missing choice is reported with its flag.
+    assert main(["bench", str(path), "--columns", "price", "--batches", "1",
+                 "--no-progress"]) == 2
+    assert "--decimals price=float64" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["bench", "DATA", "--lists", "tags=jagged"], "--lists"),
+    (["bench", "DATA", "--time-unit", "weeks"], "--time-unit"),
+    (["bench", "DATA", "--decimals", "p=int"], "--decimals"),
+])
+def test_bad_per_column_flags_exit_2(dataset, argv, needle, capsys):
+    argv = [dataset if a == "DATA" else a for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_inspect_names_the_decimals_option(tmp_path, capsys):
+    import decimal
+
+    path = tmp_path / "dec.parquet"
+    pq.write_table(pa.table({"price": pa.array([decimal.Decimal("1.25")] * 4,
+                                               pa.decimal128(9, 2))}), path)
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "column 'price' (decimal128(9, 2)) is a decimal: pass decimals=" in out
+    assert "Leave it out" not in out
+    assert main(["inspect", str(path), "--decimals", "price=float64", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["columns"][0]["produces"] == "dense float64 [B] (decimal128(9, 2) as float64)"
+    assert report["warnings"] == []

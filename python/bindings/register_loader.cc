@@ -45,7 +45,16 @@ void RegisterLoader(nb::module_& m) {
       .def_ro("kind", &ColumnInfo::kind)
       .def_prop_ro("dtype", [](const ColumnInfo& c) { return DTypeName(c.dtype); })
       .def_ro("inner_shape", &ColumnInfo::inner_shape)
-      .def_ro("annotation", &ColumnInfo::annotation);
+      .def_ro("annotation", &ColumnInfo::annotation)
+      .def("__repr__", [](nb::handle self) {
+        // ColumnInfo(name='ts', kind='dense', dtype='float64', shape=(), arrow_type=...).
+        return nb::str(
+                   "ColumnInfo(name={!r}, kind={!r}, dtype={!r}, shape={!r}, "
+                   "arrow_type={!r}, annotation={!r})")
+            .format(self.attr("name"), self.attr("kind").attr("name"), self.attr("dtype"),
+                    nb::steal(PySequence_Tuple(self.attr("inner_shape").ptr())),
+                    self.attr("arrow_type"), self.attr("annotation"));
+      });
 
   nb::class_<Loader>(m, "Engine")
       .def_static(

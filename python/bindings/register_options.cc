@@ -22,7 +22,35 @@ void RegisterOptions(nb::module_& m) {
       .def_rw("has_fill_null", &ColumnOptions::has_fill_null)
       .def_rw("fill_null", &ColumnOptions::fill_null)
       .def_rw("null_mask", &ColumnOptions::null_mask)
-      .def_rw("on_error_zero", &ColumnOptions::on_error_zero);
+      .def_rw("on_error_zero", &ColumnOptions::on_error_zero)
+      // "" (unset), "D", "h", "m", "s", "ms", "us", "ns".
+      .def_prop_rw(
+          "time_unit",
+          [](const ColumnOptions& o) { return std::string(TimeUnitName(o.time_unit)); },
+          [](ColumnOptions& o, const std::string& name) {
+            if (name.empty()) {
+              o.time_unit = TimeUnit::kUnset;
+            } else if (!ParseTimeUnit(name, &o.time_unit)) {
+              ThrowIfError(MakeError(ErrorKind::kInvalidOption,
+                                     "time_unit must be one of 'D', 'h', 'm', 's', 'ms', 'us', "
+                                     "'ns', got '" +
+                                         name + "'"));
+            }
+          })
+      // "" (unset), "float64", "float32", "scaled_int64".
+      .def_prop_rw(
+          "decimals",
+          [](const ColumnOptions& o) { return std::string(DecimalModeName(o.decimals)); },
+          [](ColumnOptions& o, const std::string& name) {
+            if (name.empty()) {
+              o.decimals = DecimalMode::kUnset;
+            } else if (!ParseDecimalMode(name, &o.decimals)) {
+              ThrowIfError(MakeError(ErrorKind::kInvalidOption,
+                                     "decimals must be 'float64', 'float32' or 'scaled_int64', "
+                                     "got '" +
+                                         name + "'"));
+            }
+          });
 
   nb::class_<FeatureGroup>(m, "FeatureGroup")
       .def(nb::init<>())

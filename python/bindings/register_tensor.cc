@@ -53,7 +53,20 @@ void RegisterTensor(nb::module_& m) {
       .value("dense", ColumnKind::kDense)
       .value("padded", ColumnKind::kPadded)
       .value("ragged", ColumnKind::kRagged)
-      .value("strings", ColumnKind::kStrings);
+      .value("strings", ColumnKind::kStrings)
+      // A kind also equals its documented name ("dense", "padded", "ragged", "strings"); Enum's
+      // hash is its name's, so the two stay consistent in sets and dicts.
+      .def("__eq__",
+           [](nb::handle self, nb::handle other) {
+             return nb::isinstance<nb::str>(other) ? self.attr("name").equal(other)
+                                                   : self.is(other);
+           })
+      .def("__ne__",
+           [](nb::handle self, nb::handle other) {
+             return !(nb::isinstance<nb::str>(other) ? self.attr("name").equal(other)
+                                                     : self.is(other));
+           })
+      .def("__hash__", [](nb::handle self) { return nb::hash(self.attr("name")); });
 
   nb::class_<OutputColumn>(m, "OutputColumn")
       .def_ro("name", &OutputColumn::name)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import List, Optional
 
@@ -35,6 +36,36 @@ def _names(text: str) -> List[str]:
     if not names:
         raise argparse.ArgumentTypeError(f"expected comma-separated column names, got {text!r}")
     return names
+
+
+# Engine values (the Loader's) that the flags below accept.
+TIME_UNITS = ("D", "h", "m", "s", "ms", "us", "ns")
+DECIMAL_MODES = ("float64", "float32", "scaled_int64")
+
+
+def _per_column_choice(flag: str, choices: tuple):
+    """A flag taking one choice for every column (``padded``) or ``col=choice`` pairs, comma
+    separated (``hist=padded,tags=ragged``): a str or a {column: choice} dict for the Loader."""
+
+    def parse(text: str):
+        text = text.strip()
+        if "=" not in text:
+            if text not in choices:
+                raise argparse.ArgumentTypeError(
+                    f"expected one of {', '.join(choices)} or COLUMN=VALUE pairs, got {text!r}")
+            return text
+        out = {}
+        for pair in text.split(","):
+            name, _, value = pair.partition("=")
+            name, value = name.strip(), value.strip()
+            if not name or value not in choices:
+                raise argparse.ArgumentTypeError(
+                    f"{flag} {pair!r}: expected COLUMN=VALUE with VALUE one of "
+                    f"{', '.join(choices)}")
+            out[name] = value
+        return out
+
+    return parse
 
 
 def _positive_int(text: str) -> int:
@@ -77,6 +108,12 @@ def _build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("uri", help="a Parquet file, folder, glob or URI (s3://...)")
     inspect.add_argument("--columns", type=_names, help="only these columns (comma-separated)")
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    inspect.add_argument("--time-unit", type=_per_column_choice("--time-unit", TIME_UNITS),
+                         metavar="UNIT|COL=UNIT,...",
+                         help="report timestamps and dates as float64 counts of this unit")
+    inspect.add_argument("--decimals", type=_per_column_choice("--decimals", DECIMAL_MODES),
+                         metavar="MODE|COL=MODE,...",
+                         help="report decimal columns as float64, float32 or scaled_int64")
     inspect.add_argument("--transforms", type=_json_object, metavar="JSON",
                          help='transform chains, e.g. \'{"image": [{"op": "decode_image"}, '
                               '{"op": "resize", "size": [224, 224]}]}\': shows what each '
@@ -99,8 +136,18 @@ def _build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--num-threads", type=_positive_int)
     bench.add_argument("--prefetch-bytes", help="e.g. 512MiB")
     bench.add_argument("--output", choices=["numpy", "torch"], default="numpy")
-    bench.add_argument("--lists", choices=["padded", "ragged"],
-                       help="how variable-length list columns arrive")
+    bench.add_argument("--lists", type=_per_column_choice("--lists", ("padded", "ragged")),
+                       metavar="MODE|COL=MODE,...",
+                       help="how variable-length list columns arrive: padded or ragged, for all "
+                            "list columns or per column (hist=padded,tags=ragged)")
+    bench.add_argument("--time-unit", type=_per_column_choice("--time-unit", TIME_UNITS),
+                       metavar="UNIT|COL=UNIT,...",
+                       help="timestamps and dates as float64 counts of D, h, m, s, ms, us or ns "
+                            "since the epoch (for all, or per column: ts=s)")
+    bench.add_argument("--decimals", type=_per_column_choice("--decimals", DECIMAL_MODES),
+                       metavar="MODE|COL=MODE,...",
+                       help="decimal columns as float64, float32 or scaled_int64 (for all, or "
+                            "per column: price=float64)")
     bench.add_argument("--fill-null", type=float, help="value that replaces nulls")
     bench.add_argument("--null-mask", action="store_true", help="add <name>_mask arrays")
     bench.add_argument("--features-dtype", default="float32")
@@ -126,7 +173,8 @@ def _loader_kwargs(args: argparse.Namespace) -> dict:
               "num_threads": args.num_threads, "output": args.output, "lists": args.lists,
               "fill_null": args.fill_null, "null_mask": args.null_mask,
               "features_dtype": args.features_dtype, "allow_lossy_cast": args.allow_lossy_cast,
-              "cache_dir": args.cache_dir}
+              "cache_dir": args.cache_dir, "time_unit": args.time_unit,
+              "decimals": args.decimals}
     if args.shuffle_window is not None:
         window = args.shuffle_window.strip()
         kwargs["shuffle_window"] = int(window) if window.isdigit() else window
@@ -134,6 +182,28 @@ def _loader_kwargs(args: argparse.Namespace) -> dict:
         text = args.prefetch_bytes.strip()
         kwargs["prefetch_bytes"] = int(text) if text.isdigit() else text
     return kwargs
+
+
+_NAME = r"'([^']+)'"
+# The engine's advice names Loader arguments; on the command line the same choices are flags.
+_ADVICE = [
+    (re.compile(r"lists=\{" + _NAME + r": '(padded|ragged)'\}"), r"--lists \1=\2"),
+    (re.compile(r"time_unit=\{" + _NAME + r": '(\w+)'\}"), r"--time-unit \1=\2"),
+    (re.compile(r"decimals=\{" + _NAME + r": '(\w+)'\}"), r"--decimals \1=\2"),
+    (re.compile(r"lists='(padded|ragged)'"), r"--lists \1"),
+    (re.compile(r"fill_null=\{" + _NAME + r": value\}"), r"--fill-null VALUE"),
+    (re.compile(r"null_mask=\[" + _NAME + r"\]"), r"--null-mask"),
+    (re.compile(r"allow_lossy_cast=True"), r"--allow-lossy-cast"),
+    (re.compile(r"\bfeatures_dtype\b"), r"--features-dtype"),
+]
+
+
+def cli_advice(message: str) -> str:
+    """An engine error's advice in the command line's flag syntax (``lists={'hist': 'padded'}``
+    becomes ``--lists hist=padded``)."""
+    for pattern, flag in _ADVICE:
+        message = pattern.sub(flag, message)
+    return message
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -150,7 +220,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif args.command == "inspect":
             from ._cli_inspect import run_inspect
 
-            return run_inspect(args.uri, args.columns, args.json, args.transforms)
+            return run_inspect(args.uri, args.columns, args.json, args.transforms,
+                               time_unit=args.time_unit, decimals=args.decimals)
         elif args.command == "bench":
             from ._cli_bench import run_bench
 
@@ -161,7 +232,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
             return run_cache(args.cache_command, args.cache_dir, getattr(args, "json", False))
     except (StokerError, CliError) as error:
-        print(f"stoker: error: {error}", file=sys.stderr)
+        text = str(error)
+        if args.command == "bench":
+            text = cli_advice(text)
+        print(f"stoker: error: {text}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("stoker: interrupted", file=sys.stderr)

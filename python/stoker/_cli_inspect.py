@@ -18,6 +18,15 @@ MiB = 2**20
 SMALL_ROW_GROUP = 8 * MiB
 LARGE_ROW_GROUP = 1024 * MiB
 SLOW_CODECS = {"GZIP", "BROTLI", "LZO"}
+# Below this many uncompressed bytes a dataset is small: its row-group layout does not matter
+# (it fits in memory, a rewrite gains nothing), so no row-group advice is given.
+SMALL_DATASET = 64 * MiB
+TARGET_ROW_GROUP = 128 * MiB
+
+
+def _dataset_bytes(r: Dict[str, Any]) -> float:
+    """Uncompressed bytes of the whole dataset (every row group, every column)."""
+    return r.get("dataset_bytes", r["uncompressed_bytes"])
 
 
 class CliError(Exception):
@@ -53,14 +62,17 @@ def _produced(column) -> Dict[str, Any]:
 
 def inspect_dataset(uri: str, columns: Optional[List[str]] = None,
                     storage_options: Optional[Dict[str, Any]] = None,
-                    transforms: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """The report of `stoker inspect` (a dict, also printed by ``--json``)."""
+                    transforms: Optional[Dict[str, Any]] = None,
+                    **loader_options: Any) -> Dict[str, Any]:
+    """The report of `stoker inspect` (a dict, also printed by ``--json``). ``loader_options``
+    (``time_unit``, ``decimals``, ...) change what each column is reported to produce."""
     from ._describe import describe, redact_uri
     from .errors import error_class
 
     if not uri:
         raise CliError("no dataset given: pass a Parquet file, folder, glob or URI")
-    desc = describe(uri, columns=columns, storage_options=storage_options, transforms=transforms)
+    desc = describe(uri, columns=columns, storage_options=storage_options, transforms=transforms,
+                    **{k: v for k, v in loader_options.items() if v is not None})
     for column in desc.columns:
         if column.error_kind == "column_not_found":
             raise error_class(column.error_kind)(column.error)
@@ -83,6 +95,7 @@ def inspect_dataset(uri: str, columns: Optional[List[str]] = None,
         "num_files": len(desc.files), "rows": desc.rows,
         "row_groups": len(rg_rows), "rows_per_row_group": _summary(rg_rows),
         "bytes_per_row_group": _summary(rg_bytes),
+        "dataset_bytes": sum(rg_bytes),
         "compressed_bytes": sum(c["compressed_bytes"] for c in cols),
         "uncompressed_bytes": sum(c["uncompressed_bytes"] for c in cols),
         "columns": cols,
@@ -94,24 +107,34 @@ def inspect_dataset(uri: str, columns: Optional[List[str]] = None,
 def _warnings(r: Dict[str, Any]) -> List[str]:
     out = []
     size = r["bytes_per_row_group"]["median"]
+    # Row-group size advice only where a rewrite can follow it: a dataset smaller than one
+    # good row group is told nothing about its row groups.
+    total = _dataset_bytes(r)
+    big_enough = total >= SMALL_DATASET
     if r["rows"] == 0:
         out.append("the dataset has no rows")
-    elif size < SMALL_ROW_GROUP:
+    elif size < SMALL_ROW_GROUP and big_enough and r["row_groups"] > 1:
+        rows = r["rows"] * TARGET_ROW_GROUP / max(total, 1)
         out.append(f"row groups are small (median {size / MiB:.1f} MiB uncompressed, "
-                   f"{r['rows_per_row_group']['median']:,.0f} rows): per-row-group overhead "
-                   "dominates and shuffling is coarse-grained on few rows. Rewrite with row groups "
-                   "of 64-256 MiB (pyarrow: write_table(..., row_group_size=ROWS)).")
+                   f"{r['rows_per_row_group']['median']:,.0f} rows) for a dataset of "
+                   f"{total / MiB:,.0f} MiB: per-row-group overhead dominates and shuffling is "
+                   "coarse-grained on few rows. Rewrite with row groups of 64-256 MiB (pyarrow: "
+                   f"write_table(..., row_group_size={max(int(rows), 1)}) for about "
+                   f"{TARGET_ROW_GROUP // MiB} MiB).")
     elif size > LARGE_ROW_GROUP:
         out.append(f"row groups are large (median {size / MiB:.0f} MiB uncompressed): each one "
                    "is a unit of memory and of shuffling; keep prefetch_bytes above "
                    f"{size / MiB:.0f} MiB or rewrite with 64-256 MiB row groups.")
-    if 0 < r["row_groups"] < (os.cpu_count() or 1):
+    if 0 < r["row_groups"] < (os.cpu_count() or 1) and big_enough:
         out.append(f"only {r['row_groups']} row group(s) for {os.cpu_count()} cores: "
                    "stoker splits row groups by column (task_bytes), but more row groups "
                    "give more parallelism and better shuffling.")
     for c in r["columns"]:
         name = c["name"]
-        if c.get("error"):
+        if c.get("error") and "pass decimals=" in c["error"]:
+            out.append(f"column {name!r} ({c['arrow_type']}) is a decimal: pass decimals= "
+                       "('float64', 'float32' or 'scaled_int64'; --decimals for stoker bench).")
+        elif c.get("error"):
             out.append(f"column {name!r} ({c['arrow_type']}): stoker cannot read it: "
                        f"{c['error']}. Leave it out of columns=.")
         if c.get("needs_lists"):
@@ -151,7 +174,8 @@ def format_report(r: Dict[str, Any], max_files: int = 10) -> str:
     for c in r["columns"]:
         nulls = f"{c['nulls']:,}" if c["nulls_known"] else "?"
         produces = c.get("produces") or f"unsupported: {c.get('error_type', 'error')}"
-        rows.append((c["name"], c["arrow_type"], ",".join(c["physical_type"]),
+        physical = "partition" if c.get("partition") else ",".join(c["physical_type"])
+        rows.append((c["name"], c["arrow_type"], physical,
                      ",".join(c["encodings"]), ",".join(c["compression"]), nulls,
                      _mb(c["uncompressed_bytes"]), produces))
     widths = [min(max(len(str(x[i])) for x in rows + [header]), 40) for i in range(len(header))]
@@ -169,8 +193,8 @@ def format_report(r: Dict[str, Any], max_files: int = 10) -> str:
 
 
 def run_inspect(uri: str, columns: Optional[List[str]] = None, as_json: bool = False,
-                transforms: Optional[Dict[str, Any]] = None) -> int:
-    report = inspect_dataset(uri, columns, transforms=transforms)
+                transforms: Optional[Dict[str, Any]] = None, **loader_options: Any) -> int:
+    report = inspect_dataset(uri, columns, transforms=transforms, **loader_options)
     if as_json:
         print(json.dumps(report, indent=1, default=str))
     else:

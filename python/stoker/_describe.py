@@ -8,9 +8,9 @@ import inspect
 from typing import Any, Mapping, Optional, Sequence
 
 from . import _stoker
-from ._options import (Source, check_int, column_options, feature_columns, normalise_sources,
-                       parse_size, set_categories, set_features, set_transforms, storage_value,
-                       transform_chains)
+from ._options import (Source, check_int, check_storage_options, column_options, feature_columns,
+                       normalise_sources, parse_size, set_categories, set_features, set_transforms,
+                       storage_value, transform_chains)
 from ._redact import redact_uri
 from .errors import InvalidOptionError
 from .loader import Loader
@@ -22,7 +22,7 @@ __all__ = ["describe", "redact_uri"]
 _DESCRIBED = ("features_name", "features_dtype", "allow_lossy_cast", "categories", "lists",
               "pad_value",
               "fill_null", "null_mask", "num_io_threads", "max_retries", "retry_base_delay",
-              "transforms", "on_error", "petastorm")
+              "transforms", "on_error", "petastorm", "time_unit", "decimals")
 
 
 def _loader_defaults() -> dict:
@@ -81,6 +81,7 @@ def describe(source: Source, columns: Optional[Sequence[str]] = None,
     if storage_options is not None:
         if not isinstance(storage_options, Mapping):
             raise InvalidOptionError("storage_options must be a dict of strings")
+        check_storage_options(opts.sources, storage_options)
         opts.storage_options = {str(k): storage_value(v) for k, v in storage_options.items()}
     check_int("max_retries", kw["max_retries"])
     opts.max_retries = kw["max_retries"]
@@ -90,7 +91,7 @@ def describe(source: Source, columns: Optional[Sequence[str]] = None,
         parse_size(loader_options.get(name, defaults[name]), name)
     opts.default_column_options, opts.column_options = column_options(
         kw["lists"], kw["pad_value"], kw["fill_null"], null_mask,
-        opts.columns + feature_columns(opts), kw["on_error"])
+        opts.columns + feature_columns(opts), kw["on_error"], kw["time_unit"], kw["decimals"])
     transforms = transform_chains(kw["transforms"]) if kw["transforms"] is not None else {}
     if kw["petastorm"] is not False:
         transforms = _petastorm_transforms(opts.sources, storage_options, columns, transforms,

@@ -12,7 +12,8 @@ from .errors import InvalidOptionError
 
 __all__ = ["Source", "parse_size", "normalise_sources", "storage_value", "column_options",
            "check_int", "transform_chains", "set_transforms", "output_columns", "set_features",
-           "feature_columns", "feature_group_names", "set_categories"]
+           "feature_columns", "feature_group_names", "set_categories", "TIME_UNITS",
+           "DECIMAL_MODES", "check_storage_options"]
 
 Source = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
@@ -116,6 +117,11 @@ def output_columns(chains: Mapping[str, Any]) -> set:
     return names
 
 
+# time_unit: a calendar day, hour, minute, second, millisecond, microsecond, nanosecond.
+TIME_UNITS = ("D", "h", "m", "s", "ms", "us", "ns")
+DECIMAL_MODES = ("float64", "float32", "scaled_int64")
+
+
 def _per_column(value: Any) -> tuple:
     """An option given for every column (a scalar) or per column (a dict) -> (default, dict)."""
     if isinstance(value, Mapping):
@@ -128,7 +134,9 @@ def column_options(lists: Union[None, str, Mapping[str, str]],
                    fill_null: Union[None, float, Mapping[str, float]],
                    null_mask: Union[bool, Sequence[str]],
                    requested: Sequence[str],
-                   on_error: Union[str, Mapping[str, str]] = "raise") -> tuple:
+                   on_error: Union[str, Mapping[str, str]] = "raise",
+                   time_unit: Union[None, str, Mapping[str, str]] = None,
+                   decimals: Union[None, str, Mapping[str, str]] = None) -> tuple:
     """The per-column options -> (default ColumnOptions, {column: ColumnOptions})."""
     modes = {"padded": _stoker.ListMode.padded, "ragged": _stoker.ListMode.ragged}
     list_default, list_by = _per_column(lists)
@@ -143,8 +151,11 @@ def column_options(lists: Union[None, str, Mapping[str, str]],
         mask_default, mask_by = False, {name: True for name in null_mask}
     error_default, error_by = _per_column(on_error)
     error_default = "raise" if error_default is None else error_default
+    unit_default, unit_by = _per_column(time_unit)
+    decimal_default, decimal_by = _per_column(decimals)
     for option, by in (("lists", list_by), ("pad_value", pad_by), ("fill_null", fill_by),
-                       ("null_mask", mask_by), ("on_error", error_by)):
+                       ("null_mask", mask_by), ("on_error", error_by), ("time_unit", unit_by),
+                       ("decimals", decimal_by)):
         for name in by:
             # A struct's name stands for its leaves, and a leaf may be named below a parent.
             if requested and not any(r == name or r.startswith(name + ".") or
@@ -152,8 +163,20 @@ def column_options(lists: Union[None, str, Mapping[str, str]],
                 raise InvalidOptionError(
                     f"{option} names column {name!r}, which is not in columns or features")
 
-    def make(mode, pad, fill, mask, error, where):
+    def make(mode, pad, fill, mask, error, where, unit=None, decimal=None):
         col = _stoker.ColumnOptions()
+        if unit is not None:
+            if unit not in TIME_UNITS:
+                raise InvalidOptionError(
+                    f"time_unit{where} must be one of {', '.join(map(repr, TIME_UNITS))}, "
+                    f"got {unit!r}")
+            col.time_unit = unit
+        if decimal is not None:
+            if decimal not in DECIMAL_MODES:
+                raise InvalidOptionError(
+                    f"decimals{where} must be one of {', '.join(map(repr, DECIMAL_MODES))}, "
+                    f"got {decimal!r}")
+            col.decimals = decimal
         if error not in ("raise", "zero"):
             raise InvalidOptionError(f"on_error{where} must be 'raise' or 'zero', got {error!r}")
         col.on_error_zero = error == "zero"
@@ -168,13 +191,16 @@ def column_options(lists: Union[None, str, Mapping[str, str]],
         col.null_mask = bool(mask)
         return col
 
-    default = make(list_default, pad_default, fill_default, mask_default, error_default, "")
+    default = make(list_default, pad_default, fill_default, mask_default, error_default, "",
+                   unit_default, decimal_default)
     per_column = {}
-    for name in set(list_by) | set(pad_by) | set(fill_by) | set(mask_by) | set(error_by):
+    for name in (set(list_by) | set(pad_by) | set(fill_by) | set(mask_by) | set(error_by) |
+                 set(unit_by) | set(decimal_by)):
         per_column[name] = make(
             list_by.get(name, list_default), pad_by.get(name, pad_default),
             fill_by.get(name, fill_default), mask_by.get(name, mask_default),
-            error_by.get(name, error_default), f"[{name!r}]")
+            error_by.get(name, error_default), f"[{name!r}]",
+            unit_by.get(name, unit_default), decimal_by.get(name, decimal_default))
     return default, per_column
 
 
@@ -310,3 +336,17 @@ def set_categories(opts: Any, categories: Any) -> None:
             seen.add(value)
         out[column] = values
     opts.categories = out
+
+
+def check_storage_options(sources: Sequence[str], storage_options: Any) -> None:
+    """``storage_options`` configure remote filesystems: given (non-empty) with nothing but local
+    paths, they would be ignored, so this raises naming the option. An empty dict is allowed
+    (code that always passes one)."""
+    if not storage_options:
+        return
+    local = [s for s in sources if "://" not in s or s.startswith("file://")]
+    if len(local) == len(sources):
+        raise InvalidOptionError(
+            f"storage_options ({', '.join(sorted(map(str, storage_options)))}) configure remote "
+            f"filesystems (s3://, gs://, hdfs://, ...), but source {local[0]!r} is a local path, "
+            "where they would be ignored: drop storage_options, or give the remote URI")

@@ -22,9 +22,9 @@ from ._device import DeviceFeeder, parse_device
 from ._distributed import agree_on_seed, default_num_threads, resolve_rank
 from ._pyworkers import make_runner
 from ._user_transform import TransformGlue, user_transform
-from ._options import (Source, check_int, column_options, feature_columns, normalise_sources,
-                       output_columns, parse_size, set_categories, set_features, set_transforms,
-                       storage_value, transform_chains)
+from ._options import (Source, check_int, check_storage_options, column_options, feature_columns,
+                       normalise_sources, output_columns, parse_size, set_categories, set_features,
+                       set_transforms, storage_value, transform_chains)
 from ._pyworkers import check_python_options, make_runner
 from .errors import InvalidOptionError, LoaderClosedError, LoaderStateError, StateMismatchError
 
@@ -135,9 +135,10 @@ class Loader:
         features_dtype: dtype of the stacked features (default ``"float32"``), or
             ``{group: dtype}`` (groups left out are float32).
         features_name: Key of the stacked features when ``features`` is a list.
-        allow_lossy_cast: Allow feature casts that can lose information. Integer columns cast
-            to floats are exact, and allowed, when every row group's footer statistics keep
-            ``|v| <= 2**53`` (float64) or ``2**24`` (float32).
+        allow_lossy_cast: Allow feature casts that can lose information, and ``time_unit`` /
+            ``decimals`` conversions that round. Integer columns cast to floats are exact, and
+            allowed, when every row group's footer statistics keep ``|v| <= 2**53`` (float64)
+            or ``2**24`` (float32).
         categories: ``{column: "auto" | [values] | path of a text file, one value per line}``:
             string columns (plain, large or dictionary-encoded, and hive partition columns)
             delivered as int64 ids, 0 for values outside the vocabulary and ``i + 1`` for its
@@ -199,6 +200,20 @@ class Loader:
             unpickler) has its codec fields decoded on the workers into the arrays Petastorm's
             reader returns. ``None``: detected on local sources; ``True``: on remote sources
             too (one more request, for ``_common_metadata``); ``False``: every column as stored.
+        time_unit: Deliver timestamp, date, time and duration columns (and features) as
+            ``float64`` counts of this unit since the Unix epoch (1970-01-01T00:00 UTC for
+            timestamps with a time zone; the naive clock's midnight for those without; since
+            midnight for times of day; the length for durations): ``"D"``, ``"h"``, ``"m"``,
+            ``"s"``, ``"ms"``, ``"us"`` or ``"ns"``, for all such columns or a dict per column.
+            ``None``: ``int64`` counts of the stored unit (``loader.columns[c].annotation`` names
+            it). A conversion float64 cannot hold exactly (counts beyond 2**52, by the footers'
+            statistics: nanosecond timestamps of today) needs ``allow_lossy_cast=True``.
+        decimals: Deliver decimal columns as ``"float64"`` (exact up to precision 15),
+            ``"float32"`` (the float64 value rounded; exact up to precision 6) or
+            ``"scaled_int64"`` (the unscaled integer, ``value * 10**scale``; precision up to 18),
+            for all decimal columns or a dict per column. A precision above what the choice
+            holds exactly needs ``allow_lossy_cast=True``. ``None``: decimal columns raise
+            :class:`~stoker.errors.UnsupportedTypeError` naming this option.
     """
 
     def __init__(
@@ -244,6 +259,8 @@ class Loader:
         transform_columns: Optional[Sequence[str]] = None,
         transform_version: Optional[str] = None,
         petastorm: Optional[bool] = None,
+        time_unit: Union[None, str, Mapping[str, str]] = None,
+        decimals: Union[None, str, Mapping[str, str]] = None,
     ) -> None:
         if output not in ("numpy", "torch"):
             raise InvalidOptionError(f"output must be 'numpy' or 'torch', got {output!r}")
@@ -335,6 +352,7 @@ class Loader:
         if storage_options is not None:
             if not isinstance(storage_options, Mapping):
                 raise InvalidOptionError("storage_options must be a dict of strings")
+            check_storage_options(opts.sources, storage_options)
             opts.storage_options = {str(k): storage_value(v) for k, v in storage_options.items()}
         opts.max_retries = max_retries
         opts.retry_base_delay_s = float(retry_base_delay)
@@ -378,7 +396,7 @@ class Loader:
             opts.transform_columns = list(transform_columns)
         opts.default_column_options, opts.column_options = column_options(
             lists, pad_value, fill_null, null_mask, opts.columns + feature_columns(opts),
-            on_error)
+            on_error, time_unit, decimals)
         self._options = opts
         # One runner (thread or process pool) for every Python callable of this loader.
         self._runner = make_runner(functions, python_workers, python_start_method) \
@@ -456,7 +474,9 @@ class Loader:
     @property
     def columns(self) -> Dict[str, Any]:
         """What each output column is: name, Arrow type, kind, dtype, per-row shape, annotation
-        (the unit of temporal columns, "utf8"/"binary" for strings)."""
+        (the unit of temporal columns, "utf8"/"binary" for strings, what a ``time_unit`` or
+        ``decimals`` conversion delivers). ``kind`` also equals its name (``info.kind ==
+        "dense"``); ``repr(info)`` shows every field."""
         return dict(self._columns)
 
     def vocabulary(self, column: str) -> List[str]:

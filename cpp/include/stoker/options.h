@@ -25,6 +25,26 @@ enum class ListMode {
   kRagged,  // flat values plus int64 offsets [B + 1]
 };
 
+/// How timestamp, date, time and duration columns are delivered (`time_unit`).
+enum class TimeUnit {
+  kUnset,  // as stored: int64 counts of the column's own unit (no conversion)
+  kDay,
+  kHour,
+  kMinute,
+  kSecond,
+  kMilli,
+  kMicro,
+  kNano,
+};
+
+/// How decimal columns are delivered (`decimals`).
+enum class DecimalMode {
+  kUnset,        // an error: the user must choose
+  kFloat64,      // exact (round-trips) up to precision 15, else needs allow_lossy_cast
+  kFloat32,      // the float64 value rounded to float32: exact up to precision 6
+  kScaledInt64,  // the unscaled integer (value * 10**scale); precision must be <= 18
+};
+
 /// Per-column choices. Every field defaults to "do nothing lossy".
 struct ColumnOptions {
   ListMode list_mode = ListMode::kUnset;
@@ -39,8 +59,18 @@ struct ColumnOptions {
   /// value an op refuses, a null) becomes a zero tensor of the chain's output shape and
   /// `<name>_valid` (bool [B]) is false for it, instead of failing the epoch.
   bool on_error_zero = false;
+  /// Temporal columns become float64 counts of this unit since the Unix epoch (time-of-day
+  /// columns: since midnight; durations: their length). kUnset: int64 as stored.
+  TimeUnit time_unit = TimeUnit::kUnset;
+  DecimalMode decimals = DecimalMode::kUnset;
 };
 
+/// "D", "h", "m", "s", "ms", "us", "ns" (empty for kUnset).
+const char* TimeUnitName(TimeUnit unit);
+bool ParseTimeUnit(const std::string& name, TimeUnit* out);
+/// "float64", "float32", "scaled_int64" (empty for kUnset).
+const char* DecimalModeName(DecimalMode mode);
+bool ParseDecimalMode(const std::string& name, DecimalMode* out);
 /// One stacked feature group: scalar columns cast to `dtype` and stacked into a [B, F] tensor
 /// named `name`.
 struct FeatureGroup {

@@ -3,6 +3,8 @@
 #include <arrow/extension/fixed_shape_tensor.h>
 #include <arrow/extension_type.h>
 #include <arrow/type.h>
+#include <parquet/metadata.h>
+#include <parquet/schema.h>
 #include <parquet/statistics.h>
 
 #include <algorithm>
@@ -86,8 +88,11 @@ Status Unsupported(const std::string& column, const arrow::DataType& type, const
                        ", which stoker cannot turn into a tensor" + why);
 }
 
+// `catalog` (null for a user transform's outputs) and `allow_lossy_cast` decide value
+// conversions (time_unit, decimals).
 Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>& full_type,
-                const ColumnOptions& options, ColumnSpec* spec) {
+                const ColumnOptions& options, const Catalog* catalog, bool allow_lossy_cast,
+                ColumnSpec* spec) {
   spec->name = name;
   spec->options = options;
   spec->arrow_type = full_type->ToString();
@@ -126,6 +131,15 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
 
   DType dtype;
   std::string annotation;
+  if (IsDecimalType(*type) || (IsTemporalType(*type) && options.time_unit != TimeUnit::kUnset)) {
+    // Converted by the decoder into a plain numeric column (value_convert.h).
+    STOKER_RETURN_NOT_OK(ResolveConversion(catalog, name, *type, options, allow_lossy_cast,
+                                           &spec->conversion, &dtype, &spec->annotation));
+    spec->layout = SourceLayout::kFixed;
+    spec->source_dtype = spec->dtype = dtype;
+    spec->kind = ColumnKind::kDense;
+    return Status::OK();
+  }
   if (FixedWidthDType(*type, &dtype, &annotation)) {
     spec->layout = SourceLayout::kFixed;
     spec->source_dtype = dtype;
@@ -216,9 +230,20 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
         spec->annotation = annotation;
       } else if (value_id == arrow::Type::BOOL) {
         dtype = DType::kBool;  // unpacked from bits by its column writer
+      } else if (IsDecimalType(*value_type) ||
+                 (IsTemporalType(*value_type) && options.time_unit != TimeUnit::kUnset)) {
+        // The elements are converted by the decoder, as a scalar column's values are.
+        STOKER_RETURN_NOT_OK(ResolveConversion(catalog, name, *value_type, options,
+                                               allow_lossy_cast, &spec->conversion, &dtype,
+                                               &spec->annotation));
       } else if (!FixedWidthDType(*value_type, &dtype, &annotation) || IsTemporal(annotation)) {
-        return Unsupported(name, *full_type,
-                           " (list values must be numeric, bool or strings, or lists of them)");
+        const std::string why =
+            IsTemporal(annotation)
+                ? " (list values must be numeric, bool or strings, or lists of them: pass "
+                  "time_unit={'" +
+                      name + "': 's'} for float64 counts of a unit)"
+                : " (list values must be numeric, bool or strings, or lists of them)";
+        return Unsupported(name, *full_type, why.c_str());
       }
       if (spec->list_of_strings && spec->list_levels > 0) {
         // Strings in lists of lists: the bytes are the innermost level.
@@ -282,6 +307,35 @@ Status CheckOptionValues(const ColumnSpec& spec) {
   return Status::OK();
 }
 
+// One error for every problem found while resolving the columns, one line each: the kind (and
+// so the Python exception type) of the first, in the order columns then features.
+Status CombineProblems(const std::vector<Status>& problems) {
+  if (problems.size() == 1) return problems[0];
+  std::string message = std::to_string(problems.size()) +
+                        " problems with the requested columns (fix them all, then open again):";
+  for (const Status& problem : problems) message += "\n  - " + problem.message();
+  return MakeError(GetErrorKind(problems[0]).value_or(ErrorKind::kInvalidOption),
+                   std::move(message));
+}
+
+// Nulls of a flat column (one leaf, not nested) over every row group, from the footers' statistics;
+// 0 when unknown.
+int64_t FooterNullCount(const Catalog& catalog, const std::string& field) {
+  int64_t nulls = 0;
+  for (const CatalogFile& file : catalog.files()) {
+    auto it = file.fields.find(field);
+    if (it == file.fields.end() || it->second.leaves.size() != 1) continue;
+    const int leaf = it->second.leaves[0];
+    if (file.metadata->schema()->Column(leaf)->max_repetition_level() > 0) continue;
+    for (int rg = 0; rg < file.metadata->num_row_groups(); ++rg) {
+      auto chunk = file.metadata->RowGroup(rg)->ColumnChunk(leaf);
+      auto stats = chunk->is_stats_set() ? chunk->statistics() : nullptr;
+      if (stats && stats->HasNullCount()) nulls += stats->null_count();
+    }
+  }
+  return nulls;
+}
+
 std::string Available(const arrow::Schema& schema) {
   std::string out;
   for (const auto& field : schema.fields()) {
@@ -311,19 +365,19 @@ std::vector<std::string> ExpandParents(const arrow::Schema& schema,
   return out;
 }
 
-bool NullsAllowed(const ColumnSpec& spec) {
+bool FillNullApplies(const ColumnSpec& spec) {
+  const bool scalar_values =
+      spec.layout == SourceLayout::kFixed || spec.layout == SourceLayout::kBool;
+  return scalar_values && spec.options.has_fill_null;
+}
+
+bool NullsCovered(const ColumnSpec& spec) {
   // A numeric fill value cannot stand for a missing string or list: those need the mask.
   const bool variable_length =
       spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
   return spec.options.null_mask || (spec.options.has_fill_null && !variable_length) ||
          (spec.chain && spec.layout != SourceLayout::kList &&
           (spec.options.on_error_zero || spec.chain->op(0).AcceptsNull()));
-}
-
-bool FillNullApplies(const ColumnSpec& spec) {
-  const bool scalar_values =
-      spec.layout == SourceLayout::kFixed || spec.layout == SourceLayout::kBool;
-  return scalar_values && spec.options.has_fill_null;
 }
 
 bool IsRepresentable(double value, DType dtype) {
@@ -443,13 +497,18 @@ Status ResolveChain(const std::vector<OpSpec>& specs, ColumnSpec* spec, bool all
   } else if (spec->layout == SourceLayout::kString) {
     input = spec->annotation == "utf8" ? ValueType::String() : ValueType::Bytes();
   } else if (spec->layout == SourceLayout::kFixed &&
-             (!IsTemporal(spec->annotation) || spec->annotation == "arrow.fixed_shape_tensor")) {
+             (!IsTemporal(spec->annotation) || spec->annotation == "arrow.fixed_shape_tensor" ||
+              spec->conversion.active())) {
     input = ValueType::Tensor(transform::FromDType(spec->source_dtype),
                               spec->inner == 1 ? std::vector<int64_t>{} : spec->inner_shape);
   } else {
     return MakeError(ErrorKind::kUnsupportedType,
                      "transforms on column '" + spec->name + "' (" + spec->arrow_type +
-                         "): transforms take binary, string, numeric or fixed-size list columns");
+                         "): transforms take binary, string, numeric or fixed-size list columns" +
+                         (IsTemporal(spec->annotation) && spec->layout == SourceLayout::kFixed
+                              ? "; time_unit={'" + spec->name +
+                                    "': 's'} makes a timestamp or date a float64 number first"
+                              : std::string()));
   }
   std::vector<std::unique_ptr<transform::Op>> ops;
   for (const auto& op : specs) {
@@ -802,7 +861,28 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       }
     }
     needed.insert(name);
-    STOKER_RETURN_NOT_OK(Classify(name, schema.field(index)->type(), column_options, spec));
+    // time_unit / decimals given for this column by name (not for all columns) must fit it
+    // (or its list's elements).
+    const arrow::DataType& field_type = *schema.field(index)->type();
+    const arrow::DataType& type =
+        field_type.id() == arrow::Type::LIST || field_type.id() == arrow::Type::LARGE_LIST
+            ? *static_cast<const arrow::BaseListType&>(field_type).value_type()
+            : field_type;
+    if (spec->explicit_options && column_options.time_unit != TimeUnit::kUnset &&
+        options.default_column_options.time_unit == TimeUnit::kUnset && !IsTemporalType(type)) {
+      return MakeError(ErrorKind::kInvalidOption,
+                       "time_unit names column '" + name + "' (" + type.ToString() +
+                           "), which is not a timestamp, date, time or duration");
+    }
+    if (spec->explicit_options && column_options.decimals != DecimalMode::kUnset &&
+        options.default_column_options.decimals == DecimalMode::kUnset && !IsDecimalType(type)) {
+      return MakeError(
+          ErrorKind::kInvalidOption,
+          "decimals names column '" + name + "' (" + type.ToString() + "), which is not a decimal");
+    }
+    STOKER_RETURN_NOT_OK(Classify(name, schema.field(index)->type(), column_options,
+                                  options.user_transform ? nullptr : &catalog,
+                                  options.allow_lossy_cast, spec));
     STOKER_RETURN_NOT_OK(MakeCategorical(catalog, options, spec, &out));
     if (spec->list_of_strings && !options.transforms.count(name)) {
       if (spec->kind == ColumnKind::kPadded) {
@@ -837,7 +917,9 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
     for (const auto& field : schema.fields()) columns.push_back(field->name());
   }
   int groups = 0;
-  for (const auto& name : columns) {
+  // Every problem is collected, so that one error lists them all (CombineProblems).
+  std::vector<Status> problems;
+  auto resolve_column = [&](const std::string& name) -> Status {
     if (!seen_outputs.insert(name).second) {
       return MakeError(ErrorKind::kInvalidOption,
                        "column '" + name + "' is listed twice in columns");
@@ -846,7 +928,7 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
         outputs != options.transform_outputs.end()) {
       STOKER_RETURN_NOT_OK(ResolveOutputs(outputs->second, name, groups++,
                                           !options.cache_dir.empty(), lookup, &seen_outputs, &out));
-      continue;
+      return Status::OK();
     }
     ColumnSpec spec;
     STOKER_RETURN_NOT_OK(lookup(name, &spec));
@@ -891,6 +973,10 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       }
     }
     out.columns.push_back(std::move(spec));
+    return Status::OK();
+  };
+  for (const auto& name : columns) {
+    if (Status status = resolve_column(name); !status.ok()) problems.push_back(std::move(status));
   }
   std::vector<FeatureGroup> feature_groups = EffectiveFeatureGroups(options);
   std::set<std::string> feature_names;
@@ -901,33 +987,35 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
   }
   for (const auto& [name, outputs] : options.transform_outputs) {
     if (std::find(columns.begin(), columns.end(), name) == columns.end()) {
-      return MakeError(ErrorKind::kInvalidOption, "transforms names column '" + name +
-                                                      "' with several outputs, which is "
-                                                      "not in columns");
+      problems.push_back(
+          MakeError(ErrorKind::kInvalidOption, "transforms names column '" + name +
+                                                   "' with several outputs, which is "
+                                                   "not in columns"));
     }
     if (options.transforms.count(name)) {
-      return MakeError(ErrorKind::kInvalidOption,
-                       "transforms gives column '" + name + "' both one chain and several");
+      problems.push_back(MakeError(ErrorKind::kInvalidOption, "transforms gives column '" + name +
+                                                                  "' both one chain and several"));
     }
     if (feature_names.count(name)) {
-      return MakeError(ErrorKind::kInvalidOption,
-                       "column '" + name +
-                           "' has transforms with several outputs and is also in features; "
-                           "a feature takes one chain");
+      problems.push_back(
+          MakeError(ErrorKind::kInvalidOption,
+                    "column '" + name +
+                        "' has transforms with several outputs and is also in features; "
+                        "a feature takes one chain"));
     }
   }
   for (const auto& [name, chain] : options.transforms) {
     if (!seen_outputs.count(name) && !feature_names.count(name)) {
-      return MakeError(ErrorKind::kInvalidOption, "transforms names column '" + name +
-                                                      "', which is not in columns or "
-                                                      "features");
+      problems.push_back(MakeError(ErrorKind::kInvalidOption, "transforms names column '" + name +
+                                                                  "', which is not in columns or "
+                                                                  "features"));
     }
   }
   for (const auto& [name, vocabulary] : options.categories) {
     if (!seen_outputs.count(name) && !feature_names.count(name)) {
-      return MakeError(ErrorKind::kInvalidOption, "categories names column '" + name +
-                                                      "', which is not in columns or "
-                                                      "features");
+      problems.push_back(
+          MakeError(ErrorKind::kInvalidOption,
+                    "categories names column '" + name + "', which is not in columns or features"));
     }
   }
   const bool single = options.feature_groups.empty();
@@ -940,22 +1028,25 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
     const std::string dtype_option =
         single ? "features_dtype" : "features_dtype['" + group.name + "']";
     if (group.dtype == DType::kBFloat16) {
-      return MakeError(ErrorKind::kInvalidOption,
-                       dtype_option +
-                           "='bfloat16' is not supported; stack the features as float32 (or "
-                           "float16) and cast on the device");
+      problems.push_back(MakeError(ErrorKind::kInvalidOption,
+                                   dtype_option +
+                                       "='bfloat16' is not supported; stack the features as "
+                                       "float32 (or float16) and cast on the device"));
+      continue;
     }
     // A group of the dict form must not share a name with any column of the dataset (the
     // batch key would read as that column); the single group only with the requested ones.
     if (seen_outputs.count(group.name) || (!single && schema.GetFieldIndex(group.name) >= 0)) {
-      return MakeError(ErrorKind::kInvalidOption,
-                       (single ? "features_name '" : "feature group '") + group.name +
-                           "' clashes with a column of that name; rename the group");
+      problems.push_back(MakeError(ErrorKind::kInvalidOption,
+                                   (single ? "features_name '" : "feature group '") + group.name +
+                                       "' clashes with a column of that name; rename the group"));
+      continue;
     }
     if (seen_outputs.count(group.name + "_mask") && group.null_mask) {
-      return MakeError(ErrorKind::kInvalidOption,
-                       "feature group '" + group.name + "' adds '" + group.name +
-                           "_mask', which is also a column; rename the group");
+      problems.push_back(MakeError(ErrorKind::kInvalidOption,
+                                   "feature group '" + group.name + "' adds '" + group.name +
+                                       "_mask', which is also a column; rename the group"));
+      continue;
     }
     FeatureGroupSpec group_spec;
     group_spec.name = group.name;
@@ -964,7 +1055,7 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
     group_spec.first = out.features.size();
     std::vector<std::string> lossy;   // one line per column that cannot be stacked exactly
     std::vector<ColumnSpec> as_read;  // the group's columns before the cast
-    for (const auto& name : group.columns) {
+    auto resolve_feature = [&](const std::string& name) -> Status {
       if (!seen_features.insert(name).second) {
         return MakeError(ErrorKind::kInvalidOption,
                          "column '" + name + "' is listed twice in features");
@@ -1034,16 +1125,34 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       }
       // The group's mask lets nulls through (zero-filled, or fill_null where given).
       spec.options.null_mask = group.null_mask;
+      // Converted values known to be exact in float32 (dates as days, small decimals) stack
+      // into float32 as they are.
+      const bool exact_conversion =
+          spec.conversion.exact_in_float32 && group.dtype == DType::kFloat32;
       std::string why;
-      if (!options.allow_lossy_cast && !FeatureCastIsExact(catalog, spec, group.dtype, &why)) {
+      if (!options.allow_lossy_cast && !exact_conversion &&
+          !FeatureCastIsExact(catalog, spec, group.dtype, &why)) {
+        // A raw temporal column (int64 counts of its unit) is better stacked as a count of a
+        // chosen unit: say so.
+        const std::string temporal_hint =
+            IsTemporal(spec.annotation) && !spec.conversion.active()
+                ? " (it holds " + spec.annotation + " counts; time_unit={'" + name +
+                      "': 's'} stacks float64 seconds since the epoch, 'D' days)"
+                : "";
         lossy.push_back("feature column '" + name + "' is " + DTypeName(spec.dtype) +
-                        " and stacking it into " + DTypeName(group.dtype) +
+                        temporal_hint + " and stacking it into " + DTypeName(group.dtype) +
                         " can lose information" + why);
       }
       as_read.push_back(spec);
       spec.dtype = group.dtype;
       STOKER_RETURN_NOT_OK(CheckOptionValues(spec));
       out.features.push_back(std::move(spec));
+      return Status::OK();
+    };
+    for (const auto& name : group.columns) {
+      if (Status status = resolve_feature(name); !status.ok()) {
+        problems.push_back(std::move(status));
+      }
     }
     group_spec.count = out.features.size() - group_spec.first;
     if (!lossy.empty()) {
@@ -1090,19 +1199,19 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
     std::string message;
     for (const auto& line : lossy_lines) message += line + "\n";
     message += "pass " + fix + "allow_lossy_cast=True to accept the rounding";
-    return MakeError(ErrorKind::kLossyCast, message);
+    problems.push_back(MakeError(ErrorKind::kLossyCast, message));
   }
   // A column that some files lack (added later) is null in their rows: without a choice for
   // nulls, say so now rather than at the first batch from such a file.
   if (!options.user_transform) {
     for (const auto* group : {&out.columns, &out.features}) {
       for (const ColumnSpec& spec : *group) {
-        if (spec.layout == SourceLayout::kPartition || NullsAllowed(spec)) continue;
+        if (spec.layout == SourceLayout::kPartition || NullsCovered(spec)) continue;
         const std::string missing = catalog.MissingIn(spec.Field());
         if (missing.empty()) continue;
         const bool variable_length =
             spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
-        return MakeError(
+        problems.push_back(MakeError(
             ErrorKind::kNullValues,
             "column '" + spec.Field() + "' is not in '" + missing +
                 "' (files without it are read as nulls)" +
@@ -1111,9 +1220,36 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
                                        "strings and lists)"
                                  : "; pass fill_null={'" + spec.Field() +
                                        "': value} to replace them or null_mask=['" + spec.Field() +
-                                       "'] to get a validity mask"));
+                                       "'] to get a validity mask")));
       }
     }
+  }
+  if (!problems.empty()) {
+    // The open fails anyway: also name the columns whose footers show nulls that no option
+    // covers (otherwise found per row group during iteration), so one round fixes everything.
+    if (!options.user_transform) {
+      for (const auto* specs : {&out.columns, &out.features}) {
+        const bool features = specs == &out.features;
+        for (const ColumnSpec& spec : *specs) {
+          if (spec.layout == SourceLayout::kPartition || NullsCovered(spec)) continue;
+          const int64_t nulls = FooterNullCount(catalog, spec.Field());
+          if (nulls <= 0) continue;
+          // Strings and lists take only the mask; stacked features only a fill value.
+          const bool variable_length =
+              spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
+          const std::string fill = "fill_null={'" + spec.name + "': value}";
+          const std::string mask = "null_mask=['" + spec.name + "']";
+          problems.push_back(MakeError(ErrorKind::kNullValues,
+                                       std::string(features ? "feature column '" : "column '") +
+                                           spec.name + "' has " + std::to_string(nulls) +
+                                           " null(s) by the footers' statistics; pass " +
+                                           (features          ? fill
+                                            : variable_length ? mask
+                                                              : fill + " or " + mask)));
+        }
+      }
+    }
+    return CombineProblems(problems);
   }
   if (options.user_transform) {
     for (const auto& field : transform_schema->fields()) {

@@ -14,6 +14,7 @@
 
 #include "catalog/catalog.h"
 #include "decode/categories.h"
+#include "decode/value_convert.h"
 #include "stoker/column_info.h"
 #include "stoker/options.h"
 #include "transform/op.h"
@@ -61,6 +62,9 @@ struct ColumnSpec {
   bool explicit_options = false;
   std::string arrow_type;
   std::string annotation;
+  /// time_unit / decimals: the decoder converts the column's arrays before anything else reads
+  /// them; `source_dtype` and `dtype` then describe the converted values.
+  ValueConversion conversion;
   /// The column's transform chain (LoaderOptions::transforms), or null. The decoder runs ops
   /// [0, cached_ops) per row before the ready-tensor cache, so the cache stores their output; the
   /// column's writer runs the rest per batch. `layout`, `source_dtype`, `inner` and `inner_shape`
@@ -123,13 +127,13 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
 std::vector<std::string> ExpandParents(const arrow::Schema& schema,
                                        const std::vector<std::string>& names);
 
-/// Whether a null row of this column is delivered (null_mask, fill_null where it applies, or a
-/// transform chain that takes nulls) rather than an error.
-bool NullsAllowed(const ColumnSpec& spec);
-
 /// Whether nulls of this column are replaced by its fill_null value (numeric and bool columns
 /// with fill_null set; strings and lists need null_mask instead).
 bool FillNullApplies(const ColumnSpec& spec);
+
+/// Whether the column's options (null_mask, fill_null for scalar values, a chain that takes nulls
+/// or on_error="zero") say what its null rows become.
+bool NullsCovered(const ColumnSpec& spec);
 
 /// Whether `value` (a fill_null or pad_value option) is exactly representable as `dtype`.
 /// NaN and infinities count as representable in the float dtypes only.

@@ -7,6 +7,7 @@
 #include <parquet/arrow/writer.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -199,6 +200,36 @@ TEST_F(ResolveColumnsTest, ListWithoutModeNamesColumnAndBothOptions) {
   EXPECT_NE(message.find("'l'"), std::string::npos) << message;
   EXPECT_NE(message.find("padded"), std::string::npos) << message;
   EXPECT_NE(message.find("ragged"), std::string::npos) << message;
+}
+
+TEST_F(ResolveColumnsTest, EveryProblemIsReportedOnceInOneError) {
+  // Two missing columns and a list without a mode: one error, a line each, the first's kind.
+  auto spec = Resolve({"nope", "l", "i8", "missing"});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(GetErrorKind(spec.status()), ErrorKind::kColumnNotFound);
+  const std::string message = spec.status().message();
+  EXPECT_EQ(message.rfind("3 problems", 0), 0u) << message;
+  EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 3) << message;
+  const size_t nope = message.find("'nope'");
+  const size_t list = message.find("lists={'l'");
+  const size_t missing = message.find("'missing'");
+  EXPECT_TRUE(nope < list && list < missing) << message;
+  EXPECT_EQ(message.find("'i8'"), std::string::npos) << message;
+}
+
+TEST_F(ResolveColumnsTest, TimeUnitMakesTimestampsFloat64Counts) {
+  ColumnOptions seconds;
+  seconds.time_unit = TimeUnit::kSecond;
+  auto spec = Resolve({"ts", "i8"}, seconds);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const ColumnSpec& ts = spec->columns[0];
+  EXPECT_EQ(ts.dtype, DType::kFloat64);
+  EXPECT_EQ(ts.source_dtype, DType::kFloat64);
+  EXPECT_TRUE(ts.conversion.active());
+  EXPECT_EQ(ts.conversion.divide, 1000000);  // stored microseconds
+  EXPECT_EQ(ts.annotation, "timestamp[us, tz=UTC] in s since 1970-01-01");
+  EXPECT_FALSE(spec->columns[1].conversion.active());  // only temporal columns convert
+  EXPECT_EQ(spec->columns[1].dtype, DType::kInt8);
 }
 
 TEST_F(ResolveColumnsTest, ListWithModeAndPadValue) {

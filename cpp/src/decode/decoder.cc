@@ -84,19 +84,32 @@ const ColumnSpec* Decoder::ChainedColumn(const std::string& field) const {
   return nullptr;
 }
 
+const ValueConversion* Decoder::Conversion(const std::string& field) const {
+  for (const auto& column : spec_->columns) {
+    if (column.conversion.active() && column.Field() == field) return &column.conversion;
+  }
+  for (const auto& feature : spec_->features) {
+    if (feature.conversion.active() && feature.Field() == field) return &feature.conversion;
+  }
+  return nullptr;
+}
+
 std::string Decoder::CacheName(const std::string& field) const {
+  // A converted column's entries hold the converted values (time_unit, decimals).
+  const ValueConversion* conversion = Conversion(field);
+  const std::string base = conversion ? field + "|" + conversion->tag : field;
   // Category ids are stored, not strings: the entry belongs to this vocabulary only.
   if (auto vocabulary = spec_->vocabularies.find(field); vocabulary != spec_->vocabularies.end()) {
     char hash[17];
     std::snprintf(hash, sizeof(hash), "%016llx",
                   static_cast<unsigned long long>(vocabulary->second->hash()));
-    return field + "|vocabulary=" + hash;
+    return base + "|vocabulary=" + hash;
   }
   const ColumnSpec* column = ChainedColumn(field);
-  if (column == nullptr || column->cached_ops == 0) return field;
+  if (column == nullptr || column->cached_ops == 0) return base;
   // Entries written under on_error="zero" hold failed rows as nulls: never serve them to a
   // loader that must raise for those rows.
-  return field + "|" + column->chain->Fingerprint(column->cached_ops) +
+  return base + "|" + column->chain->Fingerprint(column->cached_ops) +
          (column->cached_shapes ? "|shaped-rows-v1" : "") +
          (column->options.on_error_zero ? "|on_error=zero" : "");
 }
@@ -561,6 +574,9 @@ Result<DecodedColumns> Decoder::DecodeTransformed(int row_group, int64_t row_beg
     ARROW_DCHECK(column);  // RunUserTransform checked the schema
     STOKER_ASSIGN_OR_RAISE(
         auto array, Flatten(arrow::ChunkedArray(column->Slice(row_begin, num_rows)), field, where));
+    if (const ValueConversion* conversion = Conversion(field)) {
+      STOKER_ASSIGN_OR_RAISE(array, ConvertValues(*conversion, array));
+    }
     if (const ColumnSpec* chained = ChainedColumn(field); chained && chained->cached_ops > 0) {
       STOKER_ASSIGN_OR_RAISE(array, ApplyCachedOps(*chained, array, row_group, row_begin));
     }
@@ -603,6 +619,9 @@ Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std:
     // Slice first so dictionaries are resolved for the segment's rows only.
     STOKER_ASSIGN_OR_RAISE(
         auto array, Flatten(*chunked->Slice(row_begin, num_rows), field, catalog_->Where(rg)));
+    if (const ValueConversion* conversion = Conversion(field)) {
+      STOKER_ASSIGN_OR_RAISE(array, ConvertValues(*conversion, array));
+    }
     if (const ColumnSpec* chained = ChainedColumn(field); chained && chained->cached_ops > 0) {
       STOKER_ASSIGN_OR_RAISE(array, ApplyCachedOps(*chained, array, row_group, row_begin));
     }
@@ -618,8 +637,7 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
   // A numeric fill value cannot stand for a missing string or list: those need the mask.
   const bool variable_length =
       spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
-  const bool nulls_allowed = NullsAllowed(spec);
-  if (array->null_count() > 0 && !nulls_allowed) {
+  if (array->null_count() > 0 && !NullsCovered(spec)) {
     const std::string advice =
         variable_length ? "; pass null_mask=['" + spec.name +
                               "'] to get a validity mask (fill_null does not apply to strings "

@@ -151,6 +151,8 @@ class Decoder {
   /// slices its outputs to the rows and runs their chains' cached prefixes.
   Result<DecodedColumns> DecodeTransformed(int row_group, int64_t row_begin,
                                            int64_t num_rows) const;
+  /// The value conversion (time_unit, decimals) of `field`, or null.
+  const ValueConversion* Conversion(const std::string& field) const;
   /// The spec of an output column read from `field`, when it has a transform chain.
   const ColumnSpec* ChainedColumn(const std::string& field) const;
 

@@ -17,9 +17,60 @@ void HashColumnOptions(const ColumnOptions& options, Fnv1a* hash) {
   hash->AddDouble(options.has_fill_null ? options.fill_null : 0);
   hash->AddInt(options.null_mask);
   if (options.on_error_zero) hash->Add("on_error=zero");  // older fingerprints stay as they were
+  if (options.time_unit != TimeUnit::kUnset) {
+    hash->Add(std::string("time_unit=") + TimeUnitName(options.time_unit));
+  }
+  if (options.decimals != DecimalMode::kUnset) {
+    hash->Add(std::string("decimals=") + DecimalModeName(options.decimals));
+  }
 }
 
+constexpr std::pair<TimeUnit, const char*> kTimeUnits[] = {
+    {TimeUnit::kDay, "D"},    {TimeUnit::kHour, "h"},   {TimeUnit::kMinute, "m"},
+    {TimeUnit::kSecond, "s"}, {TimeUnit::kMilli, "ms"}, {TimeUnit::kMicro, "us"},
+    {TimeUnit::kNano, "ns"},
+};
+constexpr std::pair<DecimalMode, const char*> kDecimalModes[] = {
+    {DecimalMode::kFloat64, "float64"},
+    {DecimalMode::kFloat32, "float32"},
+    {DecimalMode::kScaledInt64, "scaled_int64"},
+};
+
 }  // namespace
+
+const char* TimeUnitName(TimeUnit unit) {
+  for (const auto& [value, name] : kTimeUnits) {
+    if (value == unit) return name;
+  }
+  return "";
+}
+
+bool ParseTimeUnit(const std::string& name, TimeUnit* out) {
+  for (const auto& [value, text] : kTimeUnits) {
+    if (name == text) {
+      *out = value;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* DecimalModeName(DecimalMode mode) {
+  for (const auto& [value, name] : kDecimalModes) {
+    if (value == mode) return name;
+  }
+  return "";
+}
+
+bool ParseDecimalMode(const std::string& name, DecimalMode* out) {
+  for (const auto& [value, text] : kDecimalModes) {
+    if (name == text) {
+      *out = value;
+      return true;
+    }
+  }
+  return false;
+}
 
 Status LoaderOptions::Validate() const {
   if (batch_size <= 0) {
