@@ -60,7 +60,7 @@ TEST(UnifyTypes, ConflictsThatWouldChangeValues) {
   ExpectUnify(utf8(), float64(), nullptr);
   ExpectUnify(int64(), float64(), nullptr);  // not every int64 is a float64
   ExpectUnify(uint64(), int64(), nullptr);
-  ExpectUnify(timestamp(TimeUnit::MILLI), timestamp(TimeUnit::MICRO), nullptr);
+  ExpectUnify(timestamp(arrow::TimeUnit::MILLI), timestamp(arrow::TimeUnit::MICRO), nullptr);
   ExpectUnify(list(utf8()), list(float32()), nullptr);
   ExpectUnify(fixed_size_list(float32(), 4), list(float32()), nullptr);
   ExpectUnify(boolean(), int8(), nullptr);
