@@ -6,7 +6,8 @@ dictionary on/off/fallback, nulls, strings, lists; DuckDB and Polars when instal
 the footer) and each mutant is read by a worker subprocess: first by pyarrow (the reference), then by
 a stoker Loader over the whole file (every column, ``shuffle=False``, every batch).
 
-Outcomes and what counts as correct (docs/user-guide.md, "Corrupt files"):
+Outcomes and what counts as correct (docs/user-guide.md, "Files from other writers, and corrupt
+files"):
 
 - stoker reads it and pyarrow reads it: the values must be equal, value for value (nulls included).
 - stoker raises an error that subclasses ``stoker.errors.StokerError`` (other than
