@@ -340,19 +340,23 @@ def _column_rows(value: Any) -> list:
     return np.asarray(value).tolist()
 
 
-def _stoker_rows(path: str) -> Dict[str, list]:
-    """Every column of an epoch; null rows as None."""
+def _stoker_rows(path: str, read: Dict[str, Any]) -> Dict[str, list]:
+    """Every (requested) column of an epoch; null rows as None."""
     import numpy as np
     import stoker
 
-    loader = stoker.Loader(path, shuffle=False, drop_last=False, batch_size=97, num_threads=1,
-                           lists="ragged", null_mask=True)
+    loader = stoker.Loader(path, shuffle=False, drop_last=False, null_mask=True, **read)
     try:
         names = list(loader.columns)
         out: Dict[str, list] = {n: [] for n in names}
         for batch in loader:
             for name in names:
-                values = _column_rows(batch[name])
+                if name + "_lengths" in batch:  # padded: [B, L] and the lengths
+                    lengths = np.asarray(batch[name + "_lengths"])
+                    rows = np.asarray(batch[name])
+                    values = [rows[i, :k].tolist() for i, k in enumerate(lengths)]
+                else:
+                    values = _column_rows(batch[name])
                 mask = batch.get(name + "_mask")
                 if mask is not None:
                     values = [v if ok else None for v, ok in zip(values, np.asarray(mask))]
@@ -386,19 +390,30 @@ def _fallback_reference(path: str, columns: List[str]) -> Dict[str, list]:
     return _pyarrow_rows(table)
 
 
-def _read_one(path: str) -> Dict[str, Any]:
+def _read_one(path: str, read: Dict[str, Any]) -> Dict[str, Any]:
     import pyarrow.parquet as pq
     from stoker.errors import InternalError, StokerError
 
+    read = dict(read)
+    subset = read.pop("subset_seed", None)
+    if subset is not None:  # a projection: damage in other columns is not stoker's to see
+        try:
+            names = pq.read_schema(path).names
+        except Exception:  # noqa: BLE001 - an unreadable footer: read everything
+            names = []
+        if names:
+            picker = random.Random(subset)
+            read["columns"] = picker.sample(names, picker.randint(1, len(names)))
     print("phase pyarrow", flush=True)
     try:
-        want: Optional[Dict[str, list]] = _pyarrow_rows(pq.read_table(path))
+        want: Optional[Dict[str, list]] = _pyarrow_rows(
+            pq.read_table(path, columns=read.get("columns")))
         pa_error = ""
     except Exception as error:  # noqa: BLE001 - any pyarrow failure is "pyarrow refuses"
         want, pa_error = None, f"{type(error).__name__}: {str(error)[:200]}"
     print("phase stoker", flush=True)
     try:
-        got = _stoker_rows(path)
+        got = _stoker_rows(path, read)
     except InternalError as error:
         return dict(outcome="internal_error", detail=f"{error}"[:500], pyarrow=pa_error)
     except StokerError as error:
@@ -425,14 +440,30 @@ def _read_one(path: str) -> Dict[str, Any]:
 
 def worker_main() -> None:
     for line in sys.stdin:
-        path = line.strip()
-        if not path:
+        if not line.strip():
             continue
-        result = _read_one(path)
+        job = json.loads(line)
+        selftest = job.get("selftest")  # tests/test_fuzz.py checks the harness sees each failure
+        if selftest == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        elif selftest == "hang":
+            time.sleep(3600)
+        result = _read_one(job["path"], job.get("read", DEFAULT_READ))
+        if selftest == "differ" and result["outcome"] == "equal":
+            result = dict(outcome="silent_difference", detail="selftest")
         print("result " + json.dumps(result), flush=True)
 
 
 # ----------------------------------------------------------------------------------- driver
+
+DEFAULT_READ: Dict[str, Any] = dict(batch_size=97, num_threads=1, lists="ragged")
+
+
+def read_options(rng: random.Random) -> Dict[str, Any]:
+    """How one mutant is read: batch size, threads, list mode, sometimes a column subset."""
+    return dict(batch_size=rng.choice((1, 7, 97, 1000)), num_threads=rng.choice((1, 1, 2)),
+                lists=rng.choice(("ragged", "padded")),
+                subset_seed=rng.randrange(2**31) if rng.random() < 0.25 else None)
 
 GOOD = {"equal", "equal_fallback", "typed_error"}
 
@@ -485,7 +516,8 @@ class Worker:
         line, _, self.buffer = self.buffer.partition(b"\n")
         return line.decode("utf-8", "replace") + "\n"
 
-    def run(self, path: str) -> Dict[str, Any]:
+    def run(self, path: str, read: Optional[Dict[str, Any]] = None,
+            selftest: Optional[str] = None) -> Dict[str, Any]:
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         assert self.proc and self.proc.stdin
@@ -493,7 +525,8 @@ class Worker:
         self.err.seek(0)
         self.err.truncate()
         try:
-            self.proc.stdin.write(path + "\n")
+            job = dict(path=path, read=read or DEFAULT_READ, selftest=selftest)
+            self.proc.stdin.write(json.dumps(job) + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass
@@ -541,27 +574,27 @@ def fuzz(iterations: int, seed: int, timeout: float = 30.0, crash_dir: str = CRA
         seeds = [(p, open(p, "rb").read()) for p in corpus]
         headers = {p: page_headers(d) for p, d in seeds}
         # The unmutated corpus must read equal (checks the harness itself).
-        jobs: List[Tuple[int, str, bytes, str]] = []
+        jobs: List[Tuple[int, str, bytes, str, Dict[str, Any]]] = []
         if only is None:
             for k, (p, d) in enumerate(seeds):
-                jobs.append((-1 - k, os.path.basename(p), d, "none"))
+                jobs.append((-1 - k, os.path.basename(p), d, "none", DEFAULT_READ))
         for i in range(iterations) if only is None else [only]:
             rng = random.Random(f"{seed}:{i}")
             p, d = seeds[rng.randrange(len(seeds))]
             mutant, how = mutate(d, rng, headers[p])
-            jobs.append((i, os.path.basename(p), mutant, how))
+            jobs.append((i, os.path.basename(p), mutant, how, read_options(rng)))
         pending = list(jobs)
         # Simple round robin: each worker runs its share one input at a time; threads keep it
         # short and the workers' subprocesses do the parallel work.
         import concurrent.futures as cf
 
         def one(worker: Worker, job) -> Tuple[Any, Dict[str, Any]]:
-            i, base, mutant, how = job
+            i, base, mutant, how, read = job
             path = os.path.join(work, f"in-{i}-{id(worker)}.parquet")
             with open(path, "wb") as f:
                 f.write(mutant)
             try:
-                return job, worker.run(path)
+                return job, worker.run(path, read)
             finally:
                 os.unlink(path)
 
@@ -579,13 +612,14 @@ def fuzz(iterations: int, seed: int, timeout: float = 30.0, crash_dir: str = CRA
                 for fut in done:
                     free.append(futures.pop(fut))
                     job, result = fut.result()
-                    i, base, mutant, how = job
+                    i, base, mutant, how, read = job
                     outcome = result["outcome"]
                     counts[outcome] = counts.get(outcome, 0) + 1
                     if i < 0 and outcome != "equal":
                         outcome = result["outcome"] = "corpus_" + outcome
                     if outcome not in GOOD:
-                        note = dict(result, seed=seed, iteration=i, source=base, mutation=how)
+                        note = dict(result, seed=seed, iteration=i, source=base, mutation=how,
+                                    read=read)
                         note["saved"] = save_finding(mutant, note, crash_dir)
                         findings.append(note)
                         log(f"FINDING {outcome} iteration {i} ({base}: {how}): "

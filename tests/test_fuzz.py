@@ -57,7 +57,9 @@ def worker():
 
 @pytest.mark.parametrize("path", SAVED, ids=[os.path.basename(p) for p in SAVED])
 def test_saved_inputs_read_cleanly_or_raise_typed_errors(path, worker):
-    result = worker.run(path)
+    with open(path[:-len(".parquet")] + ".txt") as f:
+        read = json.load(f).get("read")  # how it was read when found
+    result = worker.run(path, read)
     assert result["outcome"] in fuzz_parquet.GOOD, json.dumps(result)[:3000]
 
 
@@ -118,3 +120,25 @@ def test_column_name_that_is_not_utf8_is_a_corrupt_file(tmp_path):
     with stoker.Loader(str(path), shuffle=False, drop_last=False) as loader:
         assert list(loader.columns) == ["héllo 日本"]
         assert [b["héllo 日本"].tolist() for b in loader] == [[1, 2]]
+
+
+def test_harness_reports_crashes_hangs_and_differences(tmp_path):
+    """The worker protocol itself: a signal is a crash, silence past the timeout a hang, and
+    the worker is restarted after either."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = str(tmp_path / "ok.parquet")
+    pq.write_table(pa.table({"x": [1, 2, 3]}), path)
+    worker = fuzz_parquet.Worker(timeout=20.0)
+    try:
+        assert worker.run(path)["outcome"] == "equal"
+        crash = worker.run(path, selftest="crash")
+        assert crash["outcome"] == "crash" and crash["detail"] == f"exit {-11}", crash
+        assert worker.run(path)["outcome"] == "equal"  # restarted
+        worker.timeout = 3.0
+        assert worker.run(path, selftest="hang")["outcome"] == "hang"
+        worker.timeout = 20.0
+        assert worker.run(path, selftest="differ")["outcome"] == "silent_difference"
+    finally:
+        worker.stop()
