@@ -92,6 +92,9 @@ def _pyarrow_variants() -> List[Tuple[str, Dict[str, Any]]]:
         ("pa-stats-off", dict(write_statistics=False, compression="none",
                               write_page_index=True)),
         ("pa-crc", dict(write_page_checksum=True, compression="none")),
+        ("pa-format2.4-v2pages-dictfallback", dict(version="2.4", data_page_version="2.0",
+                                                   dictionary_pagesize_limit=32,
+                                                   compression="lz4")),
     ]
     return variants
 
@@ -107,6 +110,12 @@ def make_corpus(folder: str, seed: int = 0) -> List[str]:
         path = os.path.join(folder, name + ".parquet")
         pq.write_table(table, path, row_group_size=50, **kwargs)
         paths.append(path)
+    # Empty row groups around real ones (row counts of 0 that must agree with their chunks).
+    path = os.path.join(folder, "pa-emptyrowgroups.parquet")
+    with pq.ParquetWriter(path, table.schema, compression="snappy") as writer:
+        for start, length in ((0, 0), (0, 60), (60, 0), (60, 60), (120, 0)):
+            writer.write_table(table.slice(start, length))
+    paths.append(path)
     try:
         import duckdb
 
@@ -118,6 +127,21 @@ def make_corpus(folder: str, seed: int = 0) -> List[str]:
             "i % 2 = 0 AS flag, [i, i + 1] AS l FROM range(300) t(i)) "
             f"TO '{path}' (FORMAT parquet, ROW_GROUP_SIZE 100)")
         con.close()
+        paths.append(path)
+    except ImportError:
+        pass
+    try:
+        import warnings
+
+        import fastparquet  # noqa: F401
+
+        path = os.path.join(folder, "fastparquet.parquet")
+        frame = table.select(["i16", "i64", "f32", "f64", "b", "s", "lowcard"]).to_pandas()
+        frame["cat"] = frame["lowcard"].astype("category")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pandas 3 deprecates the engine
+            frame.to_parquet(path, engine="fastparquet", compression="SNAPPY",
+                             row_group_offsets=50)
         paths.append(path)
     except ImportError:
         pass

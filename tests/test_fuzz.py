@@ -27,8 +27,8 @@ def test_short_fuzz_run(tmp_path):
                                workers=2, log=lambda _: None)
     counts = report["counts"]
     assert counts["skipped_by_time"] == 0
-    assert counts["ran"] == ITERATIONS + len(fuzz_parquet._pyarrow_variants()) + \
-        sum(1 for m in ("duckdb", "polars") if _importable(m))
+    assert counts["ran"] == ITERATIONS + len(fuzz_parquet._pyarrow_variants()) + 1 + \
+        sum(1 for m in ("duckdb", "fastparquet", "polars") if _importable(m))
     details = "\n".join(f"{f['outcome']} iteration {f['iteration']} ({f['source']}: "
                         f"{f['mutation']}): {f.get('detail', '')[:400]} {f.get('stderr', '')[-800:]}"
                         for f in report["findings"])
