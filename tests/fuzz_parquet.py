@@ -133,7 +133,9 @@ def make_corpus(folder: str, seed: int = 0) -> List[str]:
     try:
         import warnings
 
-        import fastparquet  # noqa: F401
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # its import warns on pandas 3
+            import fastparquet  # noqa: F401
 
         path = os.path.join(folder, "fastparquet.parquet")
         frame = table.select(["i16", "i64", "f32", "f64", "b", "s", "lowcard"]).to_pandas()
@@ -522,7 +524,21 @@ class Worker:
             except ProcessLookupError:
                 pass
             self.proc.wait()
+            self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        if self.proc is not None:
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                try:
+                    if pipe is not None:
+                        pipe.close()
+                except OSError:  # a broken pipe on a dead worker's stdin
+                    pass
             self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        self.err.close()
 
     def _line(self, deadline: float) -> Optional[str]:
         """The worker's next output line; None at the deadline, "" at end of output."""
@@ -564,7 +580,7 @@ class Worker:
             if not line:
                 code = self.proc.wait()
                 tail = self.stderr_tail()
-                self.proc = None
+                self._close_pipes()
                 return dict(outcome="crash", phase=phase, detail=f"exit {code}", stderr=tail)
             if line.startswith("phase "):
                 phase = line.split()[1]
@@ -595,7 +611,10 @@ def fuzz(iterations: int, seed: int, timeout: float = 30.0, crash_dir: str = CRA
     started = time.monotonic()
     try:
         corpus = make_corpus(os.path.join(work, "corpus"), seed=0)
-        seeds = [(p, open(p, "rb").read()) for p in corpus]
+        seeds = []
+        for p in corpus:
+            with open(p, "rb") as f:
+                seeds.append((p, f.read()))
         headers = {p: page_headers(d) for p, d in seeds}
         # The unmutated corpus must read equal (checks the harness itself).
         jobs: List[Tuple[int, str, bytes, str, Dict[str, Any]]] = []
@@ -652,7 +671,7 @@ def fuzz(iterations: int, seed: int, timeout: float = 30.0, crash_dir: str = CRA
         counts["skipped_by_time"] = len(pending)
     finally:
         for w in pool:
-            w.stop()
+            w.close()
         shutil.rmtree(work, ignore_errors=True)
     return dict(counts=counts, findings=findings, seconds=round(time.monotonic() - started, 1))
 

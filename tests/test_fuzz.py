@@ -52,7 +52,7 @@ SAVED = sorted(glob.glob(os.path.join(HERE, "fuzz_crashes", "*.parquet")))
 def worker():
     w = fuzz_parquet.Worker(timeout=60.0)
     yield w
-    w.stop()
+    w.close()
 
 
 @pytest.mark.parametrize("path", SAVED, ids=[os.path.basename(p) for p in SAVED])
@@ -141,4 +141,4 @@ def test_harness_reports_crashes_hangs_and_differences(tmp_path):
         worker.timeout = 20.0
         assert worker.run(path, selftest="differ")["outcome"] == "silent_difference"
     finally:
-        worker.stop()
+        worker.close()
