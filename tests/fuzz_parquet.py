@@ -197,7 +197,8 @@ class _Thrift:
         elif kind == 7:
             self.pos += 8
         elif kind == 8:
-            self.pos += self.varint()
+            size = self.varint()  # read before self.pos is: `self.pos += varint()` loses a byte
+            self.pos += size
         elif kind in (9, 10):
             head = self.byte()
             size, elem = head >> 4, head & 0x0F

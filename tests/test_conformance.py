@@ -136,8 +136,17 @@ def _all(n: int) -> pa.Table:
     return pa.table(cols)
 
 
+def _float16(n: int) -> pa.Table:
+    # Only pyarrow writes Parquet FLOAT16 here; not part of "all" (the other writers' table).
+    values = np.concatenate([np.array([0, -0.0, np.nan, np.inf, -np.inf, 65504, 6e-8], np.float16),
+                             np.arange(n - 7, dtype=np.float16) / 8])
+    return pa.table({"float16": pa.array(values, mask=~_valid(n, 70)),
+                     "float16_nonnull": pa.array(values)})
+
+
+SCALAR_GROUPS = tuple(TYPE_GROUPS)  # the groups of "all"
 TYPE_GROUPS["all"] = _all
-SCALAR_GROUPS = tuple(g for g in TYPE_GROUPS if g != "all")
+TYPE_GROUPS["float16"] = _float16
 
 
 # ----------------------------------------------------------------------------------- writers
@@ -295,7 +304,7 @@ CODECS = ("none", "snappy", "gzip", "brotli", "zstd", "lz4")
 
 CASES: List[Case] = []
 # pyarrow: every type group under each format option that changes the encoding.
-for _group in SCALAR_GROUPS:
+for _group in SCALAR_GROUPS + ("float16",):
     for _params, _name in (
             ({}, "default"),
             ({"version": "1.0"}, "format1.0"),
@@ -307,6 +316,7 @@ for _group in SCALAR_GROUPS:
               "dictionary_pagesize_limit": 128}, "manypages-pagev2-dictfallback"),
             ({"empty_row_groups": True}, "emptyrowgroups")):
         CASES.append(Case("pyarrow", _group, _params, name=_name))
+    CASES.append(Case("pyarrow", _group, {}, nulls="fill", lists="padded", name="default"))
 for _codec in CODECS:
     for _page in ("1.0", "2.0"):
         CASES.append(Case("pyarrow", "all", {"compression": _codec, "data_page_version": _page},
@@ -585,3 +595,35 @@ def test_duckdb_v2_full_range_int32_is_refused_by_both(tmp_path) -> None:
         with stoker.Loader(path, shuffle=False, drop_last=False, batch_size=BATCH) as loader:
             list(loader)
     assert "'x'" in str(info.value)
+
+
+def test_writer_options_take_effect(tmp_path) -> None:
+    """The cases test what their names say: pages v2, many pages, dictionary fallback, codecs."""
+    from fuzz_parquet import _Thrift, page_headers
+
+    def pages(params: Dict[str, Any]):
+        path = str(tmp_path / "x.parquet")
+        write_pyarrow(_strings(N), path, params)
+        with open(path, "rb") as f:
+            data = f.read()
+        # Field 1 of a PageHeader is its type: 0 data page, 2 dictionary page, 3 data page v2.
+        kinds = [_Thrift(data, start).struct().get(1) for start, _ in page_headers(data)]
+        return kinds, pq.ParquetFile(path).metadata
+
+    chunks = 3 * 5  # columns x row groups
+    kinds, meta = pages({})
+    assert kinds.count(2) == chunks and kinds.count(0) >= chunks and 3 not in kinds, kinds
+    kinds, _ = pages({"data_page_version": "2.0"})
+    assert kinds.count(3) >= chunks and 0 not in kinds, kinds
+    kinds, _ = pages({"data_page_size": 64, "write_batch_size": 8})
+    assert kinds.count(0) > 10 * chunks, kinds
+    assert set(kinds) == {0, 2}, kinds  # the walk over the pages stays in step
+    _, fallback = pages({"dictionary_pagesize_limit": 64})
+    column = fallback.row_group(0).column(0)  # "string": many distinct values
+    assert column.has_dictionary_page and "PLAIN" in column.encodings, column.encodings
+    _, plain = pages({"use_dictionary": False})
+    assert not plain.row_group(0).column(0).has_dictionary_page
+    for codec in CODECS:
+        _, m = pages({"compression": codec})
+        want = {"none": "UNCOMPRESSED", "lz4": "LZ4_RAW"}.get(codec, codec.upper())
+        assert m.row_group(0).column(0).compression in (want, codec.upper()), codec
