@@ -220,20 +220,15 @@ def _spark_missing() -> str:
 
 
 def _spark_session():
-    """One local[2] session for the module, kept small (as tests/petastorm_fixtures.py)."""
+    """One local[2] session for the module, started by tests/petastorm_fixtures.py's helper (kept
+    small; its Python workers load Petastorm's shims). The JVM outlives ``stop()`` and later
+    sessions in this process (tests/test_petastorm_spark.py) inherit its environment, so it must
+    be started the same way here."""
     if _SPARK.session is None:
-        from pyspark.sql import SparkSession
+        import petastorm_fixtures
 
-        tmp = tempfile.mkdtemp(prefix="stoker-conformance-spark-")
-        _SPARK.folder = tmp
-        _SPARK.session = (
-            SparkSession.builder.master("local[2]").appName("stoker-conformance")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.memory", "1g")
-            .config("spark.local.dir", os.path.join(tmp, "spark-local"))
-            .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={tmp}")
-            .getOrCreate())
+        _SPARK.folder = tempfile.mkdtemp(prefix="stoker-conformance-spark-")
+        _SPARK.session = petastorm_fixtures.spark_session(_SPARK.folder)
     return _SPARK.session
 
 
@@ -517,7 +512,10 @@ def _stop_spark():
     if _SPARK.session is not None:
         _SPARK.session.stop()
         _SPARK.session = None
-        shutil.rmtree(_SPARK.folder, ignore_errors=True)
+        # spark-site stays: the JVM's PYTHONPATH, which later sessions' workers inherit, names it.
+        for entry in os.listdir(_SPARK.folder):
+            if entry != "spark-site":
+                shutil.rmtree(os.path.join(_SPARK.folder, entry), ignore_errors=True)
 
 
 def _marks(case: Case) -> list:
