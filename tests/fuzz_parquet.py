@@ -4,7 +4,8 @@ A seeded corpus of small valid Parquet files (pyarrow with every codec, data pag
 dictionary on/off/fallback, nulls, strings, lists; DuckDB and Polars when installed) is mutated
 (bit flips, truncation, zeroed ranges, the footer length field, random bytes in page headers and in
 the footer) and each mutant is read by a worker subprocess: first by pyarrow (the reference), then by
-a stoker Loader over the whole file (every column, ``shuffle=False``, every batch).
+``stoker.describe`` (footers only), then a stoker Loader over the whole file (every column or a
+seeded subset, ``shuffle=False``, every batch, seeded batch size, threads and list mode).
 
 Outcomes and what counts as correct (docs/user-guide.md, "Files from other writers, and corrupt
 files"):
@@ -438,6 +439,20 @@ def _read_one(path: str, read: Dict[str, Any]) -> Dict[str, Any]:
         pa_error = ""
     except Exception as error:  # noqa: BLE001 - any pyarrow failure is "pyarrow refuses"
         want, pa_error = None, f"{type(error).__name__}: {str(error)[:200]}"
+    print("phase describe", flush=True)  # footers only: what `stoker inspect` shows
+    try:
+        import stoker
+
+        stoker.describe(path)
+    except StokerError as error:
+        if isinstance(error, InternalError):
+            return dict(outcome="internal_error", detail=f"describe: {error}"[:500])
+    except Exception as error:  # noqa: BLE001 - an untyped error is a finding
+        import traceback
+
+        return dict(outcome="untyped_error",
+                    detail=f"describe: {type(error).__name__}: {error}\n"
+                           f"{traceback.format_exc()}"[-2000:], pyarrow=pa_error)
     print("phase stoker", flush=True)
     try:
         got = _stoker_rows(path, read)

@@ -84,6 +84,10 @@ FOUND = [
      r"row group 0: corrupt footer: 6 column chunks for 5 columns in the schema"),
     ("silent_difference-235ba26870266090.parquet",
      r"row group 2, column 'i32': corrupt footer: 40 values for 0 rows"),
+    ("untyped_error-70e26394e309cc47.parquet",
+     r"row group 0, column 'i64': corrupt footer: the chunk's physical type disagrees"),
+    ("untyped_error-09775e23440559b3.parquet",
+     r"row group 1, column 'li.list.element': corrupt footer: the chunk's physical type"),
 ]
 
 
@@ -93,6 +97,8 @@ def test_found_inputs_raise_corrupt_file_errors_naming_the_place(name, message):
     from stoker.errors import CorruptFileError
 
     path = os.path.join(HERE, "fuzz_crashes", name)
+    with pytest.raises(CorruptFileError, match=message):
+        stoker.describe(path)  # footers only (`stoker inspect`)
     with pytest.raises(CorruptFileError, match=message) as info:
         with stoker.Loader(path, shuffle=False, drop_last=False, lists="ragged",
                            null_mask=True) as loader:

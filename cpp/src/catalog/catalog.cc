@@ -124,7 +124,17 @@ Status CheckFooter(const parquet::FileMetaData& metadata, const std::string& dis
       // agree with the chunks, or rows would be dropped or invented silently.
       const int64_t rows = group->num_rows();
       for (column = 0; column < group->num_columns(); ++column) {
-        const int64_t values = group->ColumnChunk(column)->num_values();
+        const auto chunk = group->ColumnChunk(column);
+        // Statistics are decoded lazily too (and throw when their type disagrees with the
+        // schema): describe() and cast checks read them.
+        if (chunk->type() != schema->Column(column)->physical_type()) {
+          return MakeError(ErrorKind::kCorruptFile,
+                           where + ", column '" + schema->Column(column)->path()->ToDotString() +
+                               "': corrupt footer: the chunk's physical type disagrees with the "
+                               "schema's");
+        }
+        if (chunk->is_stats_set()) chunk->statistics();
+        const int64_t values = chunk->num_values();
         const bool repeated = schema->Column(column)->max_repetition_level() > 0;
         if (rows < 0 || (repeated ? values < rows : values != rows)) {
           return MakeError(ErrorKind::kCorruptFile,
