@@ -148,3 +148,22 @@ def test_harness_reports_crashes_hangs_and_differences(tmp_path):
         assert worker.run(path, selftest="differ")["outcome"] == "silent_difference"
     finally:
         worker.close()
+
+
+def test_corrupt_stored_arrow_schema_is_a_corrupt_file_not_an_unsupported_type(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import stoker
+    from stoker.errors import CorruptFileError
+
+    path = tmp_path / "arrowschema.parquet"
+    pq.write_table(pa.table({"x": [1, 2, 3]}), path)
+    data = bytearray(path.read_bytes())
+    at = data.index(b"ARROW:schema") + len(b"ARROW:schema") + 8  # inside the base64 value
+    data[at:at + 4] = b"!!!!"
+    path.write_bytes(bytes(data))
+    with pytest.raises(pa.ArrowInvalid):
+        pq.read_table(path)  # pyarrow refuses it too
+    with pytest.raises(CorruptFileError, match=r"arrowschema\.parquet.*ARROW:schema"):
+        stoker.Loader(str(path), shuffle=False, drop_last=False)
