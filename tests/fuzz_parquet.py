@@ -1,10 +1,10 @@
 """Mutation fuzzing of stoker's decode path.
 
 A seeded corpus of small valid Parquet files (pyarrow with every codec, data page v1 and v2,
-dictionary on/off/fallback, nulls, strings, lists; DuckDB and Polars when installed) is mutated
-(bit flips, truncation, zeroed ranges, the footer length field, random bytes in page headers and in
-the footer) and each mutant is read by a worker subprocess: first by pyarrow (the reference), then by
-``stoker.describe`` (footers only), then a stoker Loader over the whole file (every column or a
+dictionary on/off/fallback, many pages, empty row groups, nulls, strings, lists; DuckDB, Polars and
+fastparquet when installed) is mutated (bit flips, truncation, zeroed ranges, the footer length
+field, random bytes in page headers and in the footer) and each mutant is read by a worker
+subprocess: first by pyarrow (the reference), then by ``stoker.describe`` (footers only), then a stoker Loader over the whole file (every column or a
 seeded subset, ``shuffle=False``, every batch, seeded batch size, threads and list mode).
 
 Outcomes and what counts as correct (docs/user-guide.md, "Files from other writers, and corrupt
@@ -30,6 +30,7 @@ finding is reproduced with ``--seed S --only I``.
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import io
 import json
@@ -632,19 +633,21 @@ def fuzz(iterations: int, seed: int, timeout: float = 30.0, crash_dir: str = CRA
             with open(p, "rb") as f:
                 seeds.append((p, f.read()))
         headers = {p: page_headers(d) for p, d in seeds}
-        # The unmutated corpus must read equal (checks the harness itself).
-        jobs: List[Tuple[int, str, bytes, str, Dict[str, Any]]] = []
-        if only is None:
-            for k, (p, d) in enumerate(seeds):
-                jobs.append((-1 - k, os.path.basename(p), d, "none", DEFAULT_READ))
-        for i in range(iterations) if only is None else [only]:
+        # The unmutated corpus must read equal (checks the harness itself); then the mutants,
+        # each made when a worker is free (a long run does not hold them all in memory).
+        pending = collections.deque(range(-len(seeds), 0) if only is None else [])
+        pending.extend(range(iterations) if only is None else [only])
+
+        def make_job(i: int) -> Tuple[int, str, bytes, str, Dict[str, Any]]:
+            if i < 0:
+                p, d = seeds[-1 - i]
+                return i, os.path.basename(p), d, "none", DEFAULT_READ
             rng = random.Random(f"{seed}:{i}")
             p, d = seeds[rng.randrange(len(seeds))]
             mutant, how = mutate(d, rng, headers[p])
-            jobs.append((i, os.path.basename(p), mutant, how, read_options(rng)))
-        pending = list(jobs)
-        # Simple round robin: each worker runs its share one input at a time; threads keep it
-        # short and the workers' subprocesses do the parallel work.
+            return i, os.path.basename(p), mutant, how, read_options(rng)
+
+        # Threads only wait: each drives one worker subprocess, which does the work.
         import concurrent.futures as cf
 
         def one(worker: Worker, job) -> Tuple[Any, Dict[str, Any]]:
@@ -664,7 +667,7 @@ def fuzz(iterations: int, seed: int, timeout: float = 30.0, crash_dir: str = CRA
                 while free and pending and not (
                         time_budget and time.monotonic() - started > time_budget):
                     w = free.pop()
-                    futures[ex.submit(one, w, pending.pop(0))] = w
+                    futures[ex.submit(one, w, make_job(pending.popleft()))] = w
                 if not futures:
                     break
                 done, _ = cf.wait(list(futures), return_when=cf.FIRST_COMPLETED)

@@ -30,8 +30,8 @@ def test_short_fuzz_run(tmp_path):
     assert counts["ran"] == ITERATIONS + len(fuzz_parquet._pyarrow_variants()) + 1 + \
         sum(1 for m in ("duckdb", "fastparquet", "polars") if _importable(m))
     details = "\n".join(f"{f['outcome']} iteration {f['iteration']} ({f['source']}: "
-                        f"{f['mutation']}): {f.get('detail', '')[:400]} {f.get('stderr', '')[-800:]}"
-                        for f in report["findings"])
+                        f"{f['mutation']}): {f.get('detail', '')[:400]} "
+                        f"{f.get('stderr', '')[-800:]}" for f in report["findings"])
     assert not report["findings"], details
     # The run exercises both sides of the contract, not only one of them.
     assert counts.get("equal", 0) > 0 and counts.get("typed_error", 0) > 0, counts
