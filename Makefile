@@ -13,7 +13,7 @@ ASAN_DIR := build/asan
 TSAN_DIR := build/tsan
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build demo test test-cpp test-python test-asan test-tsan soak bench bench-peers bench-smoke format lint stubs clean
+.PHONY: setup build demo test test-cpp test-python test-asan test-tsan soak fuzz bench bench-peers bench-smoke format lint stubs clean
 
 setup: $(VENV)/.setup-done
 
@@ -76,6 +76,17 @@ test-tsan: setup
 # part of `test` or CI. SOAK_SECONDS (default 600) sets the duration.
 soak: build
 	$(PY) tests/soak.py
+
+# Mutation fuzzing of the decode path (tests/fuzz_parquet.py): FUZZ_ITERATIONS mutants of a seeded
+# corpus, each read by pyarrow and stoker in a worker subprocess; findings are saved under
+# tests/fuzz_crashes/ and fail the target. `make test` runs a short run (tests/test_fuzz.py).
+FUZZ_ITERATIONS ?= 3000
+FUZZ_SEED ?= 1
+FUZZ_TIMEOUT ?= 60
+FUZZ_WORKERS ?= $(JOBS)
+fuzz: build
+	$(PY) tests/fuzz_parquet.py --iterations $(FUZZ_ITERATIONS) --seed $(FUZZ_SEED) \
+	  --timeout $(FUZZ_TIMEOUT) --workers $(FUZZ_WORKERS)
 
 # Optional, heavy image peers of the bench (SPDL with FFmpeg's libraries, DALI's CPU pipeline).
 bench-peers: setup

@@ -3,6 +3,7 @@
 #include <arrow/filesystem/localfs.h>
 #include <arrow/io/interfaces.h>
 #include <arrow/type_traits.h>
+#include <arrow/util/key_value_metadata.h>
 #include <fnmatch.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/arrow/schema.h>
@@ -55,6 +56,102 @@ struct ListedFile {
   std::shared_ptr<arrow::fs::FileSystem> fs;
   int64_t mtime_ns = 0;
 };
+
+// Column names become Python str: a name that is not UTF-8 is a corrupt footer, not a crash of
+// the bindings later on.
+bool IsValidUtf8(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    size_t extra = 0;
+    uint32_t code = 0;
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    } else if (lead >= 0xC2 && lead <= 0xDF) {
+      extra = 1, code = lead & 0x1F;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      extra = 2, code = lead & 0x0F;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      extra = 3, code = lead & 0x07;
+    } else {
+      return false;
+    }
+    if (text.size() - i <= extra) return false;  // truncated sequence
+    for (size_t k = 1; k <= extra; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xC0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF.
+    if ((extra == 2 && code < 0x800) || (extra == 3 && (code < 0x10000 || code > 0x10FFFF)) ||
+        (code >= 0xD800 && code <= 0xDFFF)) {
+      return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+// Arrow builds a column chunk's metadata (and checks its size statistics) only when it is asked
+// for, and reports a corrupt one by throwing: check every chunk once here, so planning and
+// decoding never meet a throwing footer, and the error names the chunk.
+Status CheckFooter(const parquet::FileMetaData& metadata, const std::string& display) {
+  const parquet::SchemaDescriptor* schema = metadata.schema();
+  for (int c = 0; c < schema->num_columns(); ++c) {
+    const std::shared_ptr<parquet::schema::ColumnPath> path = schema->Column(c)->path();
+    for (const auto& name : path->ToDotVector()) {
+      if (!IsValidUtf8(name)) {
+        return MakeError(ErrorKind::kCorruptFile, "'" + display +
+                                                      "' is not a valid Parquet file: column " +
+                                                      std::to_string(c) +
+                                                      " has a name that is "
+                                                      "not UTF-8");
+      }
+    }
+  }
+  for (int rg = 0; rg < metadata.num_row_groups(); ++rg) {
+    const std::string where = "'" + display + "', row group " + std::to_string(rg);
+    int column = -1;
+    try {
+      auto group = metadata.RowGroup(rg);
+      if (group->num_columns() != schema->num_columns()) {
+        return MakeError(ErrorKind::kCorruptFile,
+                         where + ": corrupt footer: " + std::to_string(group->num_columns()) +
+                             " column chunks for " + std::to_string(schema->num_columns()) +
+                             " columns in the schema");
+      }
+      // The row count decides which row groups are read (an empty one is skipped): it must
+      // agree with the chunks, or rows would be dropped or invented silently.
+      const int64_t rows = group->num_rows();
+      for (column = 0; column < group->num_columns(); ++column) {
+        const auto chunk = group->ColumnChunk(column);
+        // Statistics are decoded lazily too (and throw when their type disagrees with the
+        // schema): describe() and cast checks read them.
+        if (chunk->type() != schema->Column(column)->physical_type()) {
+          return MakeError(ErrorKind::kCorruptFile,
+                           where + ", column '" + schema->Column(column)->path()->ToDotString() +
+                               "': corrupt footer: the chunk's physical type disagrees with the "
+                               "schema's");
+        }
+        if (chunk->is_stats_set()) chunk->statistics();
+        const int64_t values = chunk->num_values();
+        const bool repeated = schema->Column(column)->max_repetition_level() > 0;
+        if (rows < 0 || (repeated ? values < rows : values != rows)) {
+          return MakeError(ErrorKind::kCorruptFile,
+                           where + ", column '" + schema->Column(column)->path()->ToDotString() +
+                               "': corrupt footer: " + std::to_string(values) + " values for " +
+                               std::to_string(rows) + " rows");
+        }
+      }
+    } catch (const parquet::ParquetException& e) {
+      const std::string chunk =
+          column < 0 ? "" : ", column '" + schema->Column(column)->path()->ToDotString() + "'";
+      return MakeError(ErrorKind::kCorruptFile, where + chunk + ": corrupt footer: " + e.what());
+    }
+  }
+  return Status::OK();
+}
 
 int64_t MtimeNs(const arrow::fs::FileInfo& info) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(info.mtime().time_since_epoch())
@@ -270,11 +367,24 @@ Status ReadFooter(const ListedFile& listed, std::shared_ptr<DiskCache> block_cac
     return MakeError(ErrorKind::kCorruptFile,
                      "'" + listed.display + "' is not a valid Parquet file: " + e.what());
   }
+  STOKER_RETURN_NOT_OK(CheckFooter(*out->metadata, listed.display));
   parquet::ArrowReaderProperties props;
   parquet::arrow::SchemaManifest manifest;
   const Status st = parquet::arrow::SchemaManifest::Make(
       out->metadata->schema(), out->metadata->key_value_metadata(), props, &manifest);
   if (!st.ok()) {
+    // A stored Arrow schema (ARROW:schema) that cannot be decoded is damage, not a type stoker
+    // lacks: the Parquet schema alone maps.
+    parquet::arrow::SchemaManifest plain;
+    if (out->metadata->key_value_metadata() != nullptr &&
+        out->metadata->key_value_metadata()->Contains("ARROW:schema") &&
+        parquet::arrow::SchemaManifest::Make(out->metadata->schema(), nullptr, props, &plain)
+            .ok()) {
+      return MakeError(ErrorKind::kCorruptFile, "'" + listed.display +
+                                                    "' is not a valid Parquet file: its stored "
+                                                    "Arrow schema (ARROW:schema) is corrupt: " +
+                                                    st.message());
+    }
     return MakeError(
         ErrorKind::kUnsupportedType,
         "cannot map the Parquet schema of '" + listed.display + "' to Arrow: " + st.message());
