@@ -50,6 +50,18 @@ class ColumnOptions:
     @on_error_zero.setter
     def on_error_zero(self, arg: bool, /) -> None: ...
 
+    @property
+    def time_unit(self) -> str: ...
+
+    @time_unit.setter
+    def time_unit(self, arg: str, /) -> None: ...
+
+    @property
+    def decimals(self) -> str: ...
+
+    @decimals.setter
+    def decimals(self, arg: str, /) -> None: ...
+
 class FeatureGroup:
     def __init__(self) -> None: ...
 
@@ -295,6 +307,12 @@ class ColumnKind(enum.Enum):
 
     strings = 3
 
+    def __eq__(self, arg: object, /) -> bool: ...
+
+    def __ne__(self, arg: object, /) -> bool: ...
+
+    def __hash__(self) -> int: ...
+
 class OutputColumn:
     @property
     def name(self) -> str: ...
@@ -368,6 +386,8 @@ class ColumnInfo:
 
     @property
     def annotation(self) -> str: ...
+
+    def __repr__(self) -> str: ...
 
 class Engine:
     @staticmethod
