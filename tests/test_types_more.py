@@ -367,6 +367,9 @@ def test_float16_columns_and_features(tmp_path):
 
 # ------------------------------------------------------------------------------ all problems at once
 
+_TS_BASE_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
+
+
 @pytest.fixture(scope="module")
 def mixed_file(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("mixed") / "m.parquet")
@@ -374,8 +377,10 @@ def mixed_file(tmp_path_factory):
         "a": pa.array([1, 2, 3], pa.int64()),
         "tags": pa.array([[1], [2, 3], []], pa.list_(pa.int32())),
         "price": pa.array([decimal.Decimal("1.5")] * 3, pa.decimal128(7, 2)),
-        "ts": pa.array([1, 2, 3], pa.timestamp("us")),
-        "big": pa.array([1, 2, 3], pa.uint64()),
+        # Realistic microsecond timestamps and a uint64 beyond 2**53: the footers' statistics
+        # show that stacking either into float32 loses information.
+        "ts": pa.array([_TS_BASE_US + k for k in (1, 2, 3)], pa.timestamp("us")),
+        "big": pa.array([1, 2, 2**60], pa.uint64()),
         "n": pa.array([1.0, None, 3.0]),
         "s": pa.array(["x", None, "z"]),
     })
@@ -421,7 +426,8 @@ def test_fixing_every_listed_problem_opens(mixed_file):
                        batch_size=3) as loader:
         batch = next(iter(loader))
     assert batch["price"].tolist() == [1.5, 1.5, 1.5]
-    assert batch["features"][:, 0].tolist() == [1e-6, 2e-6, 3e-6]
+    assert batch["features"][:, 0].tolist() == pytest.approx(
+        [(_TS_BASE_US + k) / 1e6 for k in (1, 2, 3)], abs=1e-6)
 
 
 def test_a_failing_open_also_lists_the_nulls_the_footers_show(mixed_file):

@@ -1020,7 +1020,7 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
   }
   const bool single = options.feature_groups.empty();
   std::set<std::string> seen_features;
-  std::vector<std::string> lossy_lines;  // of every group
+  std::vector<size_t> lossy_at;  // indices in `problems` of the lossy columns of every group
   std::map<std::string, DType> fixed_dtypes;
   bool all_fixable = true;
   for (const FeatureGroup& group : feature_groups) {
@@ -1142,6 +1142,9 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
         lossy.push_back("feature column '" + name + "' is " + DTypeName(spec.dtype) +
                         temporal_hint + " and stacking it into " + DTypeName(group.dtype) +
                         " can lose information" + why);
+        // In order among the other problems; the fix is appended once every group is known.
+        lossy_at.push_back(problems.size());
+        problems.push_back(MakeError(ErrorKind::kLossyCast, lossy.back()));
       }
       as_read.push_back(spec);
       spec.dtype = group.dtype;
@@ -1177,12 +1180,11 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       } else {
         all_fixable = false;
       }
-      lossy_lines.insert(lossy_lines.end(), lossy.begin(), lossy.end());
     }
     out.feature_groups.push_back(std::move(group_spec));
   }
-  if (!lossy_lines.empty()) {
-    // Every lossy column of every group at once, and one suggestion that fixes them all.
+  if (!lossy_at.empty()) {
+    // Every lossy column of every group, each with the one suggestion that fixes them all.
     std::string fix;
     if (all_fixable && single) {
       fix = "features_dtype='" + std::string(DTypeName(fixed_dtypes.begin()->second)) + "', or ";
@@ -1196,10 +1198,11 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       fix.resize(fix.size() - 2);
       fix += "}, or ";
     }
-    std::string message;
-    for (const auto& line : lossy_lines) message += line + "\n";
-    message += "pass " + fix + "allow_lossy_cast=True to accept the rounding";
-    problems.push_back(MakeError(ErrorKind::kLossyCast, message));
+    for (size_t index : lossy_at) {
+      problems[index] =
+          MakeError(ErrorKind::kLossyCast, problems[index].message() + "; pass " + fix +
+                                               "allow_lossy_cast=True to accept the rounding");
+    }
   }
   // A column that some files lack (added later) is null in their rows: without a choice for
   // nulls, say so now rather than at the first batch from such a file.
