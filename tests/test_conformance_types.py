@@ -1,0 +1,167 @@
+"""Conformance of the types issue 14 added, over files written by several writers.
+
+tests/test_conformance.py covers the plain types (ints, floats, bool, strings, lists) over every
+writer and format option; this file adds rows for timestamps (naive and zoned), dates, decimals,
+categoricals (a dictionary-encoded string column as ids) and struct leaves, written by pyarrow
+(format 1.0 and 2.6), DuckDB, Polars and pandas. Every value stoker delivers is compared with
+pyarrow's read of the same file:
+
+- temporal columns with ``time_unit``: the float64 count of the unit, exactly the correctly
+  rounded quotient of pyarrow's stored count (``float(Fraction(count * from_ns, to_ns))``);
+- decimals with ``decimals="float64"``: exactly ``float(Decimal)``;
+- ``categories={"cat": "auto"}``: ``vocabulary[id - 1]`` is the value, 0 only for nulls;
+- struct leaves ``s.a`` / ``s.b``: the child values.
+
+Nulls are delivered with ``null_mask=True`` and the masks compared too. Spark is not among these
+writers: its conversions of these types (INT96 timestamps, its decimal widths) are left to a later
+row of this table.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+from fractions import Fraction
+from typing import Any, Callable, Dict
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import stoker
+
+N = 300
+ROW_GROUP = 64
+BATCH = 77
+UNIT_NS = {"D": 86_400 * 10**9, "s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+TIME_UNIT = {"ts": "s", "tz": "ms", "d": "D"}
+CATEGORIES = ["red", "green", "blue", "über", ""]
+
+
+def _table() -> pa.Table:
+    rng = np.random.default_rng(14)
+    valid = rng.random(N) > 0.15
+    base_us = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
+    ts = [int(base_us + rng.integers(-10**13, 10**13)) if v else None for v in valid]
+    tz = [int(base_us // 1000 + rng.integers(-10**10, 10**10)) for _ in range(N)]
+    days = [datetime.date(2026, 1, 1) + datetime.timedelta(days=int(k))
+            if v else None for k, v in zip(rng.integers(-20000, 20000, N), valid[::-1])]
+    dec = [decimal.Decimal(int(k)).scaleb(-2) if v else None
+           for k, v in zip(rng.integers(-10**11, 10**11, N), np.roll(valid, 3))]
+    cat_index = rng.integers(0, len(CATEGORIES), N)
+    cat = pa.DictionaryArray.from_arrays(
+        pa.array(cat_index.astype(np.int32), mask=~np.roll(valid, 5)), pa.array(CATEGORIES))
+    a = pa.array(rng.integers(-1000, 1000, N).astype(np.int32), mask=~np.roll(valid, 7))
+    b = pa.array(rng.standard_normal(N), mask=~np.roll(valid, 11))
+    return pa.table({
+        "ts": pa.array(ts, pa.timestamp("us")),
+        "tz": pa.array(tz, pa.timestamp("ms", tz="UTC")),
+        "d": pa.array(days, pa.date32()),
+        "dec": pa.array(dec, pa.decimal128(12, 2)),
+        "cat": cat,
+        "s": pa.StructArray.from_arrays([a, b], ["a", "b"]),
+    })
+
+
+def write_pyarrow(table: pa.Table, path: str, version: str) -> None:
+    pq.write_table(table, path, row_group_size=ROW_GROUP, version=version)
+
+
+def write_duckdb(table: pa.Table, path: str) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    try:
+        con.register("t", table)
+        con.execute(f"COPY t TO '{path}' (FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP})")
+    finally:
+        con.close()
+
+
+def write_polars(table: pa.Table, path: str) -> None:
+    pl = pytest.importorskip("polars")
+    pl.from_arrow(table).write_parquet(path, row_group_size=ROW_GROUP)
+
+
+def write_pandas(table: pa.Table, path: str) -> None:
+    # A pandas user's frame: datetime64 columns, a category, Decimal and dict objects.
+    table.to_pandas().to_parquet(path, engine="pyarrow", row_group_size=ROW_GROUP)
+
+
+WRITERS: Dict[str, Callable[[pa.Table, str], None]] = {
+    "pyarrow-1.0": lambda t, p: write_pyarrow(t, p, "1.0"),
+    "pyarrow-2.6": lambda t, p: write_pyarrow(t, p, "2.6"),
+    "duckdb": write_duckdb,
+    "polars": write_polars,
+    "pandas": write_pandas,
+}
+
+OPTIONS: Dict[str, Any] = dict(
+    columns=["ts", "tz", "d", "dec", "cat", "s"], time_unit=TIME_UNIT, decimals="float64",
+    categories={"cat": "auto"}, null_mask=True, shuffle=False, drop_last=False,
+    batch_size=BATCH)
+
+
+def _stored_counts(col: pa.ChunkedArray):
+    """pyarrow's stored counts of a temporal column and the nanoseconds of one count."""
+    t = col.type
+    if pa.types.is_date32(t):
+        return col.cast(pa.int32()).cast(pa.int64()), UNIT_NS["D"]
+    if pa.types.is_date64(t):
+        return col.cast(pa.int64()), UNIT_NS["ms"]
+    return col.cast(pa.int64()), UNIT_NS[t.unit]
+
+
+def _epoch(batches, name: str) -> np.ndarray:
+    return np.concatenate([np.asarray(b[name]) for b in batches])
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_new_types_equal_pyarrows_read(writer, tmp_path):
+    path = str(tmp_path / f"{writer}.parquet")
+    WRITERS[writer](_table(), path)
+    want = pq.read_table(path)
+    with stoker.Loader(path, **OPTIONS) as loader:
+        assert set(loader.columns) == {"ts", "tz", "d", "dec", "cat", "s.a", "s.b"}
+        vocabulary = loader.vocabulary("cat")
+        batches = list(loader)
+
+    def check_mask(name: str, col: pa.ChunkedArray) -> np.ndarray:
+        valid = col.is_valid().to_numpy(zero_copy_only=False)
+        np.testing.assert_array_equal(_epoch(batches, name + "_mask"), valid, err_msg=name)
+        return valid
+
+    for name, unit in TIME_UNIT.items():
+        col = want.column(name)
+        valid = check_mask(name, col)
+        counts, from_ns = _stored_counts(col)
+        expected = [float(Fraction(c * from_ns, UNIT_NS[unit])) if c is not None else 0.0
+                    for c in counts.to_pylist()]
+        got = _epoch(batches, name)
+        assert got.dtype == np.float64, name
+        assert got.tolist() == expected, f"{writer}: {name} differs from pyarrow's counts"
+        assert valid.sum() > 0
+
+    col = want.column("dec")
+    check_mask("dec", col)
+    expected = [float(v) if v is not None else 0.0 for v in col.to_pylist()]
+    assert _epoch(batches, "dec").tolist() == expected, writer
+
+    col = want.column("cat")
+    valid = check_mask("cat", col)
+    values = col.cast(pa.string()) if pa.types.is_dictionary(col.type) else col
+    ids = _epoch(batches, "cat")
+    assert ids.dtype == np.int64
+    assert set(values.drop_null().to_pylist()) <= set(vocabulary)
+    for value, got_id, ok in zip(values.to_pylist(), ids.tolist(), valid):
+        assert (vocabulary[got_id - 1] == value) if ok else got_id == 0, (writer, value, got_id)
+
+    struct = want.column("s").combine_chunks()
+    for leaf in ("a", "b"):
+        child = pa.chunked_array([struct.field(leaf)])
+        name = "s." + leaf
+        valid = check_mask(name, child)
+        expected = np.asarray(child.fill_null(0).to_numpy(zero_copy_only=False))
+        got = _epoch(batches, name)
+        assert got.dtype == expected.dtype, name
+        np.testing.assert_array_equal(got[valid], expected[valid], err_msg=f"{writer}: {name}")
