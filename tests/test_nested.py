@@ -422,3 +422,25 @@ def test_three_levels_of_numbers(tmp_path, mode):
         cut = unpad(b["c"], b["c_lengths"], [b["c_lengths_1"], b["c_lengths_2"]])
         got.extend(r if m else None for r, m in zip(cut, b["c_mask"].tolist()))
     assert got == expected(path, "c", [])
+
+
+def test_null_elements_of_number_lists_take_fill_null(tmp_path):
+    """A null element inside a list: an error naming fill_null, which replaces such elements
+    (null rows still take null_mask, as for every list column)."""
+    path = str(tmp_path / "elements.parquet")
+    pq.write_table(pa.table({"l": pa.array([[1, None, 3], [], None, [None]],
+                                           pa.list_(pa.int64()))}), path)
+    with pytest.raises(NullValueError, match=r"fill_null=\{'l': value\}"):
+        list(stoker.Loader(path, columns=["l"], lists="ragged", null_mask=True, shuffle=False,
+                           batch_size=4))
+    with stoker.Loader(path, columns=["l"], lists="padded", pad_value=-1, fill_null={"l": 0},
+                       null_mask=True, shuffle=False, batch_size=4) as loader:
+        batch = next(iter(loader))
+    assert batch["l"].tolist() == [[1, 0, 3], [-1, -1, -1], [-1, -1, -1], [0, -1, -1]]
+    assert batch["l_lengths"].tolist() == [3, 0, 0, 1]
+    assert batch["l_mask"].tolist() == [True, True, False, True]
+    with stoker.Loader(path, columns=["l"], lists="ragged", fill_null={"l": 7}, null_mask=True,
+                       shuffle=False, batch_size=4) as loader:
+        ragged = next(iter(loader))["l"]
+    assert np.asarray(ragged.values).tolist() == [1, 7, 3, 7]
+    assert np.asarray(ragged.offsets).tolist() == [0, 3, 3, 3, 4]

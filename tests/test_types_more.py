@@ -625,3 +625,17 @@ def test_lists_of_timestamps_and_decimals(tmp_path):
     rows = [list(r[:n]) for b in batches for r, n in zip(b["price"], b["price_lengths"])]
     assert rows == [[float(v) for v in row] for row in prices]
     assert batches[0]["price"].dtype == np.float64
+
+
+def test_time_unit_or_decimals_naming_a_partition_column_raise(tmp_path):
+    """Partition values are integers or strings: a per-column time_unit or decimals for one would
+    be ignored, so it is refused naming the column; a dataset-wide one simply does not apply."""
+    root = tmp_path / "hive"
+    (root / "day=3").mkdir(parents=True)
+    pq.write_table(pa.table({"x": pa.array([1.0, 2.0])}), str(root / "day=3" / "p.parquet"))
+    for option in ({"time_unit": {"day": "D"}}, {"decimals": {"day": "float64"}}):
+        with pytest.raises(InvalidOptionError, match="partition column 'day'"):
+            stoker.Loader(str(root), columns=["x", "day"], **option)
+    with stoker.Loader(str(root), columns=["x", "day"], time_unit="s", decimals="float64",
+                       shuffle=False, batch_size=2) as loader:
+        assert next(iter(loader))["day"].tolist() == [3, 3]

@@ -853,6 +853,18 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
         spec->source_dtype = spec->dtype = DType::kUInt8;
         spec->annotation = "utf8";
       }
+      // Partition values are ints or strings, never timestamps or decimals: an option naming
+      // one for them would be ignored.
+      const bool unit_named = column_options.time_unit != TimeUnit::kUnset &&
+                              options.default_column_options.time_unit == TimeUnit::kUnset;
+      const bool decimals_named = column_options.decimals != DecimalMode::kUnset &&
+                                  options.default_column_options.decimals == DecimalMode::kUnset;
+      if (spec->explicit_options && (unit_named || decimals_named)) {
+        return MakeError(ErrorKind::kInvalidOption,
+                         std::string(unit_named ? "time_unit" : "decimals") +
+                             " names hive partition column '" + name +
+                             "', whose values are integers or strings; leave it out");
+      }
       return MakeCategorical(catalog, options, spec, &out);
     }
     if (!options.user_transform) {

@@ -22,6 +22,7 @@
 #include "decode/nested.h"
 #include "decode/user_code.h"
 #include "io/filesystem.h"
+#include "util/convert.h"
 
 namespace stoker {
 namespace {
@@ -730,9 +731,34 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
         }
         const arrow::ArrayData& child = *level;
         if (child.GetNullCount() > 0) {
-          return MakeError(ErrorKind::kNullValues,
-                           "column '" + spec.name + "' has null elements inside its lists in " +
-                               catalog_->Where(rg) + "; element nulls are not supported");
+          if (!spec.options.has_fill_null || spec.source_dtype == DType::kBool) {
+            return MakeError(
+                ErrorKind::kNullValues,
+                "column '" + spec.name + "' has null elements inside its lists in " +
+                    catalog_->Where(rg) +
+                    (spec.source_dtype == DType::kBool
+                         ? "; null elements of bool lists are not supported"
+                         : "; pass fill_null={'" + spec.name + "': value} to replace them"));
+          }
+          // fill_null on a list column replaces its null elements: a copy of the values with
+          // the fill value where an element is null (the decoded arrays stay as they are).
+          const int width = DTypeSize(spec.source_dtype);
+          ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> filled,
+                                arrow::AllocateBuffer(child.length * width));
+          std::memcpy(filled->mutable_data(), child.buffers[1]->data() + child.offset * width,
+                      child.length * width);
+          const uint8_t* validity = child.buffers[0]->data();
+          VisitDType(spec.source_dtype, [&](auto tag) {
+            using T = decltype(tag);
+            const T fill = FromDouble<T>(spec.options.fill_null);
+            T* values = reinterpret_cast<T*>(filled->mutable_data());
+            for (int64_t i = 0; i < child.length; ++i) {
+              if (!arrow::bit_util::GetBit(validity, child.offset + i)) values[i] = fill;
+            }
+          });
+          out->values = filled->data();
+          out->owned = std::move(filled);
+          break;
         }
         if (spec.source_dtype == DType::kBool) {
           out->values = child.buffers[1]->data();

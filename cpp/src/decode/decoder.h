@@ -21,10 +21,11 @@ namespace stoker {
 
 /// One column of one decoded segment, as raw pointers the column writers gather from.
 struct ColumnSource {
-  std::shared_ptr<arrow::Array> array;  // keeps the buffers alive
-  const uint8_t* values = nullptr;      // fixed: row 0; lists/strings: the child values
-  int64_t bit_offset = 0;               // bool values: bit index of values[0] (row 0 or child 0)
-  const uint8_t* validity = nullptr;    // null bitmap of the rows, or nullptr
+  std::shared_ptr<arrow::Array> array;   // keeps the buffers alive
+  std::shared_ptr<arrow::Buffer> owned;  // values made here (list elements after fill_null)
+  const uint8_t* values = nullptr;       // fixed: row 0; lists/strings: the child values
+  int64_t bit_offset = 0;                // bool values: bit index of values[0] (row 0 or child 0)
+  const uint8_t* validity = nullptr;     // null bitmap of the rows, or nullptr
   int64_t validity_offset = 0;
   const int32_t* offsets32 = nullptr;  // lists/strings: offsets of row 0
   const int64_t* offsets64 = nullptr;
