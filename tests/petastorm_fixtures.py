@@ -38,6 +38,17 @@ def missing() -> str:
     return ""
 
 
+def spark_missing() -> str:
+    """Why a local Spark cannot start here (no Java, no pyspark), or '' when it can."""
+    if shutil.which("java") is None:
+        return "java not found (apt-get install openjdk-17-jre-headless)"
+    try:
+        import pyspark  # noqa: F401
+    except ImportError as error:
+        return f"pyspark not installed: {error}"
+    return ""
+
+
 _SITECUSTOMIZE = """
 import sys
 sys.path.insert(0, {repo!r})

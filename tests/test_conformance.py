@@ -210,13 +210,9 @@ _SPARK = Spark()
 
 
 def _spark_missing() -> str:
-    if shutil.which("java") is None:
-        return "java not found (apt-get install openjdk-17-jre-headless)"
-    try:
-        import pyspark  # noqa: F401
-    except ImportError as error:
-        return f"pyspark not installed: {error}"
-    return ""
+    import petastorm_fixtures
+
+    return petastorm_fixtures.spark_missing()
 
 
 def _spark_session():

@@ -8,7 +8,6 @@ Marked slow (Spark's start-up); CI runs it. Skipped where Java or pyspark is mis
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -22,15 +21,7 @@ REPO = pf.REPO
 
 
 def _spark_missing() -> str:
-    if pf.missing():
-        return pf.missing()
-    if shutil.which("java") is None:
-        return "java not found (apt-get install openjdk-17-jre-headless)"
-    try:
-        import pyspark  # noqa: F401
-    except ImportError as error:
-        return f"pyspark not installed: {error}"
-    return ""
+    return pf.missing() or pf.spark_missing()
 
 
 pytestmark = [pytest.mark.skipif(bool(_spark_missing()), reason=_spark_missing() or "ok"),

@@ -13,15 +13,10 @@
 #include <string>
 
 #include "decode/column_spec.h"
+#include "util/test_status_internal.h"
 
 namespace stoker {
 namespace {
-
-#define ASSERT_STATUS_OK(expr)                             \
-  do {                                                     \
-    const ::arrow::Status _st = (expr);                    \
-    ASSERT_TRUE(_st.ok()) << #expr ": " << _st.ToString(); \
-  } while (false)
 
 std::shared_ptr<arrow::Array> Strings(const std::vector<std::optional<std::string>>& values) {
   arrow::StringBuilder builder;

@@ -14,14 +14,10 @@
 #include <limits>
 #include <string>
 
+#include "util/test_status_internal.h"
+
 namespace stoker {
 namespace {
-
-#define ASSERT_STATUS_OK(expr)                             \
-  do {                                                     \
-    const ::arrow::Status _st = (expr);                    \
-    ASSERT_TRUE(_st.ok()) << #expr ": " << _st.ToString(); \
-  } while (false)
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();

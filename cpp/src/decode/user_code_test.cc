@@ -17,15 +17,10 @@
 
 #include "decode/column_spec.h"
 #include "decode/decoder.h"
+#include "util/test_status_internal.h"
 
 namespace stoker {
 namespace {
-
-#define ASSERT_STATUS_OK(expr)                             \
-  do {                                                     \
-    const ::arrow::Status _st = (expr);                    \
-    ASSERT_TRUE(_st.ok()) << #expr ": " << _st.ToString(); \
-  } while (false)
 
 // Doubles column "v" into "w" (int64 -> the type `out_type` picks per call).
 class FakeTransform : public UserTransform {

@@ -8,14 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "util/test_status_internal.h"
+
 namespace stoker {
 namespace {
-
-#define ASSERT_STATUS_OK(expr)                             \
-  do {                                                     \
-    const ::arrow::Status _st = (expr);                    \
-    ASSERT_TRUE(_st.ok()) << #expr ": " << _st.ToString(); \
-  } while (false)
 
 std::shared_ptr<arrow::Array> Decimals(const std::shared_ptr<arrow::DataType>& type,
                                        const std::vector<std::string>& values) {
