@@ -256,9 +256,14 @@ def write_spark(table: pa.Table, path: str, params: Dict[str, Any]) -> None:
             names.append(f.name)
     rows = table.select(names).to_pylist()
     data = [tuple(r[n] for n in names) for r in rows]
-    df = spark.createDataFrame(data, T.StructType(fields), verifySchema=False).coalesce(1)
+    df = spark.createDataFrame(data, T.StructType(fields), verifySchema=False)
+    save_spark(df, path, params)
+
+
+def save_spark(df: Any, path: str, params: Dict[str, Any]) -> None:
+    """Writes a Spark DataFrame as the one Parquet file `path` (one partition, Spark's writer)."""
     out = path + ".spark"
-    writer = df.write.mode("overwrite")
+    writer = df.coalesce(1).write.mode("overwrite")
     for key, value in params.items():
         writer = writer.option(key, value)
     writer.parquet("file://" + out)
@@ -502,9 +507,8 @@ def check_file(path: str, options: Dict[str, Any]) -> None:
         check_column(batches, name, want.column(name), options)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _stop_spark():
-    yield
+def stop_spark() -> None:
+    """Stops the module's Spark session (also used by tests/test_conformance_types.py)."""
     if _SPARK.session is not None:
         _SPARK.session.stop()
         _SPARK.session = None
@@ -512,6 +516,12 @@ def _stop_spark():
         for entry in os.listdir(_SPARK.folder):
             if entry != "spark-site":
                 shutil.rmtree(os.path.join(_SPARK.folder, entry), ignore_errors=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_spark():
+    yield
+    stop_spark()
 
 
 def _marks(case: Case) -> list:
