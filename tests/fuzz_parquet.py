@@ -46,6 +46,14 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+
+def _traceback() -> str:
+    """The current traceback with paths relative to the repository (saved inputs are committed)."""
+    import traceback
+
+    return traceback.format_exc().replace(REPO + os.sep, "")
 CRASH_DIR = os.path.join(HERE, "fuzz_crashes")
 
 # ------------------------------------------------------------------------------------ corpus
@@ -449,11 +457,9 @@ def _read_one(path: str, read: Dict[str, Any]) -> Dict[str, Any]:
         if isinstance(error, InternalError):
             return dict(outcome="internal_error", detail=f"describe: {error}"[:500])
     except Exception as error:  # noqa: BLE001 - an untyped error is a finding
-        import traceback
-
         return dict(outcome="untyped_error",
-                    detail=f"describe: {type(error).__name__}: {error}\n"
-                           f"{traceback.format_exc()}"[-2000:], pyarrow=pa_error)
+                    detail=f"describe: {type(error).__name__}: {error}\n{_traceback()}"[-2000:],
+                    pyarrow=pa_error)
     print("phase stoker", flush=True)
     try:
         got = _stoker_rows(path, read)
@@ -463,10 +469,8 @@ def _read_one(path: str, read: Dict[str, Any]) -> Dict[str, Any]:
         return dict(outcome="typed_error", detail=f"{type(error).__name__}: {str(error)[:300]}",
                     pyarrow=pa_error)
     except Exception as error:  # noqa: BLE001 - an untyped error is a finding
-        import traceback
-
         return dict(outcome="untyped_error",
-                    detail=f"{type(error).__name__}: {error}\n{traceback.format_exc()}"[-2000:],
+                    detail=f"{type(error).__name__}: {error}\n{_traceback()}"[-2000:],
                     pyarrow=pa_error)
     if want is not None:
         diff = _compare(got, want)

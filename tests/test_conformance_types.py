@@ -64,30 +64,6 @@ def _table() -> pa.Table:
     })
 
 
-def write_pyarrow(table: pa.Table, path: str, version: str) -> None:
-    pq.write_table(table, path, row_group_size=ROW_GROUP, version=version)
-
-
-def write_duckdb(table: pa.Table, path: str) -> None:
-    duckdb = pytest.importorskip("duckdb")
-    con = duckdb.connect()
-    try:
-        con.register("t", table)
-        con.execute(f"COPY t TO '{path}' (FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP})")
-    finally:
-        con.close()
-
-
-def write_polars(table: pa.Table, path: str) -> None:
-    pl = pytest.importorskip("polars")
-    pl.from_arrow(table).write_parquet(path, row_group_size=ROW_GROUP)
-
-
-def write_pandas(table: pa.Table, path: str) -> None:
-    # A pandas user's frame: datetime64 columns, a category, Decimal and dict objects.
-    table.to_pandas().to_parquet(path, engine="pyarrow", row_group_size=ROW_GROUP)
-
-
 def write_spark(table: pa.Table, path: str) -> None:
     """Spark's own types: TIMESTAMP_NTZ for the naive timestamps, TimestampType (INT96, Spark's
     default) for the zoned ones, DateType, DecimalType(12, 2) (INT64-backed), a plain string
@@ -111,12 +87,22 @@ def write_spark(table: pa.Table, path: str) -> None:
                            {"parquet.block.size": str(16 << 10)})
 
 
+def _writer(name: str, params: Dict[str, Any]) -> Callable[[pa.Table, str], None]:
+    """One of tests/test_conformance.py's writers, with these parameters."""
+    def write(table: pa.Table, path: str) -> None:
+        import test_conformance as conformance
+
+        conformance.WRITERS[name](table, path, params)
+    return write
+
+
 WRITERS: Dict[str, Callable[[pa.Table, str], None]] = {
-    "pyarrow-1.0": lambda t, p: write_pyarrow(t, p, "1.0"),
-    "pyarrow-2.6": lambda t, p: write_pyarrow(t, p, "2.6"),
-    "duckdb": write_duckdb,
-    "polars": write_polars,
-    "pandas": write_pandas,
+    "pyarrow-1.0": _writer("pyarrow", {"version": "1.0", "row_group_size": ROW_GROUP}),
+    "pyarrow-2.6": _writer("pyarrow", {"version": "2.6", "row_group_size": ROW_GROUP}),
+    "duckdb": _writer("duckdb", {"ROW_GROUP_SIZE": ROW_GROUP}),
+    "polars": _writer("polars", {"row_group_size": ROW_GROUP}),
+    # A pandas user's frame: datetime64 columns, a category, Decimal and dict objects.
+    "pandas": _writer("pandas", {"engine": "pyarrow", "row_group_size": ROW_GROUP}),
     "spark": write_spark,
 }
 

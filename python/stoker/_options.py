@@ -165,18 +165,15 @@ def column_options(lists: Union[None, str, Mapping[str, str]],
 
     def make(mode, pad, fill, mask, error, where, unit=None, decimal=None):
         col = _stoker.ColumnOptions()
-        if unit is not None:
-            if unit not in TIME_UNITS:
+        for option, value, allowed in (("time_unit", unit, TIME_UNITS),
+                                       ("decimals", decimal, DECIMAL_MODES)):
+            if value is None:
+                continue
+            if value not in allowed:
                 raise InvalidOptionError(
-                    f"time_unit{where} must be one of {', '.join(map(repr, TIME_UNITS))}, "
-                    f"got {unit!r}")
-            col.time_unit = unit
-        if decimal is not None:
-            if decimal not in DECIMAL_MODES:
-                raise InvalidOptionError(
-                    f"decimals{where} must be one of {', '.join(map(repr, DECIMAL_MODES))}, "
-                    f"got {decimal!r}")
-            col.decimals = decimal
+                    f"{option}{where} must be one of {', '.join(map(repr, allowed))}, "
+                    f"got {value!r}")
+            setattr(col, option, value)
         if error not in ("raise", "zero"):
             raise InvalidOptionError(f"on_error{where} must be 'raise' or 'zero', got {error!r}")
         col.on_error_zero = error == "zero"
