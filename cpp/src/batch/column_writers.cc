@@ -692,8 +692,11 @@ Status TransformWriter::Fill(const BatchRows& rows, OutputColumn* column) const 
     for (size_t j = 0; j < outputs; ++j) {
       const ColumnSpec& spec = specs_[j];
       const transform::Value* result = start;
+      uint8_t* const slot = column[j].values.data + i * row_bytes[j];
       if (shared < spec.chain->size()) {
+        value.Lend(slot, row_bytes[j]);  // the last op writes the row in place (no copy)
         Status step = spec.chain->Apply(context, *start, &value, &scratch, shared);
+        value.Lend(nullptr, 0);
         ++applied;
         if (!step.ok()) {
           STOKER_RETURN_NOT_OK(fail(j, i, item, row, step));
@@ -709,7 +712,7 @@ Status TransformWriter::Fill(const BatchRows& rows, OutputColumn* column) const 
                                                         " where a fixed shape is needed")));
         continue;
       }
-      std::memcpy(column[j].values.data + i * row_bytes[j], result->data(), row_bytes[j]);
+      if (result->data() != slot) std::memcpy(slot, result->data(), row_bytes[j]);
     }
   }
   if (head.counters) {

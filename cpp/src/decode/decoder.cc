@@ -23,6 +23,7 @@
 #include "decode/user_code.h"
 #include "io/filesystem.h"
 #include "util/convert.h"
+#include "util/recycling_pool.h"
 
 namespace stoker {
 namespace {
@@ -175,7 +176,8 @@ Result<std::shared_ptr<arrow::Array>> Decoder::ApplyCachedOps(
   const int64_t row_bytes = shaped ? 0 : spec.inner * DTypeSize(spec.source_dtype);
   const int64_t header = static_cast<int64_t>(type.shape.size() * sizeof(int64_t));
   std::shared_ptr<arrow::ResizableBuffer> buffer;
-  STOKER_ASSIGN_OR_RAISE(buffer, arrow::AllocateResizableBuffer(rows * row_bytes));
+  STOKER_ASSIGN_OR_RAISE(buffer,
+                         arrow::AllocateResizableBuffer(rows * row_bytes, RecyclingPool::Get()));
   std::shared_ptr<arrow::Buffer> offsets;
   int64_t* row_offsets = nullptr;
   if (shaped) {
@@ -241,7 +243,10 @@ Result<std::shared_ptr<arrow::Array>> Decoder::ApplyCachedOps(
                            "; its transforms need a value (start the chain with fill_null)");
     }
     transform::RowContext context;  // the cached ops are deterministic: no random keys needed
+    uint8_t* const slot = shaped ? nullptr : buffer->mutable_data() + row * row_bytes;
+    out.Lend(slot, row_bytes);  // the last op writes the row in place (no copy)
     Status status = chain.Apply(context, in, &out, &scratch, 0, spec.cached_ops);
+    out.Lend(nullptr, 0);
     ++applied;
     if (status.ok() &&
         (out.is_null() || (!shaped && out.size_bytes() != row_bytes) ||
@@ -272,8 +277,8 @@ Result<std::shared_ptr<arrow::Array>> Decoder::ApplyCachedOps(
       std::memset(to + header + out.size_bytes(), 0, size - header - out.size_bytes());
       used += size;
       row_offsets[row + 1] = used;
-    } else {
-      std::memcpy(buffer->mutable_data() + row * row_bytes, out.data(), row_bytes);
+    } else if (out.data() != slot) {
+      std::memcpy(slot, out.data(), row_bytes);
     }
   }
   if (spec.counters) spec.counters->prefix_rows += applied;
@@ -453,10 +458,11 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
       parquet::ArrowReaderProperties arrow_props;
       arrow_props.set_use_threads(false);           // our workers are the parallelism
       SetReaderProperties(*file.fs, &arrow_props);  // pre-buffer coalesced ranges if remote
-      auto reader = parquet::ParquetFileReader::Open(*input, parquet::default_reader_properties(),
-                                                     file.metadata);
-      auto arrow_reader = parquet::arrow::FileReader::Make(arrow::default_memory_pool(),
-                                                           std::move(reader), arrow_props);
+      // Page buffers and arrays come from the recycling pool: the same sizes every row group.
+      auto reader = parquet::ParquetFileReader::Open(
+          *input, parquet::ReaderProperties(RecyclingPool::Get()), file.metadata);
+      auto arrow_reader =
+          parquet::arrow::FileReader::Make(RecyclingPool::Get(), std::move(reader), arrow_props);
       if (!arrow_reader.ok()) {
         failure = arrow_reader.status();
       } else {

@@ -18,6 +18,7 @@
 #include "stoker/system.h"
 #include "util/cuda_host.h"
 #include "util/hash.h"
+#include "util/recycling_pool.h"
 
 namespace stoker {
 
@@ -38,6 +39,8 @@ class Loader::Impl {
   std::shared_ptr<DiskCache> disk_cache;  // null without cache_dir
   std::shared_ptr<TensorCache> tensor_cache;
   std::shared_ptr<PipelineCounters> counters;
+  // Lets the decoders' freed buffers be kept for reuse while this loader is open.
+  std::unique_ptr<RecyclingPool::Budget> recycling;
   RankShape shape;
   std::vector<std::shared_ptr<arrow::fs::FileSystem>> filesystems;  // distinct, of all files
   const pid_t owner_pid = getpid();
@@ -103,6 +106,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
                              ? options.num_io_threads
                              : std::max(4, impl->pipeline_options.num_workers);
   impl->counters = std::make_shared<PipelineCounters>(impl->pipeline_options.num_workers);
+  impl->recycling = std::make_unique<RecyclingPool::Budget>(options.prefetch_bytes);
   if (!options.cache_dir.empty()) {
     DiskCacheOptions cache_options;
     cache_options.dir = options.cache_dir;

@@ -20,6 +20,7 @@ namespace {
 using test_util::Bytes;
 using test_util::MakeChain;
 using test_util::RunChain;
+using test_util::Spec;
 
 // A smooth RGB test pattern.
 std::vector<uint8_t> Pattern(int h, int w, int c) {
@@ -360,6 +361,50 @@ std::vector<uint8_t> ApplyOne(const std::string& name, Params params,
   EXPECT_TRUE(status.ok()) << status.ToString();
   if (shape != nullptr) *shape = out.shape();
   return Bytes(out);
+}
+
+// A lent buffer receives the chain's last output in place; earlier steps may take the loan
+// (then the output lands in the value's own buffer), or the last op may return a view: the
+// bytes are the same either way, and the caller copies when data() is not the lent buffer.
+TEST(Value, LentBufferGetsTheLastOutputOrIsLeftAlone) {
+  const auto rgb = Pattern(4, 5, 3);
+  const std::vector<std::vector<Spec>> chains = {
+      {{"to_chw", {}}},
+      {{"horizontal_flip", {{"p", 1.0}}}, {"to_chw", {}}},
+      {{"horizontal_flip", {{"p", 1.0}}}, {"vertical_flip", {{"p", 1.0}}}, {"to_chw", {}}},
+      {{"to_chw", {}}, {"horizontal_flip", {{"p", 0.0}}}},  // the last op returns a view
+  };
+  for (const auto& specs : chains) {
+    auto chain = MakeChain(ValueType::Tensor(ElementType::kUInt8, {4, 5, 3}), specs);
+    ASSERT_TRUE(chain.ok()) << chain.status().ToString();
+    Value plain;
+    ASSERT_OK(RunChain(*chain, Image(4, 5, 3, rgb), &plain));
+    std::vector<uint8_t> slot(plain.size_bytes(), 0xAB);
+    Value lent;
+    lent.Lend(slot.data(), static_cast<int64_t>(slot.size()));
+    ASSERT_OK(RunChain(*chain, Image(4, 5, 3, rgb), &lent));
+    lent.Lend(nullptr, 0);
+    EXPECT_EQ(Bytes(lent), Bytes(plain));
+    if (lent.data() == slot.data()) {
+      EXPECT_EQ(slot, Bytes(plain));
+    }
+    // A loan too small for the output is not taken.
+    std::vector<uint8_t> small(4, 0xAB);
+    Value refused;
+    refused.Lend(small.data(), static_cast<int64_t>(small.size()));
+    ASSERT_OK(RunChain(*chain, Image(4, 5, 3, rgb), &refused));
+    EXPECT_NE(refused.data(), small.data());
+    EXPECT_EQ(small, std::vector<uint8_t>(4, 0xAB));
+    EXPECT_EQ(Bytes(refused), Bytes(plain));
+  }
+  // The single-op chain writes straight into the loan.
+  auto chw = MakeChain(ValueType::Tensor(ElementType::kUInt8, {4, 5, 3}), {{"to_chw", {}}});
+  ASSERT_TRUE(chw.ok());
+  std::vector<uint8_t> slot(60);
+  Value out;
+  out.Lend(slot.data(), 60);
+  ASSERT_OK(RunChain(*chw, Image(4, 5, 3, rgb), &out));
+  EXPECT_EQ(out.data(), slot.data());
 }
 
 TEST(Geometry, CropFlipPadAndChwAreExact) {

@@ -72,6 +72,7 @@ uint8_t* Value::Allocate(ElementType element, std::vector<int64_t> shape) {
   null_ = false;
   view_ = nullptr;
   size_ = num_elements() * ElementSize(element);
+  if (uint8_t* lent = TakeLoan()) return lent;
   // Growing drops the old contents first: nothing is copied into the new buffer.
   if (static_cast<size_t>(size_) > owned_.capacity()) owned_.clear();
   owned_.resize(static_cast<size_t>(size_));
@@ -85,9 +86,18 @@ uint8_t* Value::AllocateBytes(ValueKind kind, int64_t size) {
   null_ = false;
   view_ = nullptr;
   size_ = size;
+  if (uint8_t* lent = TakeLoan()) return lent;
   if (static_cast<size_t>(size) > owned_.capacity()) owned_.clear();
   owned_.resize(static_cast<size_t>(size));
   return owned_.data();
+}
+
+uint8_t* Value::TakeLoan() {
+  borrowed_ = nullptr;
+  if (loan_ == nullptr || size_ > loan_capacity_) return nullptr;
+  borrowed_ = loan_;
+  loan_ = nullptr;
+  return borrowed_;
 }
 
 int64_t Value::num_elements() const {

@@ -85,13 +85,23 @@ class Value {
   uint8_t* Allocate(ElementType element, std::vector<int64_t> shape);
   /// Makes this owned bytes or text of `size` bytes.
   uint8_t* AllocateBytes(ValueKind kind, int64_t size);
+  /// Lends `dst` (`capacity` bytes, owned by the caller) to the next Allocate that fits in it:
+  /// that output is written there instead of this value's own buffer, which saves copying a
+  /// fixed-size row to where it belongs. Check `data() == dst` afterwards: an op may produce its
+  /// output otherwise (a view, a larger size). Lend(nullptr, 0) withdraws an unused loan.
+  void Lend(uint8_t* dst, int64_t capacity) {
+    loan_ = dst;
+    loan_capacity_ = capacity;
+  }
   void SetNull() { null_ = true; }
 
   ValueKind kind() const { return kind_; }
   ElementType element() const { return element_; }
   const std::vector<int64_t>& shape() const { return shape_; }
   bool is_null() const { return null_; }
-  const uint8_t* data() const { return view_ != nullptr ? view_ : owned_.data(); }
+  const uint8_t* data() const {
+    return view_ != nullptr ? view_ : borrowed_ != nullptr ? borrowed_ : owned_.data();
+  }
   int64_t size_bytes() const { return size_; }
   int64_t num_elements() const;
   std::string_view bytes() const {
@@ -102,16 +112,21 @@ class Value {
     return reinterpret_cast<const T*>(data());
   }
   /// Writable data; only for an owned value.
-  uint8_t* mutable_data() { return owned_.data(); }
+  uint8_t* mutable_data() { return borrowed_ != nullptr ? borrowed_ : owned_.data(); }
   /// The ValueType of this row (fixed shape).
   ValueType type() const;
 
  private:
+  /// The lent buffer when the loan covers size_ (and the loan is used up), else nullptr.
+  uint8_t* TakeLoan();
   ValueKind kind_ = ValueKind::kBytes;
   ElementType element_ = ElementType::kUInt8;
   std::vector<int64_t> shape_;
   bool null_ = false;
   const uint8_t* view_ = nullptr;
+  uint8_t* borrowed_ = nullptr;  // the lent buffer this value's data is in (see Lend)
+  uint8_t* loan_ = nullptr;
+  int64_t loan_capacity_ = 0;
   int64_t size_ = 0;
   // Default-initialised bytes: a row's buffer is written whole by its op, so growing it must not
   // zero it first (a decoded image is half a megabyte per row).

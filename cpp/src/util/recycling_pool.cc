@@ -1,0 +1,182 @@
+#include "util/recycling_pool.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace stoker {
+namespace {
+
+// Smaller blocks are the allocator's own business (it keeps them in its pages).
+constexpr int64_t kMinKept = 32 << 10;
+// Kept blocks are 64-byte aligned: Arrow's default, and what its buffers ask for.
+constexpr int64_t kAlignment = 64;
+constexpr int kBudgetShare = 4;  // keep at most budget / kBudgetShare
+
+// Sizes rounded up to one of 8 classes per power of two (at most 12.5% larger), so that
+// buffers of nearly the same size share blocks.
+int64_t SizeClass(int64_t size) {
+  int shift = 0;
+  while ((size >> shift) > 15) ++shift;  // size >> shift in [8, 15]
+  const int64_t step = int64_t{1} << shift;
+  return (size + step - 1) / step * step;
+}
+
+bool Kept(int64_t size, int64_t alignment) { return size >= kMinKept && alignment <= kAlignment; }
+
+}  // namespace
+
+RecyclingPool* RecyclingPool::Get() {
+  static RecyclingPool* pool = [] {
+    auto* created = new RecyclingPool();
+    // A fork while a worker holds the lock would leave it held in the child.
+    pthread_atfork([] { Get()->mutex_.lock(); }, [] { Get()->mutex_.unlock(); },
+                   [] { Get()->mutex_.unlock(); });
+    return created;
+  }();
+  return pool;
+}
+
+RecyclingPool::RecyclingPool() : base_(arrow::default_memory_pool()) {}
+
+RecyclingPool::Budget::Budget(int64_t bytes) : bytes_(std::max<int64_t>(0, bytes)) {
+  RecyclingPool* pool = Get();
+  std::lock_guard<std::mutex> lock(pool->mutex_);
+  pool->budget_ += bytes_;
+}
+
+RecyclingPool::Budget::~Budget() {
+  RecyclingPool* pool = Get();
+  std::lock_guard<std::mutex> lock(pool->mutex_);
+  pool->budget_ -= bytes_;
+  pool->TrimLocked(pool->budget_ / kBudgetShare);
+}
+
+arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t** out) {
+  if (!Kept(size, alignment)) {
+    ARROW_RETURN_NOT_OK(base_->Allocate(size, alignment, out));
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_use_ += size;
+    total_ += size;
+    ++allocations_;
+    return arrow::Status::OK();
+  }
+  const int64_t size_class = SizeClass(size);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_use_ += size;
+    total_ += size;
+    ++allocations_;
+    auto it = free_.find(size_class);
+    if (it != free_.end() && !it->second.empty()) {
+      *out = it->second.back();
+      it->second.pop_back();
+      cached_ -= size_class;
+      ++reused_;
+      return arrow::Status::OK();
+    }
+  }
+  const arrow::Status status = base_->Allocate(size_class, kAlignment, out);
+  if (!status.ok()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_use_ -= size;
+    total_ -= size;
+    --allocations_;
+  }
+  return status;
+}
+
+arrow::Status RecyclingPool::Reallocate(int64_t old_size, int64_t new_size, int64_t alignment,
+                                        uint8_t** ptr) {
+  const bool kept_old = Kept(old_size, alignment), kept_new = Kept(new_size, alignment);
+  if (!kept_old && !kept_new) {
+    ARROW_RETURN_NOT_OK(base_->Reallocate(old_size, new_size, alignment, ptr));
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_use_ += new_size - old_size;
+    if (new_size > old_size) total_ += new_size - old_size;
+    return arrow::Status::OK();
+  }
+  if (kept_old && kept_new && SizeClass(old_size) == SizeClass(new_size)) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_use_ += new_size - old_size;
+    if (new_size > old_size) total_ += new_size - old_size;
+    return arrow::Status::OK();  // the block already has room
+  }
+  uint8_t* moved = nullptr;
+  ARROW_RETURN_NOT_OK(Allocate(new_size, alignment, &moved));
+  std::memcpy(moved, *ptr, static_cast<size_t>(std::min(old_size, new_size)));
+  Free(*ptr, old_size, alignment);
+  *ptr = moved;
+  return arrow::Status::OK();
+}
+
+void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
+  if (!Kept(size, alignment)) {
+    base_->Free(buffer, size, alignment);
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_use_ -= size;
+    return;
+  }
+  const int64_t size_class = SizeClass(size);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_use_ -= size;
+    if (cached_ + size_class <= budget_ / kBudgetShare) {
+      free_[size_class].push_back(buffer);
+      cached_ += size_class;
+      return;
+    }
+  }
+  base_->Free(buffer, size_class, kAlignment);
+}
+
+void RecyclingPool::TrimLocked(int64_t limit) {
+  for (auto it = free_.begin(); it != free_.end() && cached_ > limit;) {
+    while (!it->second.empty() && cached_ > limit) {
+      base_->Free(it->second.back(), it->first, kAlignment);
+      it->second.pop_back();
+      cached_ -= it->first;
+    }
+    it = it->second.empty() ? free_.erase(it) : std::next(it);
+  }
+}
+
+void RecyclingPool::ReleaseUnused() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TrimLocked(0);
+  }
+  base_->ReleaseUnused();
+}
+
+int64_t RecyclingPool::bytes_allocated() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return in_use_;
+}
+
+int64_t RecyclingPool::total_bytes_allocated() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return total_;
+}
+
+int64_t RecyclingPool::num_allocations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return allocations_;
+}
+
+std::string RecyclingPool::backend_name() const {
+  return "recycling(" + base_->backend_name() + ")";
+}
+
+int64_t RecyclingPool::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cached_;
+}
+
+int64_t RecyclingPool::reused() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return reused_;
+}
+
+}  // namespace stoker

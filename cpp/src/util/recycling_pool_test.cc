@@ -1,0 +1,80 @@
+#include "util/recycling_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace stoker {
+namespace {
+
+TEST(RecyclingPool, KeepsFreedBlocksOnlyWithinTheBudgets) {
+  RecyclingPool* pool = RecyclingPool::Get();
+  pool->ReleaseUnused();
+  uint8_t* block = nullptr;
+  {
+    // No open loader: nothing is kept.
+    ASSERT_TRUE(pool->Allocate(1 << 20, 64, &block).ok());
+    pool->Free(block, 1 << 20, 64);
+    EXPECT_EQ(pool->cached_bytes(), 0);
+  }
+  {
+    RecyclingPool::Budget budget(16 << 20);  // keeps up to 4 MiB
+    const int64_t reused = pool->reused();
+    ASSERT_TRUE(pool->Allocate(1 << 20, 64, &block).ok());
+    std::memset(block, 7, 1 << 20);
+    uint8_t* first = block;
+    pool->Free(block, 1 << 20, 64);
+    EXPECT_EQ(pool->cached_bytes(), 1 << 20);
+    // A size of the same class gets the same block back.
+    ASSERT_TRUE(pool->Allocate((1 << 20) - 1000, 64, &block).ok());
+    EXPECT_EQ(block, first);
+    EXPECT_EQ(pool->reused(), reused + 1);
+    EXPECT_EQ(pool->cached_bytes(), 0);
+    // Growing within the class keeps the block and its contents; beyond it, they move.
+    ASSERT_TRUE(pool->Reallocate((1 << 20) - 1000, 1 << 20, 64, &block).ok());
+    EXPECT_EQ(block, first);
+    ASSERT_TRUE(pool->Reallocate(1 << 20, 3 << 20, 64, &block).ok());
+    EXPECT_EQ(block[0], 7);
+    EXPECT_EQ(block[(1 << 20) - 1], 7);
+    pool->Free(block, 3 << 20, 64);
+    EXPECT_EQ(pool->cached_bytes(), (1 << 20) + (3 << 20));
+    // Beyond the budget's share a freed block goes back to the allocator.
+    std::vector<uint8_t*> blocks(4);
+    for (auto& b : blocks) ASSERT_TRUE(pool->Allocate(2 << 20, 64, &b).ok());
+    for (auto& b : blocks) pool->Free(b, 2 << 20, 64);
+    EXPECT_LE(pool->cached_bytes(), 4 << 20);
+    // Small blocks are never kept.
+    ASSERT_TRUE(pool->Allocate(1000, 64, &block).ok());
+    pool->Free(block, 1000, 64);
+    EXPECT_LE(pool->cached_bytes(), 4 << 20);
+  }
+  // The last budget gone: every kept block is released.
+  EXPECT_EQ(pool->cached_bytes(), 0);
+  EXPECT_EQ(pool->bytes_allocated(), 0);
+}
+
+TEST(RecyclingPool, ManyThreadsAllocateAndFree) {
+  RecyclingPool* pool = RecyclingPool::Get();
+  RecyclingPool::Budget budget(64 << 20);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([pool, t] {
+      for (int i = 0; i < 200; ++i) {
+        const int64_t size = (64 << 10) * (1 + (i + t) % 5);
+        uint8_t* block = nullptr;
+        ASSERT_TRUE(pool->Allocate(size, 64, &block).ok());
+        std::memset(block, t, static_cast<size_t>(size));
+        EXPECT_EQ(block[size - 1], t);
+        pool->Free(block, size, 64);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(pool->bytes_allocated(), 0);
+  EXPECT_LE(pool->cached_bytes(), 16 << 20);
+}
+
+}  // namespace
+}  // namespace stoker
