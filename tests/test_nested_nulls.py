@@ -488,3 +488,19 @@ def test_same_bytes_across_threads_and_cache(tmp_path, nulls_file, mode):
     cold = _digest(load(nulls_file, num_threads=2, cache_dir=cache, **kwargs))
     warm = _digest(load(nulls_file, num_threads=2, cache_dir=cache, **kwargs))
     assert cold == warm == reference
+
+
+def test_list_chain_with_null_strings_same_bytes_cold_and_warm(tmp_path, nulls_file):
+    """A list chain's output (cached) keeps its null elements: a warm run delivers the same
+    bytes and masks as an uncached one."""
+    kwargs = dict(columns=["id", "words"], lists="ragged", null_mask=True, shuffle=True, seed=8,
+                  batch_size=5, transforms={"words": [stoker.ops.hash_bucket(13)]})
+    reference = load(nulls_file, num_threads=1, **kwargs)
+    want = _want(nulls_file, "words")
+    got = by_id(reference, lambda b: ragged_rows(b, "words"))
+    assert {k: None if v is None else [s is None for s in v] for k, v in want.items()} == {
+        k: None if v is None else [s is None for s in v] for k, v in got.items()}
+    cache = os.fspath(tmp_path / "cache")
+    cold = _digest(load(nulls_file, num_threads=2, cache_dir=cache, **kwargs))
+    warm = _digest(load(nulls_file, num_threads=2, cache_dir=cache, **kwargs))
+    assert cold == warm == _digest(reference)
