@@ -504,3 +504,24 @@ def test_list_chain_with_null_strings_same_bytes_cold_and_warm(tmp_path, nulls_f
     cold = _digest(load(nulls_file, num_threads=2, cache_dir=cache, **kwargs))
     warm = _digest(load(nulls_file, num_threads=2, cache_dir=cache, **kwargs))
     assert cold == warm == _digest(reference)
+
+
+@pytest.mark.parametrize("mode", ["ragged", "padded"])
+def test_null_struct_in_a_list_is_a_null_inner_list_of_its_leaf(tmp_path, mode):
+    item = pa.struct([("x", pa.list_(pa.int32())), ("y", pa.int8())])
+    rows = [[{"x": [1, None], "y": 1}, None, {"x": None, "y": None}], None, [], [{"x": [], "y": 2}]]
+    path = os.fspath(tmp_path / "structs.parquet")
+    pq.write_table(pa.table({"id": pa.array(range(4), pa.int64()),
+                             "items": pa.array(rows, pa.list_(item))}), path)
+    batches = load(path, columns=["id", "items"], lists=mode, null_mask=["items"], batch_size=3,
+                   pad_value=-1)
+    want_x = [None if r is None else [None if e is None else e["x"] for e in r] for r in rows]
+    want_y = [None if r is None else [None if e is None else e["y"] for e in r] for r in rows]
+    if mode == "ragged":
+        got_x = by_id(batches, lambda b: ragged_rows(b, "items.x"))
+        got_y = by_id(batches, lambda b: ragged_rows(b, "items.y"))
+    else:
+        got_x = by_id(batches, lambda b: padded_rows(b, "items.x", pad=-1))
+        got_y = by_id(batches, lambda b: padded_rows(b, "items.y", pad=-1))
+    assert got_x == dict(enumerate(want_x))
+    assert got_y == dict(enumerate(want_y))

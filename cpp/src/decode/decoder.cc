@@ -892,7 +892,8 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
           } else {
             offsets.offsets32 = level->GetValues<int32_t>(1);
           }
-          if (const int64_t nulls = NullsIn(*level, first, last - first); nulls > 0) {
+          if (const int64_t nulls = NullsIn(*level, level->offset + first, last - first);
+              nulls > 0) {
             const std::string what = strings
                                          ? " null string(s) inside its lists"
                                          : " null inner list(s) at level " + std::to_string(l + 1);
