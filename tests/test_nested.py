@@ -281,9 +281,18 @@ def test_repeated_group_without_annotation():
                    null_mask=["phoneNumbers"])
     assert delivered(batches, "phoneNumbers.phone.number") == expected(
         path, "phoneNumbers", ["phone", "[]", "number"])
-    # `kind` has nulls inside the lists: refused, naming the leaf.
-    with pytest.raises(NullValueError, match="phoneNumbers.phone.kind"):
-        load(path, columns=["phoneNumbers.phone.kind"], lists="ragged", null_mask=True)
+    # `kind` has null strings inside the lists: refused without null_mask, naming the leaf and
+    # the option (tests/test_nested_nulls.py checks what null_mask delivers).
+    with pytest.raises(NullValueError,
+                       match=r"'phoneNumbers\.phone\.kind'.*null_mask=\['phoneNumbers\.phone\.kind'\]"):
+        load(path, columns=["id", "phoneNumbers.phone.kind"], lists="ragged", null_mask=["id"])
+    batches = load(path, columns=["phoneNumbers.phone.kind"], lists="ragged", null_mask=True)
+    # A null string arrives empty, False in the strings' mask.
+    want = expected(path, "phoneNumbers", ["phone", "[]", "kind"])
+    assert delivered(batches, "phoneNumbers.phone.kind") == [
+        None if row is None else ["" if s is None else s for s in row] for row in want]
+    assert [m for b in batches for m in b["phoneNumbers.phone.kind_mask_1"].tolist()] == [
+        s is not None for row in want if row for s in row]
 
 
 def test_nested_structs_rust():
@@ -301,20 +310,27 @@ def test_nested_maps_and_lists_of_strings():
     path = os.path.join(DATA, "nested_maps.snappy.parquet")
     batches = load(path, columns=["a.keys", "b", "c"], lists="ragged")
     assert delivered(batches, "a.keys") == expected(path, "a", ["keys"])
-    # The inner maps hold a null one: refused as a null inside the lists.
-    with pytest.raises(NullValueError, match="a.values.keys"):
+    # The inner maps hold a null one: refused without null_mask, which delivers it
+    # (tests/test_nested_nulls.py).
+    with pytest.raises(NullValueError,
+                       match=r"'a\.values\.keys'.*null inner list.*null_mask=\['a\.values\.keys'\]"):
         load(path, columns=["a.values.keys"], lists="ragged")
     path = os.path.join(DATA, "nested_lists.snappy.parquet")
-    with pytest.raises(NullValueError, match="'a'.*null elements"):
+    with pytest.raises(NullValueError, match=r"'a'.*null inner list.*level 2.*null_mask=\['a'\]"):
         load(path, columns=["a"], lists="ragged")
 
 
-def test_null_elements_inside_lists_are_refused():
+def test_null_elements_inside_lists_name_the_options():
     path = os.path.join(DATA, "list_columns.parquet")
-    with pytest.raises(NullValueError, match="'int64_list'.*null elements"):
+    with pytest.raises(NullValueError, match=r"'int64_list'.*null element.*fill_null=\{'int64_list': "
+                                             r"value\}.*null_mask=\['int64_list'\]"):
         load(path, columns=["int64_list"], lists="ragged")
-    with pytest.raises(NullValueError, match="'utf8_list'.*null elements"):
-        load(path, columns=["utf8_list"], lists="ragged", null_mask=True)
+    with pytest.raises(NullValueError, match=r"'utf8_list'.*null_mask=\['utf8_list'\]"):
+        load(path, columns=["utf8_list"], lists="ragged")
+    # null_mask delivers both (tests/test_nested_nulls.py compares them with pyarrow).
+    batch = load(path, columns=["int64_list", "utf8_list"], lists="ragged", null_mask=True)[0]
+    assert batch["int64_list_mask_1"].tolist() == [True, True, True, False, True, True]
+    assert batch["utf8_list_mask_1"].tolist() == [True, True, True, True, False, True, True]
 
 
 def test_null_list_and_map_without_values():
@@ -425,20 +441,28 @@ def test_three_levels_of_numbers(tmp_path, mode):
 
 
 def test_null_elements_of_number_lists_take_fill_null(tmp_path):
-    """A null element inside a list: an error naming fill_null, which replaces such elements
-    (null rows still take null_mask, as for every list column)."""
+    """A null element inside a list: an error naming fill_null and null_mask; fill_null replaces
+    such elements, null_mask delivers them (0, or fill_null) with `l_mask_1` (null rows still
+    take null_mask, as for every list column)."""
     path = str(tmp_path / "elements.parquet")
     pq.write_table(pa.table({"l": pa.array([[1, None, 3], [], None, [None]],
                                            pa.list_(pa.int64()))}), path)
-    with pytest.raises(NullValueError, match=r"fill_null=\{'l': value\}"):
-        list(stoker.Loader(path, columns=["l"], lists="ragged", null_mask=True, shuffle=False,
-                           batch_size=4))
+    with pytest.raises(NullValueError, match=r"null_mask=\['l'\]"):  # the null row
+        list(stoker.Loader(path, columns=["l"], lists="ragged", fill_null={"l": 0},
+                           shuffle=False, batch_size=4))
+    with stoker.Loader(path, columns=["l"], lists="ragged", null_mask=True, shuffle=False,
+                       batch_size=4) as loader:
+        batch = next(iter(loader))
+    assert np.asarray(batch["l"].values).tolist() == [1, 0, 3, 0]
+    assert batch["l_mask_1"].tolist() == [True, False, True, False]
     with stoker.Loader(path, columns=["l"], lists="padded", pad_value=-1, fill_null={"l": 0},
                        null_mask=True, shuffle=False, batch_size=4) as loader:
         batch = next(iter(loader))
     assert batch["l"].tolist() == [[1, 0, 3], [-1, -1, -1], [-1, -1, -1], [0, -1, -1]]
     assert batch["l_lengths"].tolist() == [3, 0, 0, 1]
     assert batch["l_mask"].tolist() == [True, True, False, True]
+    assert batch["l_mask_1"].tolist() == [[True, False, True], [False] * 3, [False] * 3,
+                                          [False] * 3]
     with stoker.Loader(path, columns=["l"], lists="ragged", fill_null={"l": 7}, null_mask=True,
                        shuffle=False, batch_size=4) as loader:
         ragged = next(iter(loader))["l"]

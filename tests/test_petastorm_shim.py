@@ -350,6 +350,31 @@ def test_make_batch_reader_on_plain_parquet_matches_petastorm(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+def test_nulls_inside_lists_are_refused_not_zeroed(tmp_path):
+    """The reader masks nullable columns for None rows; a null element inside a list has no
+    Petastorm form, so it is refused (as before element masks existed), never delivered as 0."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stoker.petastorm import make_batch_reader
+
+    pq.write_table(pa.table({
+        "id": pa.array(np.arange(4, dtype=np.int64)),
+        "tags": pa.array([[1, 2], None, [3, None], []], pa.list_(pa.int64())),
+    }), str(tmp_path / "a.parquet"))
+    url = "file://" + str(tmp_path)
+    with make_batch_reader(url, shuffle_row_groups=False) as reader:
+        with pytest.raises(errors.NullValueError, match=r"'tags'.*null_mask=\['tags'\]"):
+            list(reader)
+    pq.write_table(pa.table({
+        "id": pa.array(np.arange(4, dtype=np.int64)),
+        "tags": pa.array([[1, 2], None, [3], []], pa.list_(pa.int64())),
+    }), str(tmp_path / "a.parquet"))
+    with make_batch_reader(url, shuffle_row_groups=False) as reader:
+        batches = list(reader)
+    assert set(batches[0]._fields) == {"id", "tags"}
+
+
 def test_stop_from_another_thread_ends_the_iteration(store):
     import threading
 

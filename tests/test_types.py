@@ -1022,11 +1022,15 @@ def test_padded_batch_of_empty_lists(write_parquet, load_batches):
     check_column(batches, "l", reference(path, "l"), "padded")
 
 
-def test_null_elements_inside_lists_are_refused(write_parquet):
+def test_null_elements_inside_lists_name_the_options(write_parquet):
     path = write_parquet({"l": pa.array([[1, None], [2]] * 10, pa.list_(pa.int32()))},
                          row_group_size=8)
-    with pytest.raises(NullValueError, match="'l'.*row group 0"):
-        load(path, ["l"], 4, lists="ragged", null_mask=True)
+    with pytest.raises(NullValueError,
+                       match=r"'l'.*row group 0.*fill_null=\{'l': value\}.*null_mask=\['l'\]"):
+        load(path, ["l"], 4, lists="ragged")
+    # null_mask delivers them: 0 with False in l_mask_1 (tests/test_nested_nulls.py).
+    batches = load(path, ["l"], 4, lists="ragged", null_mask=True)
+    assert [m for b in batches for m in b["l_mask_1"].tolist()] == [True, False, True] * 10
 
 
 def test_torch_output_strings_and_ragged(pyarrow_file):

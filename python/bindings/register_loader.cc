@@ -46,6 +46,7 @@ void RegisterLoader(nb::module_& m) {
       .def_prop_ro("dtype", [](const ColumnInfo& c) { return DTypeName(c.dtype); })
       .def_ro("inner_shape", &ColumnInfo::inner_shape)
       .def_ro("annotation", &ColumnInfo::annotation)
+      .def_ro("mask_levels", &ColumnInfo::mask_levels)
       .def("__repr__", [](nb::handle self) {
         // ColumnInfo(name='ts', kind='dense', dtype='float64', shape=(), arrow_type=...).
         return nb::str(

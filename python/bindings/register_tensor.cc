@@ -92,6 +92,12 @@ void RegisterTensor(nb::module_& m) {
                      return out;
                    })
       .def_prop_ro("mask", [](const OutputColumn& c) { return ToNumpy(c.mask); })
+      .def_prop_ro("element_masks",
+                   [](const OutputColumn& c) {
+                     nb::list out;
+                     for (const Tensor& t : c.element_masks) out.append(ToNumpy(t));
+                     return out;
+                   })
       .def_prop_ro("valid", [](const OutputColumn& c) { return ToNumpy(c.valid); });
 
   nb::class_<Batch>(m, "Batch")

@@ -13,7 +13,8 @@ __all__ = ["to_python"]
 def to_python(batch: Any, output: str) -> Dict[str, Any]:
     """One engine batch as ``{name: array}``; padded lists add ``<name>_lengths`` (and
     ``<name>_lengths_1``... for lists of lists), masks
-    ``<name>_mask``, on_error='zero' transforms ``<name>_valid``; ragged lists and strings
+    ``<name>_mask`` (and, for list columns, ``<name>_mask_1``... per level below the rows),
+    on_error='zero' transforms ``<name>_valid``; ragged lists and strings
     become :class:`Ragged`."""
     if output == "torch":
         import torch
@@ -56,6 +57,9 @@ def to_python(batch: Any, output: str) -> Dict[str, Any]:
                 out[column.name] = Ragged(convert_values(column), convert(column.offsets), label)
         if column.has_mask:
             out[column.name + "_mask"] = convert(column.mask)
+            # Lists: validity of each level below the rows (inner lists, strings, elements).
+            for level, mask in enumerate(column.element_masks, 1):
+                out[f"{column.name}_mask_{level}"] = convert(mask)
         if column.has_valid:
             out[column.name + "_valid"] = convert(column.valid)
     return out

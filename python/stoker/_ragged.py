@@ -21,6 +21,11 @@ class Ragged:
     ``Ragged`` whose rows are the inner lists (or the strings), so row ``i`` is the inner rows
     ``offsets[i]`` to ``offsets[i + 1]``; ``flat_values`` and ``nested_offsets`` give the
     innermost values and every level's offsets (outer first).
+
+    With the column in ``null_mask``, the batch's ``<name>_mask_1``, ``<name>_mask_2``... are
+    flat bool arrays aligned with each level's items (``<name>_mask_1`` has ``offsets[-1]``
+    entries: the values of a list of numbers, the inner lists of a list of lists, the strings of a
+    list of strings), ``False`` where the item is null (it is then empty, or 0).
     """
 
     __slots__ = ("values", "offsets", "kind")

@@ -351,6 +351,9 @@ class OutputColumn:
     def mask(self) -> object: ...
 
     @property
+    def element_masks(self) -> list: ...
+
+    @property
     def valid(self) -> object: ...
 
 class Batch:
@@ -386,6 +389,9 @@ class ColumnInfo:
 
     @property
     def annotation(self) -> str: ...
+
+    @property
+    def mask_levels(self) -> int: ...
 
     def __repr__(self) -> str: ...
 

@@ -128,10 +128,15 @@ class Loader:
         lists: For variable-length list columns: ``"padded"`` or ``"ragged"``, for all or as a
             dict per column.
         pad_value: Value that pads ``"padded"`` lists (all, or a dict per column).
-        fill_null: Value that replaces nulls (all columns, or a dict per column).
+        fill_null: Value that replaces nulls (all columns, or a dict per column); for list
+            columns it replaces null number or bool elements (0 or 1 for bools).
         null_mask: ``True`` or a list of columns and feature groups that get a ``<name>_mask``
             bool array (valid rows are ``True``; ``[B, F]`` for a feature group); null values
-            are zero (or ``fill_null``). ``True`` masks every column and every group.
+            are zero (or ``fill_null``). ``True`` masks every column and every group. A list
+            column also gets ``<name>_mask_1``, ``<name>_mask_2``... for each level below the
+            rows (inner lists, strings, elements; shaped like that level's lengths or offsets,
+            or like the values of a fixed-size list): null inner lists and strings arrive
+            empty, null elements as 0 (or ``fill_null``).
         features_dtype: dtype of the stacked features (default ``"float32"``), or
             ``{group: dtype}`` (groups left out are float32).
         features_name: Key of the stacked features when ``features`` is a list.
@@ -449,6 +454,8 @@ class Loader:
                     extra.append(info.name + "_mask")
             elif opts.null_mask:
                 extra.append(info.name + "_mask")
+                extra.extend(f"{info.name}_mask_{level}"
+                             for level in range(1, info.mask_levels + 1))
             if opts.on_error_zero and info.name in transformed:
                 extra.append(info.name + "_valid")
             for key in extra:

@@ -17,6 +17,9 @@ struct ColumnInfo {
   DType dtype;
   std::vector<int64_t> inner_shape;  // per-row shape after the batch dimension
   std::string annotation;
+  /// Element masks the batches carry (`<name>_mask_1`...): lists and fixed-size lists under
+  /// null_mask, one per level below the rows; 0 otherwise.
+  int mask_levels = 0;
 };
 
 }  // namespace stoker

@@ -76,6 +76,11 @@ struct OutputColumn {
   std::vector<Tensor> inner_lengths;
   Tensor mask;  // when null_mask is on: bool [B], true where the value is valid
   bool has_mask = false;
+  /// Lists under null_mask: one bool mask per level below the rows, outer first, true where an
+  /// item (inner list, string or element) is present and not null. kPadded: level l has the
+  /// shape of inner_lengths[l] (the last, of `values`); kRagged: one per item of
+  /// inner_offsets[l] (the last, of `values`); fixed-size lists: one of `values`' shape.
+  std::vector<Tensor> element_masks;
   Tensor valid;  // on_error="zero" transforms: bool [B], false where a zero tensor was substituted
   bool has_valid = false;
   /// Extra meaning for Python: "utf8" or "binary" for strings, a time unit for temporal columns.

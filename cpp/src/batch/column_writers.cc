@@ -489,6 +489,109 @@ Status MaskWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   return Status::OK();
 }
 
+// --- ElementMaskWriter ---------------------------------------------------------------------
+
+ElementMaskWriter::ElementMaskWriter(const ColumnSpec& spec, int slot, int output)
+    : ColumnWriter(output), spec_(spec), slot_(slot), levels_(ElementMaskLevels(spec)) {}
+
+void ElementMaskWriter::Size(const BatchRows& rows, OutputColumn* column,
+                             SlabLayout* layout) const {
+  // The values writer placed its tensors already: each mask takes the shape of its level's.
+  column->element_masks.resize(levels_);
+  for (int l = 0; l < levels_; ++l) {
+    const bool inner = l < spec_.list_levels;  // an inner list or string level, not the values
+    std::vector<int64_t> shape;
+    switch (spec_.kind) {
+      case ColumnKind::kPadded:
+        shape = inner ? column->inner_lengths[l].shape : column->values.shape;
+        break;
+      case ColumnKind::kRagged:
+      case ColumnKind::kStrings:
+        shape = {inner ? column->inner_offsets[l].shape[0] - 1 : column->values.shape[0]};
+        break;
+      case ColumnKind::kDense:
+        shape = column->values.shape;
+        break;
+    }
+    SetShape(&column->element_masks[l], DType::kBool, std::move(shape));
+    layout->Place(&column->element_masks[l]);
+  }
+}
+
+namespace {
+
+// Padded masks of items [begin, end) of level `depth` (0: a row's elements) at flat position
+// `prefix` of the dims before it, then of their children; `dims` are the values' [L0, ..., Lk].
+void FillPaddedMasks(const ColumnSource& src, const std::vector<int64_t>& dims, int list_levels,
+                     int depth, int64_t begin, int64_t end, int64_t prefix,
+                     const std::vector<uint8_t*>& masks) {
+  for (int64_t k = begin; k < end; ++k) {
+    const int64_t at = prefix * dims[depth] + (k - begin);
+    if (depth < list_levels) {
+      const ColumnSource::Level& level = src.levels[depth];
+      masks[depth][at] = level.IsValid(k);
+      FillPaddedMasks(src, dims, list_levels, depth + 1, level.At(k), level.At(k + 1), at, masks);
+    } else {
+      masks[depth][at] = src.IsValueValid(k);
+    }
+  }
+}
+
+}  // namespace
+
+Status ElementMaskWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+  std::vector<uint8_t*> masks(levels_);
+  for (int l = 0; l < levels_; ++l) masks[l] = column->element_masks[l].data;
+  if (spec_.kind == ColumnKind::kDense) {  // fixed-size lists: [B, n...]
+    const int64_t inner = spec_.inner;
+    for (int64_t i = 0; i < rows.size(); ++i) {
+      const ColumnSource& src = rows.Source(i, slot_);
+      const int64_t row = rows.row[i];
+      uint8_t* out = masks[0] + i * inner;
+      if (!src.IsValid(row)) {
+        std::memset(out, 0, inner);
+      } else if (src.element_valid != nullptr) {
+        std::memcpy(out, src.element_valid + row * inner, inner);
+      } else {
+        std::memset(out, 1, inner);
+      }
+    }
+    return Status::OK();
+  }
+  if (spec_.kind == ColumnKind::kPadded) {
+    for (int l = 0; l < levels_; ++l) {
+      std::memset(masks[l], 0, column->element_masks[l].num_elements());
+    }
+    const std::vector<int64_t> dims(column->values.shape.begin() + 1, column->values.shape.end());
+    for (int64_t i = 0; i < rows.size(); ++i) {
+      const ColumnSource& src = rows.Source(i, slot_);
+      if (!src.IsValid(rows.row[i])) continue;
+      FillPaddedMasks(src, dims, spec_.list_levels, 0, src.Begin(rows.row[i]), src.End(rows.row[i]),
+                      i, masks);
+    }
+    return Status::OK();
+  }
+  // Ragged: each level's items in batch order, as the values writer concatenates them.
+  std::vector<int64_t> next(levels_, 0);
+  for (int64_t i = 0; i < rows.size(); ++i) {
+    const ColumnSource& src = rows.Source(i, slot_);
+    if (!src.IsValid(rows.row[i])) continue;
+    std::pair<int64_t, int64_t> range = {src.Begin(rows.row[i]), src.End(rows.row[i])};
+    for (int l = 0; l < levels_; ++l) {
+      if (l < spec_.list_levels) {
+        const ColumnSource::Level& level = src.levels[l];
+        for (int64_t k = range.first; k < range.second; ++k) masks[l][next[l]++] = level.IsValid(k);
+        range = Descend(level, range.first, range.second);
+      } else {
+        for (int64_t k = range.first; k < range.second; ++k) {
+          masks[l][next[l]++] = src.IsValueValid(k);
+        }
+      }
+    }
+  }
+  return Status::OK();
+}
+
 // --- FeaturesWriter ------------------------------------------------------------------------
 
 FeaturesWriter::FeaturesWriter(std::vector<ColumnSpec> features, int first_slot,
@@ -763,6 +866,7 @@ ColumnWriters MakeColumnWriters(const OutputSpec& spec, const LoaderOptions& opt
       }
     }
     if (column.options.null_mask) add(std::make_unique<MaskWriter>(c, output));
+    if (ElementMaskLevels(column) > 0) add(std::make_unique<ElementMaskWriter>(column, c, output));
   }
   for (size_t g = 0; g < spec.feature_groups.size(); ++g) {
     const FeatureGroupSpec& group = spec.feature_groups[g];

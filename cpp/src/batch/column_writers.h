@@ -149,6 +149,21 @@ class MaskWriter final : public ColumnWriter {
   const int slot_;
 };
 
+/// The element masks of a list column under null_mask (OutputColumn::element_masks, Python's
+/// `<column>_mask_1`...): ElementMaskLevels(spec) bool tensors shaped after the tensors the
+/// column's values writer placed before it.
+class ElementMaskWriter final : public ColumnWriter {
+ public:
+  ElementMaskWriter(const ColumnSpec& spec, int slot, int output);
+  void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
+  Status Fill(const BatchRows& rows, OutputColumn* column) const override;
+
+ private:
+  const ColumnSpec spec_;
+  const int slot_;
+  const int levels_;
+};
+
 /// One group of stacked features [B, F] in the group's dtype (plus `<group>_mask`, bool [B, F],
 /// with the group's null_mask). Prepare casts and transposes an item's feature columns (slots
 /// first_slot .. first_slot + F - 1) into its row-major matrix (DecodedItem::feature_rows[group])
@@ -209,7 +224,7 @@ struct ColumnWriters {
   int num_outputs = 0;
 };
 
-/// One writer per output of `spec` (plus a mask writer per null_mask column), then the features
+/// One writer per output of `spec` (plus mask writers per null_mask column), then the features
 /// and padding-flag writers that `options` asks for.
 ColumnWriters MakeColumnWriters(const OutputSpec& spec, const LoaderOptions& options);
 

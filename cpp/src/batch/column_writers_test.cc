@@ -349,6 +349,143 @@ TEST(MaskWriter, MarksValidRows) {
   EXPECT_EQ(Values<uint8_t>(out.column.mask), (std::vector<uint8_t>{1, 0, 1, 1}));
 }
 
+// The values writer then the element mask writer of one column, as BatchAssembler runs them.
+Written WriteWithMasks(const ColumnWriter& values, const ColumnWriter& masks,
+                       const std::vector<RowRef>& refs) {
+  static std::shared_ptr<SlabPool> pool = SlabPool::Make(0);
+  const BatchRows rows(refs);
+  Written out;
+  SlabLayout layout;
+  values.Size(rows, &out.column, &layout);
+  masks.Size(rows, &out.column, &layout);
+  out.slab = pool->Acquire(layout.total_bytes());
+  std::memset(out.slab->data(), 0xAB, layout.total_bytes());  // poison: every byte is written
+  layout.Bind(out.slab);
+  EXPECT_TRUE(values.Fill(rows, &out.column).ok());
+  EXPECT_TRUE(masks.Fill(rows, &out.column).ok());
+  return out;
+}
+
+// Rows (list<list<int32>>): [[1, null], null], null, [[3]]; the null element holds 0 (the
+// decoder's fill), the null inner list spans nothing.
+struct NullsInLists {
+  DecodedItem item;
+  const int32_t values[3] = {1, 0, 3};
+  const int32_t inner[4] = {0, 2, 2, 3};
+  const int64_t rows[4] = {0, 2, 2, 3};
+  const std::vector<uint8_t> row_valid = Bitmap({1, 0, 1});
+  const std::vector<uint8_t> inner_valid = Bitmap({1, 0, 1});
+  const std::vector<uint8_t> value_valid = Bitmap({1, 0, 1});
+  NullsInLists() {
+    item.num_rows = 3;
+    item.sources.resize(1);
+    ColumnSource& src = item.sources[0];
+    src.values = reinterpret_cast<const uint8_t*>(values);
+    src.offsets64 = rows;
+    src.validity = row_valid.data();
+    ColumnSource::Level level;
+    level.offsets32 = inner;
+    level.validity = inner_valid.data();
+    src.levels.push_back(level);
+    src.values_validity = value_valid.data();
+  }
+  ColumnSpec Spec(ColumnKind kind) const {
+    ColumnSpec spec = stoker::Spec("g", SourceLayout::kList, kind, DType::kInt32, DType::kInt32);
+    spec.list_levels = 1;
+    spec.options.null_mask = true;
+    spec.options.pad_value = -1;
+    return spec;
+  }
+};
+
+TEST(ElementMaskWriter, RaggedMasksFollowEachLevelsItems) {
+  NullsInLists data;
+  const ColumnSpec spec = data.Spec(ColumnKind::kRagged);
+  EXPECT_EQ(ElementMaskLevels(spec), 2);
+  const Written g = WriteWithMasks(OffsetsWriter(spec, 0, 0), ElementMaskWriter(spec, 0, 0),
+                                   {{&data.item, 2}, {&data.item, 1}, {&data.item, 0}});
+  EXPECT_EQ(Values<int64_t>(g.column.offsets), (std::vector<int64_t>{0, 1, 1, 3}));
+  EXPECT_EQ(Values<int64_t>(g.column.inner_offsets[0]), (std::vector<int64_t>{0, 1, 3, 3}));
+  EXPECT_EQ(Values<int32_t>(g.column.values), (std::vector<int32_t>{3, 1, 0}));
+  ASSERT_EQ(g.column.element_masks.size(), 2u);
+  EXPECT_EQ(g.column.element_masks[0].dtype, DType::kBool);
+  EXPECT_EQ(Values<uint8_t>(g.column.element_masks[0]), (std::vector<uint8_t>{1, 1, 0}));
+  EXPECT_EQ(Values<uint8_t>(g.column.element_masks[1]), (std::vector<uint8_t>{1, 1, 0}));
+}
+
+TEST(ElementMaskWriter, PaddedMasksHaveEachLevelsShape) {
+  NullsInLists data;
+  const ColumnSpec spec = data.Spec(ColumnKind::kPadded);
+  const Written g = WriteWithMasks(PaddedWriter(spec, 0, 0), ElementMaskWriter(spec, 0, 0),
+                                   {{&data.item, 2}, {&data.item, 1}, {&data.item, 0}});
+  ASSERT_EQ(g.column.element_masks.size(), 2u);
+  EXPECT_EQ(g.column.element_masks[0].shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(g.column.element_masks[1].shape, (std::vector<int64_t>{3, 2, 2}));
+  EXPECT_EQ(Values<uint8_t>(g.column.element_masks[0]), (std::vector<uint8_t>{1, 0, 0, 0, 1, 0}));
+  EXPECT_EQ(Values<uint8_t>(g.column.element_masks[1]),
+            (std::vector<uint8_t>{1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}));
+  EXPECT_EQ(Values<int32_t>(g.column.values),
+            (std::vector<int32_t>{3, -1, -1, -1, -1, -1, -1, -1, 1, 0, -1, -1}));
+  EXPECT_EQ(Values<int64_t>(g.column.inner_lengths[0]), (std::vector<int64_t>{1, 0, 0, 0, 2, 0}));
+}
+
+TEST(ElementMaskWriter, ListsOfStringsMaskTheStrings) {
+  // Rows (list<string>): ["ab", null], ["c"]: the strings are the only masked level.
+  DecodedItem item;
+  item.num_rows = 2;
+  item.sources.resize(1);
+  const char text[] = "abc";
+  const int32_t string_offsets[] = {0, 2, 2, 3};
+  const int32_t row_offsets[] = {0, 2, 3};
+  const std::vector<uint8_t> string_valid = Bitmap({1, 0, 1});
+  ColumnSource& words = item.sources[0];
+  words.values = reinterpret_cast<const uint8_t*>(text);
+  words.offsets32 = row_offsets;
+  ColumnSource::Level level;
+  level.offsets32 = string_offsets;
+  level.validity = string_valid.data();
+  words.levels.push_back(level);
+  ColumnSpec spec =
+      Spec("w", SourceLayout::kList, ColumnKind::kRagged, DType::kUInt8, DType::kUInt8);
+  spec.list_levels = 1;
+  spec.annotation = "utf8";
+  spec.options.null_mask = true;
+  EXPECT_EQ(ElementMaskLevels(spec), 1);
+  const Written w = WriteWithMasks(OffsetsWriter(spec, 0, 0), ElementMaskWriter(spec, 0, 0),
+                                   {{&item, 1}, {&item, 0}});
+  EXPECT_EQ(Values<int64_t>(w.column.inner_offsets[0]), (std::vector<int64_t>{0, 1, 3, 3}));
+  ASSERT_EQ(w.column.element_masks.size(), 1u);
+  EXPECT_EQ(Values<uint8_t>(w.column.element_masks[0]), (std::vector<uint8_t>{1, 1, 0}));
+}
+
+TEST(ElementMaskWriter, FixedSizeListsMaskEveryElement) {
+  // Rows (fixed_size_list<int32, 2>): [5, null], null; then an item without element nulls.
+  TwoItems items;
+  const int32_t a_values[] = {5, 0, 0, 0, 7, 8, 9, 10};
+  const uint8_t a_elements[] = {1, 0, 0, 0, 1, 1, 1, 1};
+  const std::vector<uint8_t> a_rows = Bitmap({1, 0, 1, 1});
+  const int32_t b_values[] = {1, 2, 3, 4, 5, 6};
+  items.a.sources[0].values = reinterpret_cast<const uint8_t*>(a_values);
+  items.a.sources[0].validity = a_rows.data();
+  items.a.sources[0].element_valid = a_elements;
+  items.b.sources[0].values = reinterpret_cast<const uint8_t*>(b_values);
+  ColumnSpec spec =
+      Spec("t", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kInt32);
+  spec.inner = 2;
+  spec.inner_shape = {2};
+  spec.fixed_list = true;
+  spec.options.null_mask = true;
+  EXPECT_EQ(ElementMaskLevels(spec), 1);
+  const Written t = WriteWithMasks(DenseWriter(spec, 0, 0), ElementMaskWriter(spec, 0, 0),
+                                   {{&items.a, 0}, {&items.a, 1}, {&items.b, 2}});
+  EXPECT_EQ(Values<int32_t>(t.column.values), (std::vector<int32_t>{5, 0, 0, 0, 5, 6}));
+  ASSERT_EQ(t.column.element_masks.size(), 1u);
+  EXPECT_EQ(t.column.element_masks[0].shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(Values<uint8_t>(t.column.element_masks[0]), (std::vector<uint8_t>{1, 0, 0, 0, 1, 1}));
+  spec.options.null_mask = false;
+  EXPECT_EQ(ElementMaskLevels(spec), 0);
+}
+
 TEST(FeaturesWriter, PrepareTransposesThenFillCopiesRows) {
   DecodedItem item;
   item.num_rows = 70;      // more than one transpose block
@@ -477,6 +614,21 @@ TEST(MakeColumnWriters, OneWriterPerOutputPlusMasksFeaturesAndPadding) {
   EXPECT_NE(dynamic_cast<const PartitionWriter*>(made.writers[3].get()), nullptr);
   EXPECT_NE(dynamic_cast<const FeaturesWriter*>(made.writers[4].get()), nullptr);
   EXPECT_NE(dynamic_cast<const PaddingFlagWriter*>(made.writers[5].get()), nullptr);
+}
+
+TEST(MakeColumnWriters, ListsInNullMaskGetAnElementMaskWriter) {
+  OutputSpec spec;
+  spec.columns.push_back(
+      Spec("l", SourceLayout::kList, ColumnKind::kRagged, DType::kInt32, DType::kInt32));
+  spec.columns.back().options.null_mask = true;
+  spec.columns.push_back(
+      Spec("m", SourceLayout::kList, ColumnKind::kRagged, DType::kInt32, DType::kInt32));
+  const ColumnWriters made = MakeColumnWriters(spec, LoaderOptions());
+  std::vector<int> outputs;
+  for (const auto& writer : made.writers) outputs.push_back(writer->output());
+  EXPECT_EQ(outputs, (std::vector<int>{0, 0, 0, 1}));
+  EXPECT_NE(dynamic_cast<const MaskWriter*>(made.writers[1].get()), nullptr);
+  EXPECT_NE(dynamic_cast<const ElementMaskWriter*>(made.writers[2].get()), nullptr);
 }
 
 // Two groups over adjacent slots, each its own dtype; the masked group zero-fills nulls and

@@ -202,6 +202,7 @@ Status Classify(const std::string& name, const std::shared_ptr<arrow::DataType>&
       }
       spec->layout = bits ? SourceLayout::kBool : SourceLayout::kFixed;
       spec->source_dtype = spec->dtype = dtype;
+      spec->fixed_list = true;
       return Status::OK();
     }
     case arrow::Type::LIST:
@@ -291,7 +292,7 @@ std::string FormatValue(double value) {
 // (fill_null=nan) is checked only where a column really has nulls (Decoder), so that it does not
 // trip over integer columns without any.
 Status CheckOptionValues(const ColumnSpec& spec) {
-  if (spec.explicit_options && FillNullApplies(spec) &&
+  if (spec.explicit_options && (FillNullApplies(spec) || ElementFillApplies(spec)) &&
       !IsRepresentable(spec.options.fill_null, spec.dtype)) {
     return MakeError(ErrorKind::kInvalidOption,
                      "fill_null=" + FormatValue(spec.options.fill_null) + " for column '" +
@@ -378,6 +379,26 @@ bool NullsCovered(const ColumnSpec& spec) {
   return spec.options.null_mask || (spec.options.has_fill_null && !variable_length) ||
          (spec.chain && spec.layout != SourceLayout::kList &&
           (spec.options.on_error_zero || spec.chain->op(0).AcceptsNull()));
+}
+
+int ElementMaskLevels(const ColumnSpec& spec) {
+  if (!spec.options.null_mask) return 0;
+  if (spec.layout == SourceLayout::kList) {
+    // Strings are the last level (their bytes are never null); numbers and bools one more.
+    const bool strings = spec.annotation == "utf8" || spec.annotation == "binary";
+    return spec.list_levels + (strings ? 0 : 1);
+  }
+  // A fixed-size list through a chain becomes the chain's tensor: no elements left to mask.
+  return spec.fixed_list && !spec.chain ? 1 : 0;
+}
+
+bool ElementFillApplies(const ColumnSpec& spec) {
+  if (!spec.options.has_fill_null) return false;
+  if (spec.layout == SourceLayout::kList) {
+    return spec.annotation != "utf8" && spec.annotation != "binary";
+  }
+  return spec.fixed_list &&
+         (spec.layout == SourceLayout::kFixed || spec.layout == SourceLayout::kBool);
 }
 
 bool IsRepresentable(double value, DType dtype) {
@@ -1285,7 +1306,8 @@ ColumnInfo ToColumnInfo(const ColumnSpec& spec) {
           spec.kind,
           spec.dtype,
           spec.chain ? spec.output_shape : spec.inner_shape,
-          spec.annotation};
+          spec.annotation,
+          ElementMaskLevels(spec)};
 }
 
 }  // namespace stoker

@@ -57,6 +57,9 @@ struct ColumnSpec {
   /// kList: offset levels below the rows' (list<list<T>>: 1; list<string>: 1, the strings' bytes
   /// being the innermost level; list<list<string>>: 2). Delivered ragged only.
   int list_levels = 0;
+  /// The column is a fixed_size_list (or an arrow.fixed_shape_tensor over one): its elements may
+  /// be null below the rows (ElementMaskLevels).
+  bool fixed_list = false;
   ColumnOptions options;
   /// Whether `options` came from a per-column entry rather than the defaults for all columns.
   bool explicit_options = false;
@@ -134,6 +137,16 @@ bool FillNullApplies(const ColumnSpec& spec);
 /// Whether the column's options (null_mask, fill_null for scalar values, a chain that takes nulls
 /// or on_error="zero") say what its null rows become.
 bool NullsCovered(const ColumnSpec& spec);
+
+/// How many element-validity masks (`<name>_mask_1`, `<name>_mask_2`...) the column's batches
+/// carry: one per level below the rows when the column is in null_mask and is a list (a list of
+/// strings: the strings are its last level; a fixed-size list: one mask of the value shape);
+/// 0 otherwise. A function of the type and options only, never of the data.
+int ElementMaskLevels(const ColumnSpec& spec);
+
+/// Whether null elements of a list column's numbers or bools are replaced by its fill_null
+/// value (variable lists of numbers or bools, fixed-size lists), with or without null_mask.
+bool ElementFillApplies(const ColumnSpec& spec);
 
 /// Whether `value` (a fill_null or pad_value option) is exactly representable as `dtype`.
 /// NaN and infinities count as representable in the float dtypes only.

@@ -6,6 +6,7 @@
 #include <arrow/extension_type.h>
 #include <arrow/table.h>
 #include <arrow/util/bit_util.h>
+#include <arrow/util/bitmap_ops.h>
 #include <arrow/util/byte_size.h>
 #include <arrow/util/logging.h>
 #include <parquet/arrow/reader.h>
@@ -63,6 +64,154 @@ std::shared_ptr<arrow::DataType> ArrowType(DType dtype) {
 std::string NullAdvice(const std::string& column) {
   return "; pass fill_null={'" + column + "': value} to replace them or null_mask=['" + column +
          "'] to get a validity mask";
+}
+
+// Nulls among `length` items of `level` from absolute index `begin` (its offset included).
+int64_t NullsIn(const arrow::ArrayData& level, int64_t begin, int64_t length) {
+  if (length <= 0 || level.GetNullCount() == 0 || !level.buffers[0]) return 0;
+  return length - arrow::internal::CountSetBits(level.buffers[0]->data(), begin, length);
+}
+
+// Whether null number or bool elements of `spec` (in lists or fixed-size lists) may be
+// delivered, and as what: an error that names the options that deliver them otherwise.
+Status CheckElementNulls(const ColumnSpec& spec, const std::string& where, int64_t nulls,
+                         int mask_level) {
+  const std::string& name = spec.name;
+  const bool bits = spec.source_dtype == DType::kBool;
+  if (spec.chain && spec.layout != SourceLayout::kList) {  // a list's chain ran already
+    return MakeError(ErrorKind::kNullValues,
+                     "column '" + name + "' has " + std::to_string(nulls) +
+                         " null element(s) inside its lists in " + where +
+                         "; its transforms take no null elements (fill them in a transform= "
+                         "function, or leave the transforms out and pass null_mask=['" +
+                         name + "'])");
+  }
+  if (!spec.options.null_mask && !ElementFillApplies(spec)) {
+    return MakeError(ErrorKind::kNullValues,
+                     "column '" + name + "' has " + std::to_string(nulls) +
+                         " null element(s) inside its lists in " + where + "; pass fill_null={'" +
+                         name + "': " + (bits ? "0 or 1" : "value") +
+                         "} to replace them, or null_mask=['" + name + "'] to deliver them (as " +
+                         (bits ? "False" : "0") + ", false in '" + name + "_mask_" +
+                         std::to_string(mask_level) + "')");
+  }
+  if (ElementFillApplies(spec) && !IsRepresentable(spec.options.fill_null, spec.source_dtype)) {
+    std::ostringstream value;
+    value.precision(17);
+    value << spec.options.fill_null;
+    return MakeError(ErrorKind::kInvalidOption,
+                     "column '" + name + "' has null elements in " + where +
+                         " and fill_null=" + value.str() + " cannot be stored exactly as " +
+                         DTypeName(spec.source_dtype) + "; pass fill_null={'" + name +
+                         "': value} with a value it holds");
+  }
+  return Status::OK();
+}
+
+// The value a null element holds: the column's fill_null, or 0.
+double ElementFill(const ColumnSpec& spec) {
+  return ElementFillApplies(spec) ? spec.options.fill_null : 0;
+}
+
+// A copy of a list's child values (numbers or bits) with the fill value where an element is
+// null; the decoded arrays stay as they are (the cache holds them).
+Status FillListElements(const ColumnSpec& spec, const arrow::ArrayData& child, ColumnSource* out) {
+  const uint8_t* validity = child.buffers[0]->data();
+  const double fill = ElementFill(spec);
+  if (spec.source_dtype == DType::kBool) {
+    ARROW_ASSIGN_OR_RAISE(
+        std::shared_ptr<arrow::Buffer> bits,
+        arrow::internal::CopyBitmap(arrow::default_memory_pool(), child.buffers[1]->data(),
+                                    child.offset, child.length));
+    for (int64_t i = 0; i < child.length; ++i) {
+      if (!arrow::bit_util::GetBit(validity, child.offset + i)) {
+        arrow::bit_util::SetBitTo(bits->mutable_data(), i, fill != 0);
+      }
+    }
+    out->values = bits->data();
+    out->bit_offset = 0;
+    out->owned = std::move(bits);
+  } else {
+    const int width = DTypeSize(spec.source_dtype);
+    ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> filled,
+                          arrow::AllocateBuffer(child.length * width));
+    std::memcpy(filled->mutable_data(), child.buffers[1]->data() + child.offset * width,
+                child.length * width);
+    VisitDType(spec.source_dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T value = FromDouble<T>(fill);
+      T* values = reinterpret_cast<T*>(filled->mutable_data());
+      for (int64_t i = 0; i < child.length; ++i) {
+        if (!arrow::bit_util::GetBit(validity, child.offset + i)) values[i] = value;
+      }
+    });
+    out->values = filled->data();
+    out->owned = std::move(filled);
+  }
+  out->values_validity = validity;
+  out->values_validity_offset = child.offset;
+  return Status::OK();
+}
+
+// One level below the rows of a fixed-size list that holds nulls: `items` items of it, the
+// segment's, from absolute index `index`.
+struct NullLevel {
+  const arrow::ArrayData* level;
+  int64_t index;
+  int64_t items;
+};
+
+// Fixed-size lists with null elements or inner lists: the segment's `total` values copied from
+// `out->values` with the fill value where an element (or a list above it) is null, and one
+// validity byte per element.
+Status FillFixedElements(const ColumnSpec& spec, const std::string& where,
+                         const std::vector<NullLevel>& nulled, int64_t total, ColumnSource* out) {
+  int64_t nulls = 0;
+  for (const NullLevel& level : nulled) nulls += NullsIn(*level.level, level.index, level.items);
+  STOKER_RETURN_NOT_OK(CheckElementNulls(spec, where, nulls, 1));
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> valid, arrow::AllocateBuffer(total));
+  uint8_t* flags = valid->mutable_data();
+  std::memset(flags, 1, total);
+  for (const NullLevel& level : nulled) {
+    // Each item of this level covers `span` values.
+    const int64_t span = total / level.items;
+    const uint8_t* bitmap = level.level->buffers[0]->data();
+    for (int64_t t = 0; t < level.items; ++t) {
+      if (!arrow::bit_util::GetBit(bitmap, level.index + t)) {
+        std::memset(flags + t * span, 0, span);
+      }
+    }
+  }
+  const double fill = ElementFill(spec);
+  if (spec.layout == SourceLayout::kBool) {
+    ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> bits,
+                          arrow::internal::CopyBitmap(arrow::default_memory_pool(), out->values,
+                                                      out->bit_offset, total));
+    for (int64_t j = 0; j < total; ++j) {
+      if (!flags[j]) arrow::bit_util::SetBitTo(bits->mutable_data(), j, fill != 0);
+    }
+    out->values = bits->data();
+    out->bit_offset = 0;
+    out->owned = std::move(bits);
+  } else {
+    const int width = DTypeSize(spec.source_dtype);
+    ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> filled,
+                          arrow::AllocateBuffer(total * width));
+    std::memcpy(filled->mutable_data(), out->values, total * width);
+    VisitDType(spec.source_dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T value = FromDouble<T>(fill);
+      T* values = reinterpret_cast<T*>(filled->mutable_data());
+      for (int64_t j = 0; j < total; ++j) {
+        if (!flags[j]) values[j] = value;
+      }
+    });
+    out->values = filled->data();
+    out->owned = std::move(filled);
+  }
+  out->element_valid = valid->data();
+  out->owned_valid = std::move(valid);
+  return Status::OK();
 }
 
 }  // namespace
@@ -367,10 +516,26 @@ Result<std::shared_ptr<arrow::Array>> Decoder::ApplyListOps(
   transform::Value scratch;
   int64_t position = 0;
   out_offsets[0] = 0;
+  // A null element the chain does not take stays null (0 under it): what it becomes is the
+  // column options' choice (PrepareSource), not the cache's.
+  const bool skip_nulls = list.values->null_count() > 0 && !chain.op(0).AcceptsNull();
+  std::shared_ptr<arrow::Buffer> element_validity;
+  int64_t element_nulls = 0;
+  if (skip_nulls) {
+    STOKER_ASSIGN_OR_RAISE(element_validity, arrow::AllocateBitmap(total));
+    std::memset(element_validity->mutable_data(), 0xff, element_validity->size());
+  }
   for (int64_t row = 0; row < rows; ++row) {
     if (array->IsValid(row)) {
       if (validity) arrow::bit_util::SetBit(validity->mutable_data(), row);
       for (int64_t k = list.Begin(row); k < list.End(row); ++k) {
+        if (skip_nulls && list.values->IsNull(k)) {
+          std::memset(values->mutable_data() + position * width, 0, width);
+          arrow::bit_util::ClearBit(element_validity->mutable_data(), position);
+          ++element_nulls;
+          ++position;
+          continue;
+        }
         const transform::Value in = ElementInput(*list.values, k, input);
         transform::RowContext context;  // list chains are deterministic
         Status status = chain.Apply(context, in, &out, &scratch);
@@ -394,8 +559,11 @@ Result<std::shared_ptr<arrow::Array>> Decoder::ApplyListOps(
   }
   if (spec.counters) spec.counters->prefix_rows += rows;
   auto element = ArrowType(spec.source_dtype);
-  auto child = arrow::MakeArray(arrow::ArrayData::Make(
-      element, total, {nullptr, std::shared_ptr<arrow::Buffer>(std::move(values))}));
+  auto child =
+      arrow::MakeArray(arrow::ArrayData::Make(element, total,
+                                              {element_nulls > 0 ? element_validity : nullptr,
+                                               std::shared_ptr<arrow::Buffer>(std::move(values))},
+                                              element_nulls));
   return std::make_shared<arrow::LargeListArray>(arrow::large_list(element), rows,
                                                  std::shared_ptr<arrow::Buffer>(std::move(offsets)),
                                                  child, validity, array->null_count());
@@ -671,21 +839,22 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
     out->validity = data.buffers[0]->data();
     out->validity_offset = data.offset;
   }
+  const std::string where = catalog_->Where(rg);
   switch (spec.layout) {
     case SourceLayout::kFixed:
     case SourceLayout::kBool: {
-      // Descend through fixed_size_list levels to the flat values.
+      // Descend through fixed_size_list levels to the flat values; remember the levels with
+      // null items among the segment's rows (`items` of them from `index` at each level).
       const arrow::ArrayData* level = &data;
       int64_t index = data.offset;
+      int64_t items = data.length;
+      std::vector<NullLevel> nulled;
       while (level->type->id() == arrow::Type::FIXED_SIZE_LIST) {
         const int size = static_cast<const arrow::FixedSizeListType&>(*level->type).list_size();
         level = level->child_data[0].get();
         index = level->offset + index * size;
-        if (level->GetNullCount() > 0) {
-          return MakeError(ErrorKind::kNullValues,
-                           "column '" + spec.name + "' has null elements inside its lists in " +
-                               catalog_->Where(rg) + "; element nulls are not supported");
-        }
+        items *= size;
+        if (NullsIn(*level, index, items) > 0) nulled.push_back({level, index, items});
       }
       if (level->type->id() == arrow::Type::FIXED_SIZE_BINARY) {
         index *= static_cast<const arrow::FixedSizeBinaryType&>(*level->type).byte_width();
@@ -695,6 +864,9 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
         out->bit_offset = index;  // bits are addressed from the buffer's start
       } else {
         out->values = level->buffers[1]->data() + index * DTypeSize(spec.source_dtype);
+      }
+      if (!nulled.empty()) {
+        STOKER_RETURN_NOT_OK(FillFixedElements(spec, where, nulled, items, out));
       }
       break;
     }
@@ -712,13 +884,13 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
         out->values = data.buffers[2] ? data.buffers[2]->data() : nullptr;
       } else {
         const arrow::ArrayData* level = data.child_data[0].get();
+        // The items of each level that the segment's rows reach: [first, last).
+        int64_t first = data.length > 0 ? out->Begin(0) : 0;
+        int64_t last = data.length > 0 ? out->End(data.length - 1) : 0;
         for (int l = 0; l < spec.list_levels; ++l) {
-          if (level->GetNullCount() > 0) {
-            return MakeError(ErrorKind::kNullValues,
-                             "column '" + spec.name + "' has null elements inside its lists in " +
-                                 catalog_->Where(rg) + "; element nulls are not supported");
-          }
           const arrow::Type::type id = level->type->id();
+          const bool strings = id == arrow::Type::STRING || id == arrow::Type::LARGE_STRING ||
+                               id == arrow::Type::BINARY || id == arrow::Type::LARGE_BINARY;
           ColumnSource::Level offsets;
           if (id == arrow::Type::LARGE_LIST || id == arrow::Type::LARGE_STRING ||
               id == arrow::Type::LARGE_BINARY) {
@@ -726,51 +898,56 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
           } else {
             offsets.offsets32 = level->GetValues<int32_t>(1);
           }
+          if (const int64_t nulls = NullsIn(*level, level->offset + first, last - first);
+              nulls > 0) {
+            const std::string what = strings
+                                         ? " null string(s) inside its lists"
+                                         : " null inner list(s) at level " + std::to_string(l + 1);
+            if (!spec.options.null_mask) {
+              return MakeError(ErrorKind::kNullValues,
+                               "column '" + spec.name + "' has " + std::to_string(nulls) + what +
+                                   " in " + where + "; pass null_mask=['" + spec.name +
+                                   "'] to deliver them (as empty " +
+                                   (strings ? "strings" : "lists") + ", false in '" + spec.name +
+                                   "_mask_" + std::to_string(l + 1) + "')");
+            }
+            offsets.validity = level->buffers[0]->data();
+            offsets.validity_offset = level->offset;
+            // The writers deliver a null item as an empty one and skip its span: Parquet's
+            // reader never gives a null a span, other writers of Arrow data might.
+            for (int64_t k = first; k < last; ++k) {
+              if (!offsets.IsValid(k) && offsets.At(k + 1) != offsets.At(k)) {
+                return MakeError(ErrorKind::kCorruptFile,
+                                 "column '" + spec.name + "' of " + where + " has a null" +
+                                     (strings ? " string" : " inner list") +
+                                     " that spans data; a null must be empty");
+              }
+            }
+          }
           out->levels.push_back(offsets);
-          if (id == arrow::Type::STRING || id == arrow::Type::LARGE_STRING ||
-              id == arrow::Type::BINARY || id == arrow::Type::LARGE_BINARY) {
+          if (strings) {
             // The strings' bytes: indexed by their offsets from the data buffer's start.
             out->values = level->buffers[2] ? level->buffers[2]->data() : nullptr;
             return Status::OK();
           }
+          if (last > first) {
+            first = offsets.At(first);
+            last = offsets.At(last);
+          } else {
+            first = last = 0;
+          }
           level = level->child_data[0].get();
         }
         const arrow::ArrayData& child = *level;
-        if (child.GetNullCount() > 0) {
-          if (!spec.options.has_fill_null || spec.source_dtype == DType::kBool) {
-            return MakeError(
-                ErrorKind::kNullValues,
-                "column '" + spec.name + "' has null elements inside its lists in " +
-                    catalog_->Where(rg) +
-                    (spec.source_dtype == DType::kBool
-                         ? "; null elements of bool lists are not supported"
-                         : "; pass fill_null={'" + spec.name + "': value} to replace them"));
-          }
-          // fill_null on a list column replaces its null elements: a copy of the values with
-          // the fill value where an element is null (the decoded arrays stay as they are).
-          const int width = DTypeSize(spec.source_dtype);
-          ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> filled,
-                                arrow::AllocateBuffer(child.length * width));
-          std::memcpy(filled->mutable_data(), child.buffers[1]->data() + child.offset * width,
-                      child.length * width);
-          const uint8_t* validity = child.buffers[0]->data();
-          VisitDType(spec.source_dtype, [&](auto tag) {
-            using T = decltype(tag);
-            const T fill = FromDouble<T>(spec.options.fill_null);
-            T* values = reinterpret_cast<T*>(filled->mutable_data());
-            for (int64_t i = 0; i < child.length; ++i) {
-              if (!arrow::bit_util::GetBit(validity, child.offset + i)) values[i] = fill;
-            }
-          });
-          out->values = filled->data();
-          out->owned = std::move(filled);
-          break;
-        }
         if (spec.source_dtype == DType::kBool) {
           out->values = child.buffers[1]->data();
           out->bit_offset = child.offset;
         } else {
           out->values = child.buffers[1]->data() + child.offset * DTypeSize(spec.source_dtype);
+        }
+        if (const int64_t nulls = NullsIn(child, child.offset + first, last - first); nulls > 0) {
+          STOKER_RETURN_NOT_OK(CheckElementNulls(spec, where, nulls, spec.list_levels + 1));
+          STOKER_RETURN_NOT_OK(FillListElements(spec, child, out));
         }
       }
       break;

@@ -34,9 +34,31 @@ struct ColumnSource {
   struct Level {
     const int32_t* offsets32 = nullptr;
     const int64_t* offsets64 = nullptr;
+    /// Null bitmap of this level's items (inner lists, or strings), or nullptr when none is null;
+    /// a null item spans no items of the next level (Decoder::PrepareSource checks).
+    const uint8_t* validity = nullptr;
+    int64_t validity_offset = 0;
     int64_t At(int64_t i) const { return offsets32 ? offsets32[i] : offsets64[i]; }
+    bool IsValid(int64_t i) const {
+      if (validity == nullptr) return true;
+      const int64_t bit = validity_offset + i;
+      return (validity[bit >> 3] >> (bit & 7)) & 1;
+    }
   };
   std::vector<Level> levels;
+  /// Lists: null bitmap of the child values (indexed like `values`), or nullptr when none is
+  /// null. The values under a null hold fill_null or 0 (a copy in `owned`).
+  const uint8_t* values_validity = nullptr;
+  int64_t values_validity_offset = 0;
+  /// Fixed-size lists with null elements: one byte per element from row 0 (1: present), kept
+  /// in `owned_valid`; nullptr when no element below the rows is null.
+  const uint8_t* element_valid = nullptr;
+  std::shared_ptr<arrow::Buffer> owned_valid;
+  bool IsValueValid(int64_t k) const {
+    if (values_validity == nullptr) return true;
+    const int64_t bit = values_validity_offset + k;
+    return (values_validity[bit >> 3] >> (bit & 7)) & 1;
+  }
   // Partition columns: the constant value.
   int64_t partition_int = 0;
   std::string partition_text;

@@ -27,7 +27,7 @@ import numpy as np
 
 from .._petastorm import PetastormStore, codec_kind, decode_value, detect, field_chain
 from .._unischema import Field, Schema
-from ..errors import InvalidOptionError, LoaderClosedError, UnsupportedTypeError
+from ..errors import InvalidOptionError, LoaderClosedError, NullValueError, UnsupportedTypeError
 from ..loader import Loader
 
 __all__ = ["make_reader", "make_batch_reader", "Reader", "TransformSpec"]
@@ -118,6 +118,28 @@ def _row_type(name: str, fields: Sequence[str]) -> Any:
 def _python_decoder(field: Field) -> Callable[[bytes], Any]:
     kind = codec_kind(field)
     return lambda data: decode_value(kind, data)
+
+
+
+# Keys a column adds beside its own: masks, lengths, on_error flags, per level for lists.
+_EXTRA_KEY = re.compile(r"(.+)_(?:mask|lengths|valid)(?:_\d+)?")
+
+
+def _refuse_nulls_inside_lists(batch: Dict[str, Any], name: str, mask: Any) -> None:
+    """The reader masks nullable columns to give None for null rows, as Petastorm does; the
+    element masks that null_mask adds to list columns have no Petastorm form, so a null inside
+    a valid row's list is refused as before rather than delivered as 0."""
+    level = 1
+    while f"{name}_mask_{level}" in batch:
+        elements = np.asarray(batch[f"{name}_mask_{level}"])
+        if elements.ndim > 1 and mask is not None:  # fixed-size lists: [B, n...]
+            elements = elements[np.asarray(mask)]
+        if not elements.all():
+            raise NullValueError(
+                f"column {name!r} has nulls inside its lists (an inner list, string or element), "
+                "which the Petastorm reader cannot deliver; read it with stoker.Loader("
+                f"null_mask=[{name!r}]), which masks them ({name}_mask_{level})")
+        level += 1
 
 
 class _Plan:
@@ -320,8 +342,8 @@ class Reader:
         keep = ~np.asarray(batch["__padding__"])
         if self._transformed and not self._fields_from_batch:
             # A transform_spec decides the output fields (edit/remove): take them from the batch.
-            extra = {k for k in batch if k.endswith(("_mask", "_lengths")) and
-                     k.rsplit("_", 1)[0] in batch}
+            extra = {k for k in batch
+                     if (m := _EXTRA_KEY.fullmatch(k)) is not None and m.group(1) in batch}
             self._fields = [k for k in batch if k != "__padding__" and k not in extra]
             self._read = list(self._fields)
             self._row_type = _row_type(self.schema.name if self.schema else "Row", self._fields)
@@ -340,6 +362,7 @@ class Reader:
             if name in self._plan.reshape:  # e.g. Petastorm's [H, W] gray images
                 value = value.reshape((len(value),) + self._plan.reshape[name])
             mask = batch.get(name + "_mask")
+            _refuse_nulls_inside_lists(batch, name, mask)
             decode = self._plan.python.get(name)
             if decode is not None:
                 value = [None if (mask is not None and not mask[i]) else decode(v)
