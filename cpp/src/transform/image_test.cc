@@ -590,8 +590,18 @@ std::vector<uint8_t> Noise(int64_t h, int64_t w, int c, uint32_t seed) {
 TEST(Resize, EverySimdLevelGivesTheScalarBytes) {
   struct Case {
     int64_t h, w, out_h, out_w;
-  } cases[] = {{375, 500, 224, 224}, {120, 97, 31, 224}, {7, 5, 3, 2},   {1, 3, 1, 1},
-               {5, 2, 9, 1},         {64, 64, 64, 17},   {40, 9, 40, 3}, {33, 257, 5, 200}};
+  } cases[] = {{375, 500, 224, 224},
+               {120, 97, 31, 224},
+               {7, 5, 3, 2},
+               {1, 3, 1, 1},
+               {5, 2, 9, 1},
+               {64, 64, 64, 17},
+               {40, 9, 40, 3},
+               {33, 257, 5, 200},
+               // Many vertical taps (odd and even counts), and more than the SIMD row takes.
+               {300, 50, 20, 50},
+               {301, 18, 14, 18},
+               {1200, 17, 9, 17}};
   const SimdLevel best = ActiveSimdLevel();
   for (const Case& k : cases) {
     for (int c : {1, 3, 4}) {
