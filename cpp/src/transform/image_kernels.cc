@@ -145,6 +145,22 @@ void HorizontalRowAny(const uint8_t* in, uint8_t* out, const Coefficients& c, in
 // dropped; the vertical pass gained nothing measurable from an AVX2 copy.)
 #if defined(__x86_64__)
 
+// pmaddwd multiplies 16-bit numbers, so a pair of int32 weights (k0, k1) is split into 11-bit
+// halves (k = hi * 2048 + lo, 0 <= lo < 2048) and packed as two 32-bit lanes (k1's half << 16 |
+// k0's half): sum_hi * 2048 + sum_lo is then the exact int32 sum of the scalar passes.
+struct SplitPair {
+  int32_t high, low;
+};
+inline SplitPair SplitWeights(int32_t k0, int32_t k1) {
+  const int32_t h0 = k0 >> 11, h1 = k1 >> 11;
+  const int32_t l0 = k0 - h0 * 2048, l1 = k1 - h1 * 2048;
+  auto pack = [](int32_t first, int32_t second) {
+    return static_cast<int32_t>((static_cast<uint32_t>(second) << 16) |
+                                (static_cast<uint32_t>(first) & 0xFFFF));
+  };
+  return {pack(h0, h1), pack(l0, l1)};
+}
+
 // Output pixels [0, result) whose taps (rounded up to `group` taps, read `load` bytes per tap
 // group) stay inside a row of `in_width` pixels.
 template <int C>
@@ -194,8 +210,8 @@ __attribute__((target("sse4.1"))) void HorizontalRowSse41(const uint8_t* in, uin
 }
 
 // Two taps per step with pmaddwd: a pixel pair's channels shuffled into 16-bit lanes
-// [c0 of tap x, c0 of tap x+1, c1 ..., c1 ..., ...] times the pair's weights, each weight split
-// into 11-bit halves as in VerticalRowSse2 (exact int32 sums, so the scalar bytes). Each step
+// [c0 of tap x, c0 of tap x+1, c1 ..., c1 ..., ...] times the pair's SplitWeights (exact int32
+// sums, so the scalar bytes). Each step
 // loads 8 bytes (two RGB pixels and two bytes past them, or two RGBA pixels); an odd last tap
 // is paired with a zero weight. `high`/`low` hold the split weights per output pixel and pair.
 template <int C>
@@ -242,15 +258,10 @@ void SplitPairWeights(const Coefficients& c, int64_t out_width, std::vector<int3
     const int32_t* k = c.weights.data() + xx * c.taps;
     for (int64_t s = 0; s < pairs; ++s) {
       const int64_t x0 = 2 * s, x1 = 2 * s + 1;
-      const int32_t k0 = x0 < c.count[xx] ? k[x0] : 0, k1 = x1 < c.count[xx] ? k[x1] : 0;
-      const int32_t h0 = k0 >> 11, h1 = k1 >> 11;
-      const int32_t l0 = k0 - h0 * 2048, l1 = k1 - h1 * 2048;
-      const auto pack = [](int32_t first, int32_t second) {
-        return static_cast<int32_t>((static_cast<uint32_t>(second) << 16) |
-                                    (static_cast<uint32_t>(first) & 0xFFFF));
-      };
-      std::fill_n(high->data() + (xx * pairs + s) * 4, 4, pack(h0, h1));
-      std::fill_n(low->data() + (xx * pairs + s) * 4, 4, pack(l0, l1));
+      const SplitPair split =
+          SplitWeights(x0 < c.count[xx] ? k[x0] : 0, x1 < c.count[xx] ? k[x1] : 0);
+      std::fill_n(high->data() + (xx * pairs + s) * 4, 4, split.high);
+      std::fill_n(low->data() + (xx * pairs + s) * 4, 4, split.low);
     }
   }
 }
@@ -336,10 +347,8 @@ struct TrimScratch {
 #if defined(__x86_64__)
 
 // One output row of the vertical pass with SSE2's pmaddwd: 16 bytes at a time, two taps (rows)
-// per multiply-add. pmaddwd multiplies 16-bit numbers, so each weight is split into an 11-bit
-// high and low half (w = hi * 2048 + lo, 0 <= lo < 2048) and the sum is rebuilt as
-// (sum_hi << 11) + sum_lo: the same int32 sum as the scalar pass, so the same bytes. (The
-// compiler's vectorisation of the scalar loop multiplies int32 lanes with pmuludq shuffles on
+// per multiply-add, on SplitWeights: the same int32 sums as the scalar pass, so the same bytes.
+// (The compiler's vectorisation of the scalar loop multiplies int32 lanes with pmuludq shuffles on
 // plain x86-64, several times slower.) Returns how many bytes it wrote; the rest is the caller's.
 int64_t VerticalRowSse2(const uint8_t* rows, int64_t row_stride, int64_t row_bytes,
                         const int32_t* k, int64_t n, uint8_t* out) {
@@ -351,13 +360,9 @@ int64_t VerticalRowSse2(const uint8_t* rows, int64_t row_stride, int64_t row_byt
   const uint8_t* second[kMaxPairs];
   for (int64_t p = 0; p < pairs; ++p) {
     const int64_t y0 = 2 * p, y1 = std::min(2 * p + 1, n - 1);
-    const int32_t k0 = k[y0], k1 = 2 * p + 1 < n ? k[y1] : 0;
-    const int32_t h0 = k0 >> 11, h1 = k1 >> 11;
-    const int32_t l0 = k0 - h0 * 2048, l1 = k1 - h1 * 2048;
-    high[p] = _mm_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(h1) << 16) |
-                                                  (static_cast<uint32_t>(h0) & 0xFFFF)));
-    low[p] = _mm_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(l1) << 16) |
-                                                 (static_cast<uint32_t>(l0) & 0xFFFF)));
+    const SplitPair split = SplitWeights(k[y0], 2 * p + 1 < n ? k[y1] : 0);
+    high[p] = _mm_set1_epi32(split.high);
+    low[p] = _mm_set1_epi32(split.low);
     first[p] = rows + y0 * row_stride;
     second[p] = rows + y1 * row_stride;
   }
