@@ -108,7 +108,8 @@ Result<std::shared_ptr<PartsStream>> Serialize(const NamedArrays& arrays, int64_
 }
 
 // Consecutive features of one group that a task stores as a FeatureBlock (when its rows have no
-// nulls): plain fixed-width columns with no transform, read by no other output.
+// nulls): plain fixed-width columns (after their chains, which run before the cache) read by no
+// other output.
 struct FeatureBlockPlan {
   int group = 0;
   int64_t first = 0;
@@ -135,8 +136,7 @@ std::vector<FeatureBlockPlan> PlanBlocks(const OutputSpec& spec,
     for (size_t f = 0; f < group.count; ++f) {
       const ColumnSpec& feature = spec.features[group.first + f];
       const bool eligible = feature.layout == SourceLayout::kFixed && feature.inner == 1 &&
-                            !feature.chain && uses[feature.Field()] == 1 &&
-                            in_task.count(feature.Field()) > 0;
+                            uses[feature.Field()] == 1 && in_task.count(feature.Field()) > 0;
       if (!eligible) {
         close();
         continue;
