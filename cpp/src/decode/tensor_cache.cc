@@ -6,6 +6,8 @@
 #include <arrow/ipc/writer.h>
 #include <arrow/record_batch.h>
 #include <arrow/util/byte_size.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -270,6 +272,11 @@ std::string BlockName(const FeatureBlockPlan& plan) {
          std::to_string(plan.count);
 }
 
+// Nice value of the write-behind thread (the workers run at 0): under contention it gets about a
+// tenth of a core's share, so a saturated epoch loses little to the page-cache copy and skips what
+// the writer cannot keep up with; with idle CPU (an accelerator step) it runs at full speed.
+constexpr int kWriterNice = 10;
+
 // Test seam (documented in cpp/src/cache/README.md, never for production): a pause before each
 // write-behind write, to make the disk look slower than decoding.
 int64_t WriteDelayMsForTesting() {
@@ -371,6 +378,10 @@ class TensorCache::Writer {
   };
 
   void Run() {
+    // The writer runs on whatever CPU the workers leave (a low priority, per thread on Linux):
+    // when decoding saturates the cores, the queue fills and entries are skipped instead of the
+    // copy into the page cache slowing the epoch. It still gets a share, so it never starves.
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWriterNice);
     std::unique_lock<std::mutex> lock(mutex_);
     while (true) {
       work_cv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
