@@ -276,6 +276,9 @@ std::string BlockName(const FeatureBlockPlan& plan) {
 // tenth of a core's share, so a saturated epoch loses little to the page-cache copy and skips what
 // the writer cannot keep up with; with idle CPU (an accelerator step) it runs at full speed.
 constexpr int kWriterNice = 10;
+// Queued entries each hold their key's lock (a descriptor): a bound besides the bytes, for many
+// tiny row groups.
+constexpr size_t kMaxQueued = 64;
 
 // Test seam (documented in cpp/src/cache/README.md, never for production): a pause before each
 // write-behind write, to make the disk look slower than decoding.
@@ -321,7 +324,8 @@ class TensorCache::Writer {
     job->payload = std::move(payload);
     job->lock = std::move(key_lock);
     std::unique_lock<std::mutex> lock(mutex_);
-    if (closed_ || (queued_bytes_ > 0 && queued_bytes_ + job->bytes > budget_)) {
+    if (closed_ || (queued_bytes_ > 0 && queued_bytes_ + job->bytes > budget_) ||
+        queue_.size() >= kMaxQueued) {
       ++skipped_;
       lock.unlock();
       return;  // `job` releases the key's lock: another filler may store it
