@@ -88,7 +88,16 @@ def test_cold_warm_and_partial_entries_give_the_uncached_bytes(dataset, tmp_path
     cold = stoker.Loader(dataset, cache_dir=cache_dir, num_threads=3, **options)
     assert digest(cold) == reference
     filled = cold.stats()["cache"]
-    assert filled["misses"] > 0 and filled["writes"] == filled["misses"]
+    assert filled["misses"] > 0
+    assert filled["writes"] + filled["write_skipped"] == filled["misses"]
+    # A loaded machine may skip writes (write-behind); later epochs store them.
+    for _ in range(5):
+        if cold.stats()["cache"]["write_skipped"] == 0:
+            break
+        skipped = cold.stats()["cache"]["write_skipped"]
+        assert digest(cold) == reference
+        if cold.stats()["cache"]["write_skipped"] == skipped:
+            break
     warm = stoker.Loader(dataset, cache_dir=cache_dir, num_threads=1, **options)
     assert digest(warm) == reference
     assert warm.stats()["cache"]["misses"] == 0

@@ -282,7 +282,7 @@ std::string BlockName(const FeatureBlockPlan& plan) {
 constexpr int kWriterNice = 10;
 // Queued entries each hold their key's lock (a descriptor): a bound besides the bytes, for many
 // tiny row groups.
-constexpr size_t kMaxQueued = 64;
+constexpr size_t kMaxQueued = 256;
 
 // Test seam (documented in cpp/src/cache/README.md, never for production): a pause before each
 // write-behind write, to make the disk look slower than decoding.
