@@ -346,9 +346,19 @@ class TensorCache::Writer {
     work_cv_.notify_one();
   }
 
+  // Waits for the queue to drain, writing entries on the calling thread too: at the end of an
+  // epoch the workers are done, and the writer thread alone runs at a low priority.
   void Flush() {
     std::unique_lock<std::mutex> lock(mutex_);
-    idle_cv_.wait(lock, [&] { return closed_ || (queue_.empty() && !writing_); });
+    while (!closed_) {
+      if (!queue_.empty()) {
+        WriteOne(&lock);
+      } else if (writing_ == 0) {
+        return;
+      } else {
+        idle_cv_.wait(lock);
+      }
+    }
   }
 
   void Close() {
@@ -394,30 +404,33 @@ class TensorCache::Writer {
     while (true) {
       work_cv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
       if (closed_) return;  // Close() dropped what was queued
-      std::shared_ptr<Job> job = std::move(queue_.front());
-      queue_.pop_front();
-      writing_ = true;
-      bool write = true;
-      if (delay_ms_ > 0) {
-        write =
-            !work_cv_.wait_for(lock, std::chrono::milliseconds(delay_ms_), [&] { return closed_; });
-      }
-      lock.unlock();
-      // A failed write (kStorage) only costs the entry: the batch already has its rows.
-      if (!write || !cache_->Put(kNamespace, job->key, job->payload->parts()).ok()) {
-        std::lock_guard<std::mutex> relock(mutex_);
-        ++skipped_;
-      }
-      job->lock.reset();  // after the entry is visible: waiters now read it
-      lock.lock();
-      pending_.erase(job->key);
-      queued_bytes_ -= job->bytes;
-      writing_ = false;
-      lock.unlock();
-      job.reset();  // frees the arrays outside the lock
-      idle_cv_.notify_all();
-      lock.lock();
+      WriteOne(&lock);
     }
+  }
+
+  // Takes the queue's first entry and writes it; `lock` (on mutex_) is held on entry and exit.
+  void WriteOne(std::unique_lock<std::mutex>* lock) {
+    std::shared_ptr<Job> job = std::move(queue_.front());
+    queue_.pop_front();
+    ++writing_;
+    bool write = true;
+    if (delay_ms_ > 0) {
+      write =
+          !work_cv_.wait_for(*lock, std::chrono::milliseconds(delay_ms_), [&] { return closed_; });
+    }
+    lock->unlock();
+    // A failed write (kStorage) only costs the entry: the batch already has its rows.
+    const bool written = write && cache_->Put(kNamespace, job->key, job->payload->parts()).ok();
+    job->lock.reset();  // after the entry is visible: waiters now read it
+    lock->lock();
+    if (!written) ++skipped_;
+    pending_.erase(job->key);
+    queued_bytes_ -= job->bytes;
+    --writing_;
+    lock->unlock();
+    job.reset();  // frees the arrays outside the lock
+    idle_cv_.notify_all();
+    lock->lock();
   }
 
   const std::shared_ptr<DiskCache> cache_;
@@ -432,8 +445,8 @@ class TensorCache::Writer {
   int64_t peak_bytes_ = 0;                                         // GUARDED_BY(mutex_)
   int64_t skipped_ = 0;                                            // GUARDED_BY(mutex_)
   int64_t pending_hits_ = 0;                                       // GUARDED_BY(mutex_)
-  bool writing_ = false;                                           // GUARDED_BY(mutex_)
-  bool closed_ = false;                                            // GUARDED_BY(mutex_)
+  int writing_ = 0;      // GUARDED_BY(mutex_) entries being written (writer thread, Flush())
+  bool closed_ = false;  // GUARDED_BY(mutex_)
   std::mutex join_mutex_;
   std::unique_ptr<std::thread> thread_;  // GUARDED_BY(mutex_) once started
   pid_t pid_ = 0;
