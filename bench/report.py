@@ -163,13 +163,19 @@ def summary_lines(report: dict) -> List[str]:
                 continue
             ratios = ", ".join(f"{results[n][field]:.2f}x {LABELS[n]}" for n in ORDER
                                if n in results and n not in ("stoker", "stoker_noshuffle", "limit",
-                                                             "stoker_warm", "memory_limit")
+                                                             "stoker_fill", "stoker_warm",
+                                                             "memory_limit")
                                and results[n].get(field))
             limit = stoker.get("fraction_of_limit")
             stall = stoker.get("stall_fraction")
             out.append(f"- **{workload}**, {LABELS[key]}: {stoker['rows_per_s']:,.0f} rows/s = {ratios}; "
                        f"fraction of the limit {_fmt(limit, '.2f')}; stall fraction "
                        f"{_fmt(stall, '.3f')} at {w['step_s'] * 1e3:.1f} ms per batch.")
+        fill, plain = results.get("stoker_fill", {}), results.get("stoker", {})
+        if fill.get("status") == "ok" and plain.get("status") == "ok" and plain.get("rows_per_s"):
+            out.append(f"- **{workload}**, filling cache: {fill['rows_per_s']:,.0f} rows/s = "
+                       f"{fill['rows_per_s'] / plain['rows_per_s']:.2f} of stoker without a cache "
+                       f"({plain['rows_per_s']:,.0f} rows/s; target >= 0.9).")
         warm, memory = results.get("stoker_warm", {}), results.get("memory_limit", {})
         if warm.get("status") == "ok" and memory.get("status") == "ok" and memory.get("rows_per_s"):
             out.append(f"- **{workload}**, warm cache: {warm['rows_per_s']:,.0f} rows/s = "

@@ -16,11 +16,12 @@ class Unavailable(Exception):
     """Raised by a runner that finds, once running, that its system cannot run here (an optional
     native library missing): the suite reports it as unavailable with this reason, not a failure."""
 
-ORDER = ["stoker", "stoker_noshuffle", "stoker_warm", "petastorm_default", "petastorm_fixed", "torch_dataloader",
+ORDER = ["stoker", "stoker_noshuffle", "stoker_fill", "stoker_warm", "petastorm_default", "petastorm_fixed", "torch_dataloader",
          "torchvision_v2", "spdl_io", "dali_cpu", "ray_data", "hf_datasets", "limit", "memory_limit"]
 LABELS = {
     "stoker": "stoker",
     "stoker_noshuffle": "stoker (shuffle=False)",
+    "stoker_fill": "stoker (filling cache_dir)",
     "stoker_warm": "stoker (warm cache_dir)",
     "petastorm_default": "Petastorm (defaults)",
     "petastorm_fixed": "Petastorm (study's fixes)",

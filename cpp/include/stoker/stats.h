@@ -49,6 +49,10 @@ struct CacheStats {
   int64_t bytes_read = 0;     // payload bytes returned by hits
   int64_t bytes_written = 0;  // payload bytes committed
   int64_t waits = 0;          // reads that waited for another thread or process to fill
+  /// Ready-tensor entries decoded by this process but not written: the write-behind queue was
+  /// full (the disk was slower than decoding), the loader closed first, or the write failed.
+  /// A later epoch decodes those row groups again (and may store them then).
+  int64_t write_skipped = 0;
 
   template <typename F>
   void ForEachField(F&& f) const {
@@ -61,6 +65,7 @@ struct CacheStats {
     f("bytes_read", bytes_read);
     f("bytes_written", bytes_written);
     f("waits", waits);
+    f("write_skipped", write_skipped);
   }
 };
 

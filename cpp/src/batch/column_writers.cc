@@ -615,6 +615,18 @@ Status FeaturesWriter::Prepare(DecodedItem* item) const {
   if (item->feature_masks.size() < slots) item->feature_masks.resize(slots);
   const DType dtype = group_.dtype;
   const int width = DTypeSize(dtype);
+  // Features the cache delivered in their final layout (FeatureBlock): no transpose for them.
+  std::vector<const FeatureBlock*> blocks;
+  std::vector<bool> in_block(num_features, false);
+  int64_t covered = 0;
+  for (const FeatureBlock& block : item->feature_blocks) {
+    if (block.group != group_index_) continue;
+    blocks.push_back(&block);
+    for (int64_t f = block.first; f < block.first + block.count; ++f) in_block[f] = true;
+    covered += block.count;
+  }
+  // Wholly covered: batches copy from the blocks (zero copy from a warm cache entry).
+  if (covered == num_features) return Status::OK();
   ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> matrix,
                         arrow::AllocateBuffer(item->num_rows * num_features * width));
   std::vector<RowRef> refs(item->num_rows);
@@ -625,6 +637,7 @@ Status FeaturesWriter::Prepare(DecodedItem* item) const {
   for (int64_t begin = 0; begin < item->num_rows; begin += kFeatureBlockRows) {
     const int64_t end = std::min(item->num_rows, begin + kFeatureBlockRows);
     for (int64_t f = 0; f < num_features; ++f) {
+      if (in_block[f]) continue;
       const ColumnSource& src = item->sources[first_slot_ + f];
       if (features_[f].layout == SourceLayout::kBool || src.validity != nullptr) {
         GatherFixedColumn(rows, first_slot_ + static_cast<int>(f), features_[f], dtype,
@@ -643,6 +656,13 @@ Status FeaturesWriter::Prepare(DecodedItem* item) const {
       });
     }
   }
+  for (const FeatureBlock* block : blocks) {
+    const int64_t block_row_bytes = block->count * width;
+    for (int64_t r = 0; r < item->num_rows; ++r) {
+      std::memcpy(out + (r * num_features + block->first) * width,
+                  block->rows + r * block_row_bytes, block_row_bytes);
+    }
+  }
   item->feature_rows[group_index_] = std::move(matrix);
   if (group_.null_mask) {
     ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> mask,
@@ -650,7 +670,9 @@ Status FeaturesWriter::Prepare(DecodedItem* item) const {
     uint8_t* valid = mask->mutable_data();
     for (int64_t f = 0; f < num_features; ++f) {
       const ColumnSource& src = item->sources[first_slot_ + f];
-      for (int64_t r = 0; r < item->num_rows; ++r) valid[r * num_features + f] = src.IsValid(r);
+      for (int64_t r = 0; r < item->num_rows; ++r) {
+        valid[r * num_features + f] = in_block[f] || src.IsValid(r);  // blocks hold no nulls
+      }
     }
     item->feature_masks[group_index_] = std::move(mask);
   }
@@ -672,18 +694,42 @@ void FeaturesWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayou
 }
 
 Status FeaturesWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
-  // Whole rows of the items' feature matrices (built by Prepare).
+  // Whole rows of the items' feature matrices (built by Prepare), or of their feature blocks.
   const int64_t num_features = static_cast<int64_t>(features_.size());
-  const int64_t row_bytes = num_features * DTypeSize(group_.dtype);
+  const int width = DTypeSize(group_.dtype);
+  const int64_t row_bytes = num_features * width;
   for (const auto& [first, length] : rows.runs) {
     const DecodedItem& item = rows.Item(first);
-    std::memcpy(column->values.data + first * row_bytes,
-                item.feature_rows[group_index_]->data() + rows.row[first] * row_bytes,
-                length * row_bytes);
+    const int64_t row = rows.row[first];
+    uint8_t* const dst = column->values.data + first * row_bytes;
+    const bool has_matrix = static_cast<size_t>(group_index_) < item.feature_rows.size() &&
+                            item.feature_rows[group_index_] != nullptr;
+    if (has_matrix) {
+      std::memcpy(dst, item.feature_rows[group_index_]->data() + row * row_bytes,
+                  length * row_bytes);
+    } else {
+      for (const FeatureBlock& block : item.feature_blocks) {
+        if (block.group != group_index_) continue;
+        const int64_t block_row_bytes = block.count * width;
+        const uint8_t* src = block.rows + row * block_row_bytes;
+        if (block.count == num_features) {
+          std::memcpy(dst, src, length * row_bytes);
+          continue;
+        }
+        for (int64_t k = 0; k < length; ++k) {
+          std::memcpy(dst + k * row_bytes + block.first * width, src + k * block_row_bytes,
+                      block_row_bytes);
+        }
+      }
+    }
     if (group_.null_mask) {
-      std::memcpy(column->mask.data + first * num_features,
-                  item.feature_masks[group_index_]->data() + rows.row[first] * num_features,
-                  length * num_features);
+      uint8_t* const mask = column->mask.data + first * num_features;
+      if (has_matrix) {
+        std::memcpy(mask, item.feature_masks[group_index_]->data() + row * num_features,
+                    length * num_features);
+      } else {
+        std::memset(mask, 1, length * num_features);  // blocks hold no nulls
+      }
     }
   }
   return Status::OK();

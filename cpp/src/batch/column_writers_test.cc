@@ -525,6 +525,59 @@ TEST(FeaturesWriter, PrepareTransposesThenFillCopiesRows) {
             (std::vector<float>{-2, 9.5, 10, 10.5, 11, 11.5, 69, 69.5, 0, 0.5}));
 }
 
+// Feature blocks (the ready-tensor cache's final layout): rows of `count` float features.
+FeatureBlock Block(int group, int64_t first, int64_t count, const std::vector<float>& rows) {
+  FeatureBlock block;
+  block.group = group;
+  block.first = first;
+  block.count = count;
+  block.rows = reinterpret_cast<const uint8_t*>(rows.data());
+  return block;
+}
+
+TEST(FeaturesWriter, AGroupWhollyInBlocksIsCopiedFromThemWithoutAMatrix) {
+  DecodedItem item;
+  item.num_rows = 3;
+  item.sources.resize(3);  // features in slots 0-2, all in blocks (empty sources)
+  const std::vector<float> first = {0, 1, 10, 11, 20, 21};  // features 0-1
+  const std::vector<float> last = {2, 12, 22};              // feature 2
+  item.feature_blocks = {Block(0, 0, 2, first), Block(0, 2, 1, last)};
+  const ColumnSpec f =
+      Spec("f", SourceLayout::kFixed, ColumnKind::kDense, DType::kFloat32, DType::kFloat32);
+  const FeaturesWriter writer({f, f, f}, 0, FeatureGroupSpec{"g", DType::kFloat32, true, 0, 3}, 0,
+                              0);
+  ASSERT_TRUE(writer.Prepare(&item).ok());
+  ASSERT_EQ(item.feature_rows.size(), 1u);
+  EXPECT_EQ(item.feature_rows[0], nullptr);  // no matrix: batches read the blocks
+  const Written out = Write(writer, {{&item, 2}, {&item, 0}, {&item, 1}});
+  EXPECT_EQ(Values<float>(out.column.values),
+            (std::vector<float>{20, 21, 22, 0, 1, 2, 10, 11, 12}));
+  EXPECT_EQ(Values<uint8_t>(out.column.mask), std::vector<uint8_t>(9, 1));
+}
+
+TEST(FeaturesWriter, BlocksAndColumnsOfOneGroupMeetInTheMatrix) {
+  DecodedItem item;
+  item.num_rows = 2;
+  item.sources.resize(2);
+  const std::vector<float> block_rows = {5, 6};  // feature 0, from a block
+  item.feature_blocks = {Block(0, 0, 1, block_rows)};
+  const std::vector<int64_t> column = {7, 8};  // feature 1, a column with a null in row 1
+  std::vector<uint8_t> valid = Bitmap({1, 0});
+  item.sources[1].values = reinterpret_cast<const uint8_t*>(column.data());
+  item.sources[1].validity = valid.data();
+  const ColumnSpec block_feature =
+      Spec("b", SourceLayout::kFixed, ColumnKind::kDense, DType::kFloat32, DType::kFloat32);
+  const ColumnSpec column_feature =
+      Spec("c", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt64, DType::kInt64);
+  const FeaturesWriter writer({block_feature, column_feature}, 0,
+                              FeatureGroupSpec{"g", DType::kFloat32, true, 0, 2}, 0, 0);
+  ASSERT_TRUE(writer.Prepare(&item).ok());
+  ASSERT_NE(item.feature_rows[0], nullptr);
+  const Written out = Write(writer, {{&item, 1}, {&item, 0}});
+  EXPECT_EQ(Values<float>(out.column.values), (std::vector<float>{6, 0, 5, 7}));
+  EXPECT_EQ(Values<uint8_t>(out.column.mask), (std::vector<uint8_t>{1, 0, 1, 1}));
+}
+
 // A column whose chain is cast(int32 -> uint8): 300 does not fit, a null has no value.
 ColumnSpec CastSpec(bool zero) {
   ColumnSpec spec =

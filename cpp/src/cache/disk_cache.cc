@@ -824,6 +824,34 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::GetOrFill(const std::string& ns,
   return CopyToMemory(parts);
 }
 
+DiskCache::KeyLock::~KeyLock() {
+  if (fd_ < 0) return;
+  UnlockByte(fd_, static_cast<off_t>(offset_));
+  ForkRegistry::Instance().Close(fd_);
+}
+
+Result<std::shared_ptr<CacheEntry>> DiskCache::GetOrLock(const std::string& ns,
+                                                         const std::string& key,
+                                                         std::unique_ptr<KeyLock>* lock) {
+  lock->reset();
+  STOKER_ASSIGN_OR_RAISE(auto entry, Lookup(ns, key, /*count_miss=*/false));
+  if (entry) return entry;
+  const int fd = ForkRegistry::Instance().Open(lock_path_.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return StorageError(lock_path_, "cannot open", errno);
+  const off_t offset = NameOf(ns, key).lock_offset;
+  // Owns the descriptor from here on; unlocking a byte that is not held is harmless.
+  std::unique_ptr<KeyLock> held(new KeyLock(fd, offset));
+  STOKER_ASSIGN_OR_RAISE(const bool locked, LockByte(fd, offset, false, lock_path_));
+  if (!locked) {
+    counters_.waits.fetch_add(1, std::memory_order_relaxed);
+    STOKER_RETURN_NOT_OK(LockByte(fd, offset, true, lock_path_).status());
+  }
+  STOKER_ASSIGN_OR_RAISE(entry, Lookup(ns, key, /*count_miss=*/true));
+  if (entry) return entry;
+  *lock = std::move(held);
+  return nullptr;
+}
+
 Status DiskCache::Clear() {
   FolderLock lock(this);
   STOKER_RETURN_NOT_OK(lock.Acquire());

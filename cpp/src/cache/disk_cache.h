@@ -115,6 +115,29 @@ class DiskCache {
   Result<std::shared_ptr<CacheEntry>> GetOrFill(const std::string& ns, const std::string& key,
                                                 const Filler& fill);
 
+  /// A key's fill lock held by this process (from GetOrLock). It may be handed to another
+  /// thread (a write-behind writer); destroying it releases the lock. Never kept by a forked
+  /// child (its descriptor is detached there, like every locked descriptor).
+  class KeyLock {
+   public:
+    ~KeyLock();
+    KeyLock(const KeyLock&) = delete;
+    KeyLock& operator=(const KeyLock&) = delete;
+
+   private:
+    friend class DiskCache;
+    KeyLock(int fd, int64_t offset) : fd_(fd), offset_(offset) {}
+    int fd_;
+    int64_t offset_;
+  };
+
+  /// GetOrFill() in two steps, for callers that store the payload later or on another thread:
+  /// the verified entry on a hit; on a miss, nullptr with `*lock` holding the key's lock (after
+  /// waiting for any other filler, as GetOrFill() does). The caller then Put()s the entry, or
+  /// gives up, and destroys the lock; other fillers of the key wait until then.
+  Result<std::shared_ptr<CacheEntry>> GetOrLock(const std::string& ns, const std::string& key,
+                                                std::unique_ptr<KeyLock>* lock);
+
   /// Removes every entry and dead writers' temporary files (files the cache did not create are
   /// left alone). Mappings held by callers stay valid.
   Status Clear();

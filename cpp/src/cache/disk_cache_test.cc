@@ -798,6 +798,45 @@ TEST_F(DiskCacheTest, GetOrFillRunsOneFillerWhileOtherThreadsWait) {
   EXPECT_EQ(stats.writes, 1);
 }
 
+TEST_F(DiskCacheTest, GetOrLockHandsTheKeysLockToAnotherThreadThatPutsTheEntry) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  const std::string payload = Pattern(7000, 5);
+  std::unique_ptr<DiskCache::KeyLock> lock;
+  ASSERT_OK_AND_ASSIGN(auto entry, cache->GetOrLock("tensors", "item", &lock));
+  ASSERT_EQ(entry, nullptr);
+  ASSERT_NE(lock, nullptr);
+  EXPECT_EQ(cache->stats().misses, 1);
+  // A second caller waits for the lock, then reads what the holder's writer thread stored.
+  std::string seen;
+  std::thread reader([&] {
+    std::unique_ptr<DiskCache::KeyLock> other;
+    auto got = cache->GetOrLock("tensors", "item", &other);
+    seen = got.ok() && *got ? Bytes(*got) : "miss";
+    EXPECT_EQ(other, nullptr);
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (cache->stats().waits < 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(cache->stats().waits, 1);
+  std::thread writer([&, held = std::move(lock)]() mutable {
+    ASSERT_OK(cache->Put("tensors", "item", PartsOf(payload)));
+    held.reset();  // released on another thread than the one that took it
+  });
+  writer.join();
+  reader.join();
+  EXPECT_EQ(seen, payload);
+  EXPECT_EQ(cache->stats().hits, 1);
+  // Given up without a Put: the lock is released and the next caller gets it.
+  std::unique_ptr<DiskCache::KeyLock> again;
+  ASSERT_OK_AND_ASSIGN(entry, cache->GetOrLock("tensors", "other", &again));
+  ASSERT_NE(again, nullptr);
+  again.reset();
+  ASSERT_OK_AND_ASSIGN(entry, cache->GetOrLock("tensors", "other", &again));
+  EXPECT_NE(again, nullptr);
+}
+
 TEST_F(DiskCacheTest, GetOrFillReturnsTheFillersErrorAndTheNextCallFillsAgain) {
   auto cache = OpenOrDie(Options());
   ASSERT_NE(cache, nullptr);

@@ -977,7 +977,10 @@ Result<std::shared_ptr<DecodedItem>> Decoder::Assemble(const Plan& plan, int seg
     }
     return nullptr;
   };
-  for (const auto& part : parts) item->bytes += part.bytes;
+  for (const auto& part : parts) {
+    item->bytes += part.bytes;
+    item->feature_blocks.insert(item->feature_blocks.end(), part.blocks.begin(), part.blocks.end());
+  }
   auto add = [&](const ColumnSpec& spec, bool feature) -> Status {
     ColumnSource source;
     if (spec.layout == SourceLayout::kPartition) {
@@ -1000,6 +1003,10 @@ Result<std::shared_ptr<DecodedItem>> Decoder::Assemble(const Plan& plan, int seg
       }
     } else {
       auto array = find(spec.Field());
+      if (!array && feature) {
+        item->sources.emplace_back();  // in a FeatureBlock (the cache's final layout)
+        return Status::OK();
+      }
       ARROW_DCHECK(array);
       STOKER_RETURN_NOT_OK(PrepareSource(spec, seg, array, &source));
     }

@@ -78,9 +78,21 @@ struct DecodeTask {
   int64_t estimated_bytes = 0;
 };
 
-/// Arrays of one task, by field name.
+/// Consecutive features of one feature group in their final layout: row-major rows of `count`
+/// features (group order, from `first`) in the group's dtype, no nulls. The ready-tensor cache
+/// builds and stores them (TensorCache), so a warm item is gathered straight from its entry.
+struct FeatureBlock {
+  int group = 0;
+  int64_t first = 0;
+  int64_t count = 0;
+  std::shared_ptr<arrow::Array> array;  // keeps `rows` alive (a cache entry's mapping)
+  const uint8_t* rows = nullptr;        // the segment's row 0
+};
+
+/// Arrays of one task, by field name, and the task's feature blocks (their fields have no array).
 struct DecodedColumns {
   std::vector<std::pair<std::string, std::shared_ptr<arrow::Array>>> arrays;
+  std::vector<FeatureBlock> blocks;
   int64_t bytes = 0;
 };
 
@@ -97,6 +109,9 @@ struct DecodedItem {
   /// BatchAssembler::Prepare on the worker so batches copy whole rows (empty when no features).
   std::vector<std::shared_ptr<arrow::Buffer>> feature_rows;
   std::vector<std::shared_ptr<arrow::Buffer>> feature_masks;
+  /// Feature blocks from the cache (every task's); a feature in a block has an empty source. A
+  /// group wholly covered by blocks gets no matrix: batches copy from the blocks.
+  std::vector<FeatureBlock> feature_blocks;
   /// Where the rows come from, for transform errors and random keys: "file 'x', row group 3",
   /// the segment's first row in its row group, and the dataset-wide id of the item's row 0 (row
   /// groups numbered in catalog order).

@@ -6,18 +6,36 @@
 #include <arrow/ipc/writer.h>
 #include <arrow/record_batch.h>
 #include <arrow/util/byte_size.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <deque>
+#include <mutex>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
+#include "util/convert.h"
 #include "util/hash.h"
+#include "util/recycling_pool.h"
 
 namespace stoker {
 namespace {
 
 constexpr const char* kNamespace = "tensors";
-constexpr const char* kFormat = "stoker-tensors-v1";
+// v2: feature groups stored in their final layout (FeatureBlock arrays), keyed by the block plan.
+constexpr const char* kFormat = "stoker-tensors-v2";
+// Names of block arrays in an entry: the prefix, then "<group> <first> <count>".
+constexpr const char* kBlockPrefix =
+    "\x01"
+    "features ";
 
 // An Arrow buffer over a cache entry's mapping; keeps the mapping alive.
 class EntryBuffer : public arrow::Buffer {
@@ -92,8 +110,152 @@ Result<std::shared_ptr<PartsStream>> Serialize(const NamedArrays& arrays, int64_
   return sink;
 }
 
-Result<NamedArrays> Deserialize(std::shared_ptr<CacheEntry> entry,
-                                const std::vector<std::string>& fields) {
+// Consecutive features of one group that a task stores as a FeatureBlock (when its rows have no
+// nulls): plain fixed-width columns (after their chains, which run before the cache) read by no
+// other output.
+struct FeatureBlockPlan {
+  int group = 0;
+  int64_t first = 0;
+  int64_t count = 0;
+  DType dtype = DType::kFloat32;
+  std::vector<const ColumnSpec*> specs;
+};
+
+std::vector<FeatureBlockPlan> PlanBlocks(const OutputSpec& spec,
+                                         const std::vector<std::string>& fields) {
+  std::vector<FeatureBlockPlan> plans;
+  if (spec.user_transform) return plans;
+  std::unordered_map<std::string, int> uses;
+  for (const auto& column : spec.columns) ++uses[column.Field()];
+  for (const auto& feature : spec.features) ++uses[feature.Field()];
+  const std::unordered_set<std::string> in_task(fields.begin(), fields.end());
+  for (size_t g = 0; g < spec.feature_groups.size(); ++g) {
+    const FeatureGroupSpec& group = spec.feature_groups[g];
+    FeatureBlockPlan current;
+    auto close = [&] {
+      if (current.count > 0) plans.push_back(current);
+      current = FeatureBlockPlan{};
+    };
+    for (size_t f = 0; f < group.count; ++f) {
+      const ColumnSpec& feature = spec.features[group.first + f];
+      const bool eligible = feature.layout == SourceLayout::kFixed && feature.inner == 1 &&
+                            uses[feature.Field()] == 1 && in_task.count(feature.Field()) > 0;
+      if (!eligible) {
+        close();
+        continue;
+      }
+      if (current.count == 0) {
+        current.group = static_cast<int>(g);
+        current.first = static_cast<int64_t>(f);
+        current.dtype = group.dtype;
+      }
+      current.specs.push_back(&feature);
+      ++current.count;
+    }
+    close();
+  }
+  return plans;
+}
+
+std::string BlockName(const FeatureBlockPlan& plan);
+
+int FindArray(const NamedArrays& arrays, const std::string& name) {
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    if (arrays[i].first == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// The flat values of a fixed-width array without nulls whose elements are `dtype`, or null.
+const uint8_t* PlainValues(const arrow::Array& array, DType dtype) {
+  const arrow::DataType& type = *array.type();
+  if (array.null_count() != 0 || !arrow::is_fixed_width(type.id()) ||
+      type.id() == arrow::Type::BOOL || type.id() == arrow::Type::FIXED_SIZE_BINARY ||
+      type.id() == arrow::Type::FIXED_SIZE_LIST || type.id() == arrow::Type::DICTIONARY ||
+      type.id() == arrow::Type::EXTENSION || type.byte_width() != DTypeSize(dtype) ||
+      array.data()->buffers.size() < 2 || !array.data()->buffers[1]) {
+    return nullptr;
+  }
+  return array.data()->buffers[1]->data() + array.offset() * DTypeSize(dtype);
+}
+
+// Replaces the planned features' arrays of a whole row group by block arrays (row-major, cast to
+// the group's dtype), where their rows allow it. Same casts as FeaturesWriter::Prepare.
+Status BuildBlocks(const std::vector<FeatureBlockPlan>& plans, int64_t rows, NamedArrays* arrays) {
+  for (const FeatureBlockPlan& plan : plans) {
+    std::vector<int> index(plan.count);
+    std::vector<const uint8_t*> values(plan.count);
+    bool usable = true;
+    for (int64_t k = 0; k < plan.count && usable; ++k) {
+      index[k] = FindArray(*arrays, plan.specs[k]->Field());
+      if (index[k] < 0 || (*arrays)[index[k]].second->length() != rows) {
+        usable = false;
+        break;
+      }
+      values[k] = PlainValues(*(*arrays)[index[k]].second, plan.specs[k]->source_dtype);
+      usable = values[k] != nullptr;
+    }
+    if (!usable) continue;
+    const int width = DTypeSize(plan.dtype);
+    const int64_t count = plan.count;
+    // From the recycling pool: a block lives until it is written, and reusing freed blocks spares
+    // the kernel zeroing fresh pages for each row group.
+    ARROW_ASSIGN_OR_RAISE(
+        std::shared_ptr<arrow::Buffer> matrix,
+        arrow::AllocateBuffer(std::max<int64_t>(1, rows * count * width), RecyclingPool::Get()));
+    uint8_t* out = matrix->mutable_data();
+    constexpr int64_t kRowsPerBlock = 64;  // a block of output rows stays in cache
+    for (int64_t begin = 0; begin < rows; begin += kRowsPerBlock) {
+      const int64_t end = std::min(rows, begin + kRowsPerBlock);
+      for (int64_t k = 0; k < count; ++k) {
+        VisitDType(plan.dtype, [&](auto out_tag) {
+          using D = decltype(out_tag);
+          D* dst = reinterpret_cast<D*>(out) + k;
+          VisitDType(plan.specs[k]->source_dtype, [&](auto source_tag) {
+            using S = decltype(source_tag);
+            const S* src = reinterpret_cast<const S*>(values[k]);
+            for (int64_t r = begin; r < end; ++r) dst[r * count] = Convert<D>(src[r]);
+          });
+        });
+      }
+    }
+    std::sort(index.begin(), index.end());
+    for (auto it = index.rbegin(); it != index.rend(); ++it) arrays->erase(arrays->begin() + *it);
+    arrays->emplace_back(BlockName(plan),
+                         std::make_shared<arrow::FixedSizeBinaryArray>(
+                             arrow::fixed_size_binary(count * width), rows, std::move(matrix)));
+  }
+  return Status::OK();
+}
+
+// Whether an entry read from disk holds what this task needs: every stored field, as an array
+// or in one of the planned blocks (with the planned width and rows).
+bool EntryMatches(const NamedArrays& arrays, const std::vector<std::string>& stored,
+                  const std::vector<FeatureBlockPlan>& plans, int64_t rows) {
+  std::unordered_set<std::string> present;
+  for (const auto& [name, array] : arrays) {
+    if (array->length() != rows) return false;
+    if (name.rfind(kBlockPrefix, 0) != 0) {
+      present.insert(name);
+      continue;
+    }
+    const FeatureBlockPlan* match = nullptr;
+    for (const auto& plan : plans) {
+      if (BlockName(plan) == name) match = &plan;
+    }
+    if (match == nullptr || array->type()->id() != arrow::Type::FIXED_SIZE_BINARY ||
+        array->type()->byte_width() != match->count * DTypeSize(match->dtype)) {
+      return false;
+    }
+    for (const ColumnSpec* spec : match->specs) present.insert(spec->Field());
+  }
+  for (const auto& field : stored) {
+    if (present.count(field) == 0) return false;
+  }
+  return true;
+}
+
+Result<NamedArrays> Deserialize(std::shared_ptr<CacheEntry> entry) {
   auto buffer = std::make_shared<EntryBuffer>(std::move(entry));
   auto input = std::make_shared<arrow::io::BufferReader>(buffer);
   auto options = arrow::ipc::IpcReadOptions::Defaults();
@@ -101,23 +263,201 @@ Result<NamedArrays> Deserialize(std::shared_ptr<CacheEntry> entry,
   ARROW_ASSIGN_OR_RAISE(auto reader, arrow::ipc::RecordBatchStreamReader::Open(input, options));
   std::shared_ptr<arrow::RecordBatch> batch;
   ARROW_RETURN_NOT_OK(reader->ReadNext(&batch));
-  if (!batch || batch->num_columns() != static_cast<int>(fields.size())) {
-    return Status::Invalid("cache entry holds other columns");
-  }
+  if (!batch) return Status::Invalid("cache entry holds no record batch");
   NamedArrays out;
   for (int i = 0; i < batch->num_columns(); ++i) {
-    if (batch->schema()->field(i)->name() != fields[i]) {
-      return Status::Invalid("cache entry holds other columns");
-    }
-    out.emplace_back(fields[i], batch->column(i));
+    out.emplace_back(batch->schema()->field(i)->name(), batch->column(i));
   }
   return out;
 }
 
+std::string BlockName(const FeatureBlockPlan& plan) {
+  return kBlockPrefix + std::to_string(plan.group) + " " + std::to_string(plan.first) + " " +
+         std::to_string(plan.count);
+}
+
+// Nice value of the write-behind thread (the workers run at 0): under contention it gets about a
+// tenth of a core's share, so a saturated epoch loses little to the page-cache copy and skips what
+// the writer cannot keep up with; with idle CPU (an accelerator step) it runs at full speed.
+constexpr int kWriterNice = 10;
+// Queued entries each hold their key's lock (a descriptor): a bound besides the bytes, for many
+// tiny row groups.
+constexpr size_t kMaxQueued = 256;
+
+// Test seam (documented in cpp/src/cache/README.md, never for production): a pause before each
+// write-behind write, to make the disk look slower than decoding.
+int64_t WriteDelayMsForTesting() {
+  const char* value = std::getenv("STOKER_TEST_CACHE_WRITE_DELAY_MS");
+  return value ? std::max<int64_t>(0, std::atoll(value)) : 0;
+}
+
 }  // namespace
 
-TensorCache::TensorCache(std::shared_ptr<DiskCache> cache, std::shared_ptr<const Catalog> catalog)
-    : cache_(std::move(cache)), catalog_(std::move(catalog)) {
+// The write-behind writer: one thread, started on the first entry, and a queue bounded in bytes.
+class TensorCache::Writer {
+ public:
+  Writer(std::shared_ptr<DiskCache> cache, int64_t budget)
+      : cache_(std::move(cache)), budget_(budget), delay_ms_(WriteDelayMsForTesting()) {}
+
+  ~Writer() {
+    if (thread_ && getpid() != pid_) {
+      // A forked child: the thread and any lock on mutex_ belong to the parent. Leak.
+      (void)thread_.release();
+      (void)new std::deque<std::shared_ptr<Job>>(std::move(queue_));
+      return;
+    }
+    Close();
+  }
+
+  // The arrays of an entry still queued or being written, or null.
+  std::shared_ptr<const NamedArrays> Pending(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pending_.find(key);
+    if (it == pending_.end()) return nullptr;
+    ++pending_hits_;
+    return std::shared_ptr<const NamedArrays>(it->second, &it->second->arrays);
+  }
+
+  // Queues the entry, or drops it (releasing `key_lock`) when the queue is full or closed.
+  void Submit(const std::string& key, NamedArrays arrays, std::shared_ptr<PartsStream> payload,
+              std::unique_ptr<DiskCache::KeyLock> key_lock) {
+    auto job = std::make_shared<Job>();
+    job->key = key;
+    job->arrays = std::move(arrays);
+    for (const auto& part : payload->parts()) job->bytes += static_cast<int64_t>(part.second);
+    job->payload = std::move(payload);
+    job->lock = std::move(key_lock);
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (closed_ || (queued_bytes_ > 0 && queued_bytes_ + job->bytes > budget_) ||
+        queue_.size() >= kMaxQueued) {
+      ++skipped_;
+      lock.unlock();
+      return;  // `job` releases the key's lock: another filler may store it
+    }
+    queued_bytes_ += job->bytes;
+    peak_bytes_ = std::max(peak_bytes_, queued_bytes_);
+    pending_[key] = job;
+    queue_.push_back(std::move(job));
+    if (!thread_) {
+      pid_ = getpid();
+      thread_ = std::make_unique<std::thread>([this] { Run(); });
+    }
+    lock.unlock();
+    work_cv_.notify_one();
+  }
+
+  // Waits for the queue to drain, writing entries on the calling thread too: at the end of an
+  // epoch the workers are done, and the writer thread alone runs at a low priority.
+  void Flush() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!closed_) {
+      if (!queue_.empty()) {
+        WriteOne(&lock);
+      } else if (writing_ == 0) {
+        return;
+      } else {
+        idle_cv_.wait(lock);
+      }
+    }
+  }
+
+  void Close() {
+    std::deque<std::shared_ptr<Job>> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      closed_ = true;
+      for (const auto& job : queue_) {
+        pending_.erase(job->key);
+        queued_bytes_ -= job->bytes;
+        ++skipped_;
+      }
+      dropped.swap(queue_);
+    }
+    dropped.clear();  // releases their key locks
+    work_cv_.notify_all();
+    idle_cv_.notify_all();
+    std::lock_guard<std::mutex> join_lock(join_mutex_);
+    if (thread_ && thread_->joinable()) thread_->join();
+  }
+
+  void AddStats(CacheStats* stats) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats->hits += pending_hits_;
+    stats->write_skipped += skipped_;
+  }
+
+ private:
+  struct Job {
+    std::string key;
+    NamedArrays arrays;                        // what the payload points into
+    std::shared_ptr<PartsStream> payload;      // the serialized entry (parts + copies)
+    std::unique_ptr<DiskCache::KeyLock> lock;  // held until the entry is visible
+    int64_t bytes = 0;
+  };
+
+  void Run() {
+    // The writer runs on whatever CPU the workers leave (a low priority, per thread on Linux):
+    // when decoding saturates the cores, the queue fills and entries are skipped instead of the
+    // copy into the page cache slowing the epoch. It still gets a share, so it never starves.
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWriterNice);
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      work_cv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+      if (closed_) return;  // Close() dropped what was queued
+      WriteOne(&lock);
+    }
+  }
+
+  // Takes the queue's first entry and writes it; `lock` (on mutex_) is held on entry and exit.
+  void WriteOne(std::unique_lock<std::mutex>* lock) {
+    std::shared_ptr<Job> job = std::move(queue_.front());
+    queue_.pop_front();
+    ++writing_;
+    bool write = true;
+    if (delay_ms_ > 0) {
+      write =
+          !work_cv_.wait_for(*lock, std::chrono::milliseconds(delay_ms_), [&] { return closed_; });
+    }
+    lock->unlock();
+    // A failed write (kStorage) only costs the entry: the batch already has its rows.
+    const bool written = write && cache_->Put(kNamespace, job->key, job->payload->parts()).ok();
+    job->lock.reset();  // after the entry is visible: waiters now read it
+    lock->lock();
+    if (!written) ++skipped_;
+    pending_.erase(job->key);
+    queued_bytes_ -= job->bytes;
+    --writing_;
+    lock->unlock();
+    job.reset();  // frees the arrays outside the lock
+    idle_cv_.notify_all();
+    lock->lock();
+  }
+
+  const std::shared_ptr<DiskCache> cache_;
+  const int64_t budget_;
+  const int64_t delay_ms_;
+  std::mutex mutex_;
+  std::condition_variable work_cv_;         // the writer: a job, or closed
+  std::condition_variable idle_cv_;         // Flush(): queue empty and nothing being written
+  std::deque<std::shared_ptr<Job>> queue_;  // GUARDED_BY(mutex_)
+  std::unordered_map<std::string, std::shared_ptr<Job>> pending_;  // GUARDED_BY(mutex_)
+  int64_t queued_bytes_ = 0;                                       // GUARDED_BY(mutex_)
+  int64_t peak_bytes_ = 0;                                         // GUARDED_BY(mutex_)
+  int64_t skipped_ = 0;                                            // GUARDED_BY(mutex_)
+  int64_t pending_hits_ = 0;                                       // GUARDED_BY(mutex_)
+  int writing_ = 0;      // GUARDED_BY(mutex_) entries being written (writer thread, Flush())
+  bool closed_ = false;  // GUARDED_BY(mutex_)
+  std::mutex join_mutex_;
+  std::unique_ptr<std::thread> thread_;  // GUARDED_BY(mutex_) once started
+  pid_t pid_ = 0;
+};
+
+TensorCache::TensorCache(std::shared_ptr<DiskCache> cache, std::shared_ptr<const Catalog> catalog,
+                         std::shared_ptr<const OutputSpec> spec, int64_t write_buffer_bytes)
+    : cache_(std::move(cache)),
+      writer_(std::make_unique<Writer>(cache_, write_buffer_bytes)),
+      catalog_(std::move(catalog)),
+      spec_(std::move(spec)) {
   for (const auto& file : catalog_->files()) {
     Fnv1a footer;
     footer.Add(file.metadata->SerializeToString());
@@ -125,6 +465,12 @@ TensorCache::TensorCache(std::shared_ptr<DiskCache> cache, std::shared_ptr<const
                              std::to_string(footer.digest()));
   }
 }
+
+TensorCache::~TensorCache() = default;
+
+void TensorCache::Flush() const { writer_->Flush(); }
+void TensorCache::Close() const { writer_->Close(); }
+void TensorCache::AddStats(CacheStats* stats) const { writer_->AddStats(stats); }
 
 std::string TensorCache::Key(const RowGroupRef& rg, const std::vector<std::string>& fields) const {
   std::string key = kFormat;
@@ -145,17 +491,6 @@ Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& p
     return decoder.DecodeRows(segment.row_group, task.fields, 0, rg.num_rows);
   };
 
-  NamedArrays arrays;
-  bool filled = false;
-  auto fill = [&](DiskCache::Parts* parts, std::shared_ptr<void>* keep_alive) -> Status {
-    filled = true;
-    STOKER_ASSIGN_OR_RAISE(auto decoded, decode_whole());
-    arrays = std::move(decoded.arrays);
-    STOKER_ASSIGN_OR_RAISE(auto serialized, Serialize(arrays, rg.num_rows));
-    *parts = serialized->parts();
-    *keep_alive = serialized;
-    return Status::OK();
-  };
   // A transformed field is cached under its name and the fingerprint of the ops applied; with a
   // user transform, the entry holds its outputs, keyed also by its fingerprint and inputs.
   const std::vector<std::string> stored = decoder.DecodedNames(task.fields);
@@ -168,16 +503,44 @@ Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& p
       names.push_back(field + "|read as " + as);
     }
   }
-  STOKER_ASSIGN_OR_RAISE(auto entry, cache_->GetOrFill(kNamespace, Key(rg, names), fill));
-  if (!filled) {
-    auto cached = Deserialize(std::move(entry), stored);
-    if (cached.ok()) {
-      *hit = true;
-      arrays = std::move(*cached);
+  // Feature groups are stored in their final layout; the plan of blocks is part of the key.
+  const std::vector<FeatureBlockPlan> plans = PlanBlocks(*spec_, task.fields);
+  if (!plans.empty()) {
+    std::string layout = "blocks";
+    for (const auto& plan : plans) {
+      layout += '|' + BlockName(plan).substr(std::char_traits<char>::length(kBlockPrefix)) + ' ' +
+                DTypeName(plan.dtype);
+    }
+    names.push_back(std::move(layout));
+  }
+  const std::string key = Key(rg, names);
+
+  NamedArrays arrays;
+  if (auto pending = writer_->Pending(key)) {
+    // Decoded by this process and still on its way to the disk.
+    *hit = true;
+    arrays = *pending;
+  } else {
+    std::unique_ptr<DiskCache::KeyLock> key_lock;
+    STOKER_ASSIGN_OR_RAISE(auto entry, cache_->GetOrLock(kNamespace, key, &key_lock));
+    if (entry) {
+      auto cached = Deserialize(std::move(entry));
+      if (cached.ok() && EntryMatches(*cached, stored, plans, rg.num_rows)) {
+        *hit = true;
+        arrays = std::move(*cached);
+      } else {
+        // Verified bytes that do not parse (another build's layout): decode instead.
+        STOKER_ASSIGN_OR_RAISE(auto decoded, decode_whole());
+        arrays = std::move(decoded.arrays);
+        STOKER_RETURN_NOT_OK(BuildBlocks(plans, rg.num_rows, &arrays));
+      }
     } else {
-      // Verified bytes that do not parse (another build's layout): decode instead.
+      // A miss, with the key's lock held: decode, then let the writer store it behind us.
       STOKER_ASSIGN_OR_RAISE(auto decoded, decode_whole());
       arrays = std::move(decoded.arrays);
+      STOKER_RETURN_NOT_OK(BuildBlocks(plans, rg.num_rows, &arrays));
+      STOKER_ASSIGN_OR_RAISE(auto serialized, Serialize(arrays, rg.num_rows));
+      writer_->Submit(key, arrays, std::move(serialized), std::move(key_lock));
     }
   }
   DecodedColumns out;
@@ -186,6 +549,16 @@ Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& p
                      ? array
                      : array->Slice(segment.row_begin, segment.num_rows);
     out.bytes += arrow::util::TotalBufferSize(*slice->data());
+    if (name.rfind(kBlockPrefix, 0) == 0) {
+      FeatureBlock block;
+      std::istringstream(name.substr(std::char_traits<char>::length(kBlockPrefix))) >>
+          block.group >> block.first >> block.count;
+      const int64_t row_bytes = slice->type()->byte_width();
+      block.rows = slice->data()->buffers[1]->data() + slice->offset() * row_bytes;
+      block.array = std::move(slice);
+      out.blocks.push_back(std::move(block));
+      continue;
+    }
     out.arrays.emplace_back(name, std::move(slice));
   }
   return out;

@@ -10,15 +10,27 @@
 // tensors (casts, fills, padding) apply after the cache, so one entry serves every loader that
 // reads those columns. Whole row groups are cached and then sliced, so a segment that is part of
 // a row group (a rank boundary) shares the entry with the rest of it.
-// Thread safety: all methods may be called from any thread.
+//
+// Write-behind: on a miss the worker decodes, hands the serialized entry to the cache's own writer
+// thread and returns at once; the batch never waits on the disk. The queue holds at most
+// `write_buffer_bytes` of entries (the decoded arrays they reference); when it is full (the disk
+// is slower than decoding) the entry is not written and stats().write_skipped counts it (a later
+// epoch decodes that row group again). While an entry waits or is being written, the key's
+// cross-process fill lock stays held (other processes wait for it, as with a synchronous fill) and
+// workers of this process needing it take the queued arrays instead.
+// Thread safety: all methods may be called from any thread. After fork() a child must not use it
+// (the Loader refuses every call there); destroying it in a child leaks the writer thread's state
+// instead of joining a thread that does not exist there.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cache/disk_cache.h"
 #include "catalog/catalog.h"
+#include "decode/column_spec.h"
 #include "decode/decoder.h"
 #include "plan/planner.h"
 #include "stoker/error.h"
@@ -27,19 +39,39 @@ namespace stoker {
 
 class TensorCache {
  public:
-  TensorCache(std::shared_ptr<DiskCache> cache, std::shared_ptr<const Catalog> catalog);
+  /// `write_buffer_bytes`: the write-behind queue's budget (at least one entry is always taken
+  /// when the queue is empty).
+  TensorCache(std::shared_ptr<DiskCache> cache, std::shared_ptr<const Catalog> catalog,
+              std::shared_ptr<const OutputSpec> spec,
+              int64_t write_buffer_bytes = int64_t{128} << 20);
+  ~TensorCache();
 
   /// The task's columns for its segment, from the cache or decoded with `decoder` (and stored).
   /// `*hit` tells which. Another process decoding the same entry is waited for, not repeated.
   Result<DecodedColumns> Decode(const Decoder& decoder, const Plan& plan, const DecodeTask& task,
                                 bool* hit) const;
 
+  /// Waits until every queued entry is written (or dropped by Close). The Loader calls it when
+  /// an epoch ends, so the next epoch, and other loaders, find that epoch's entries on disk.
+  void Flush() const;
+
+  /// Stops the writer: queued entries are dropped (counted as skipped), the one being written
+  /// is finished, the thread is joined. Later misses are decoded and not stored. Idempotent.
+  void Close() const;
+
+  /// Adds this cache's write-behind counters to `stats` (DiskCache counts the rest).
+  void AddStats(CacheStats* stats) const;
+
   /// The key of the entry holding `fields` of one row group (for tests and tools).
   std::string Key(const RowGroupRef& rg, const std::vector<std::string>& fields) const;
 
  private:
+  class Writer;
+
   std::shared_ptr<DiskCache> cache_;
+  std::unique_ptr<Writer> writer_;
   std::shared_ptr<const Catalog> catalog_;
+  std::shared_ptr<const OutputSpec> spec_;
   std::vector<std::string> file_identity_;  // per catalog file
 };
 

@@ -116,9 +116,6 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   }
   STOKER_ASSIGN_OR_RAISE(auto catalog, Catalog::Open(options.sources, impl->num_io_threads, options,
                                                      impl->disk_cache));
-  if (impl->disk_cache) {
-    impl->tensor_cache = std::make_shared<TensorCache>(impl->disk_cache, catalog);
-  }
   // Remote column chunks are pre-buffered as concurrent range reads on Arrow's (process-wide)
   // I/O pool: that pool is stoker's I/O pool, sized by num_io_threads; the CPU workers decode.
   const bool remote = std::any_of(catalog->files().begin(), catalog->files().end(),
@@ -144,6 +141,12 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   impl->catalog = catalog;
   impl->spec = std::make_shared<OutputSpec>(std::move(spec));
   impl->decoder = std::make_shared<Decoder>(impl->catalog, impl->spec);
+  if (impl->disk_cache) {
+    // The write-behind queue may hold half as much again as the decoded data in flight.
+    impl->tensor_cache =
+        std::make_shared<TensorCache>(impl->disk_cache, impl->catalog, impl->spec,
+                                      std::max<int64_t>(1, options.prefetch_bytes / 2));
+  }
   impl->pool = SlabPool::Make(8, options.pin_memory);
   impl->assembler = std::make_shared<BatchAssembler>(impl->spec, impl->options, impl->pool);
   impl->shape = ComputeRankShape(catalog->total_rows(), impl->plan_options);
@@ -249,7 +252,11 @@ Status Loader::NextFor(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* do
     *done = true;
     return Status::OK();
   }
-  return pipeline->Next(timeout_ms, out, done);
+  STOKER_RETURN_NOT_OK(pipeline->Next(timeout_ms, out, done));
+  // The epoch's cache entries reach the disk before its end is reported: the next epoch, and
+  // other loaders, find them there. Batches never waited for them.
+  if (*done && impl_->tensor_cache) impl_->tensor_cache->Flush();
+  return Status::OK();
 }
 
 void Loader::Close() {
@@ -258,6 +265,7 @@ void Loader::Close() {
     impl_->closed = true;
   }
   Stop();
+  if (impl_ && !impl_->Inherited() && impl_->tensor_cache) impl_->tensor_cache->Close();
 }
 
 void Loader::Stop() {
@@ -338,6 +346,7 @@ LoaderStats Loader::Stats() const {
   LoaderStats stats;
   stats.stages = c.Stages();
   if (impl_->disk_cache) stats.cache = impl_->disk_cache->stats();
+  if (impl_->tensor_cache) impl_->tensor_cache->AddStats(&stats.cache);
   for (const auto& fs : impl_->filesystems) {
     if (auto storage = GetStorageStats(*fs)) {
       stats.storage.requests += storage->requests;

@@ -1,0 +1,172 @@
+"""Cache entries hold the final layout (feature groups row-major and cast): cold, warm and partly
+filled caches give the same bytes as no cache for every output kind, including feature groups
+split across decode tasks, features with nulls, lists padded and ragged with per-level masks,
+fixed-size lists and transform prefixes."""
+
+import glob
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import stoker
+from stoker import ops
+from stoker_testdata import digest
+
+
+def entries(cache_dir):
+    return sorted(p for p in glob.glob(os.path.join(cache_dir, "tensors", "**", "*"),
+                                       recursive=True) if os.path.isfile(p))
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("layouts"))
+    rng = np.random.default_rng(7)
+    start = 0
+    for f, rows in enumerate((900, 1300, 500)):
+        columns = {"id": np.arange(start, start + rows, dtype=np.int64),
+                   "x": rng.standard_normal(rows).astype(np.float32)}
+        for i in range(6):
+            values = rng.standard_normal(rows).astype(np.float32 if i % 2 else np.float64)
+            mask = None
+            if i == 4 and f == 1:  # nulls in one file only: its row groups take the slow path
+                mask = rng.random(rows) < 0.1
+            columns[f"d{i}"] = pa.array(values, mask=mask)
+        for i in range(4):
+            columns[f"c{i}"] = rng.integers(-1000, 1000, rows).astype(np.int32 if i % 2 else np.int64)
+        columns["flag"] = rng.random(rows) < 0.5
+        # Lists with null rows and null elements (per-level masks).
+        tags = []
+        for r in range(rows):
+            if r % 17 == 0:
+                tags.append(None)
+            else:
+                tags.append([None if (r + k) % 11 == 0 else int(r + k)
+                             for k in range(int(rng.integers(0, 6)))])
+        columns["tags"] = pa.array(tags, type=pa.list_(pa.int64()))
+        columns["emb"] = pa.FixedSizeListArray.from_arrays(
+            pa.array(rng.standard_normal(rows * 3).astype(np.float32)), 3)
+        pq.write_table(pa.table(columns), os.path.join(root, f"part-{f}.parquet"),
+                       row_group_size=200)
+        start += rows
+    return root
+
+
+CASES = {
+    "groups": dict(
+        columns=["id", "tags", "emb"], lists="padded",
+        features={"dense": [f"d{i}" for i in range(6)], "ids": [f"c{i}" for i in range(4)]},
+        features_dtype={"dense": "float32", "ids": "int64"},
+        null_mask=["dense", "tags"]),
+    "groups_split_across_tasks": dict(
+        columns=["id", "tags"], lists="ragged", task_bytes=1000,
+        features={"dense": [f"d{i}" for i in range(6)] + ["flag"], "ids": [f"c{i}" for i in range(4)]},
+        features_dtype={"dense": "float64", "ids": "float32"},
+        null_mask=True),
+    "fill_null_and_transforms": dict(
+        columns=["id", "x", "tags"], lists="padded",
+        features=[f"d{i}" for i in range(6)] + ["c0", "c1"],
+        fill_null={"d4": -1.0}, null_mask=["tags"],
+        transforms={"x": [ops.clip(-1.0, 1.0), ops.standardize(0.5, 2.0)],
+                    "d1": [ops.clip(-0.5, 0.5)],
+                    "tags": [ops.fill_null(0), ops.clip(0, 500)]}),
+    "feature_also_a_column": dict(
+        columns=["id", "d0", "c0"], features=["d0", "d1", "d2", "c0", "c1"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cold_warm_and_partial_entries_give_the_uncached_bytes(dataset, tmp_path, case):
+    options = dict(batch_size=64, seed=3, shuffle_window=500, drop_last=False,
+                   allow_lossy_cast=True,
+                   **CASES[case])
+    reference = digest(stoker.Loader(dataset, **options))
+    cache_dir = str(tmp_path / "cache")
+    cold = stoker.Loader(dataset, cache_dir=cache_dir, num_threads=3, **options)
+    assert digest(cold) == reference
+    filled = cold.stats()["cache"]
+    assert filled["misses"] > 0
+    assert filled["writes"] + filled["write_skipped"] == filled["misses"]
+    # A loaded machine may skip writes (write-behind); later epochs store them.
+    for _ in range(5):
+        if cold.stats()["cache"]["write_skipped"] == 0:
+            break
+        skipped = cold.stats()["cache"]["write_skipped"]
+        assert digest(cold) == reference
+        if cold.stats()["cache"]["write_skipped"] == skipped:
+            break
+    warm = stoker.Loader(dataset, cache_dir=cache_dir, num_threads=1, **options)
+    assert digest(warm) == reference
+    assert warm.stats()["cache"]["misses"] == 0
+    # Another epoch (another order) from the same entries.
+    warm.set_epoch(2)
+    uncached = stoker.Loader(dataset, **options)
+    uncached.set_epoch(2)
+    assert digest(warm) == digest(uncached)
+    for path in entries(cache_dir)[::3]:
+        os.remove(path)
+    partial = stoker.Loader(dataset, cache_dir=cache_dir, num_threads=2, **options)
+    assert digest(partial) == reference
+    stats = partial.stats()["cache"]
+    assert stats["hits"] > 0 and stats["misses"] > 0
+
+
+def test_a_flipped_byte_in_a_feature_block_is_detected(dataset, tmp_path):
+    options = dict(batch_size=64, seed=3, shuffle_window=500, drop_last=False,
+                   allow_lossy_cast=True,
+                   **CASES["groups"])
+    reference = digest(stoker.Loader(dataset, **options))
+    cache_dir = str(tmp_path / "cache")
+    digest(stoker.Loader(dataset, cache_dir=cache_dir, **options))
+    files = entries(cache_dir)
+    for path in files[:3]:
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:
+            f.seek(size // 2)  # inside the payload: the feature block is most of it
+            byte = f.read(1)
+            f.seek(size // 2)
+            f.write(bytes([byte[0] ^ 0x40]))
+    again = stoker.Loader(dataset, cache_dir=cache_dir, **options)
+    assert digest(again) == reference
+    stats = again.stats()["cache"]
+    assert stats["corrupt"] == 3 and stats["misses"] == 3
+
+
+def test_entries_differ_by_feature_layout(dataset, tmp_path):
+    # The group's dtype is part of the entry's layout: another dtype never reads these entries.
+    cache_dir = str(tmp_path / "cache")
+    base = dict(batch_size=64, seed=3, drop_last=False, features=["d1", "d3", "d5"])
+    digest(stoker.Loader(dataset, cache_dir=cache_dir, features_dtype="float32", **base))
+    other = stoker.Loader(dataset, cache_dir=cache_dir, features_dtype="float64", **base)
+    assert digest(other) == digest(stoker.Loader(dataset, features_dtype="float64", **base))
+    assert other.stats()["cache"]["hits"] == 0
+
+
+def entry_schema(path):
+    import struct
+
+    import pyarrow.ipc as ipc
+    with open(path, "rb") as f:
+        data = f.read()
+    header_bytes = struct.unpack_from("=I", data, 12)[0]  # EntryHeader::header_bytes
+    return ipc.open_stream(pa.py_buffer(data[header_bytes:])).schema
+
+
+def test_entries_hold_feature_groups_row_major_and_cast(dataset, tmp_path):
+    cache_dir = str(tmp_path / "cache")
+    options = dict(batch_size=64, seed=3, drop_last=False, columns=["id"],
+                   features={"dense": ["d1", "d3", "d5"], "ids": ["c0", "c1"]},
+                   features_dtype={"dense": "float32", "ids": "int64"})
+    digest(stoker.Loader(dataset, cache_dir=cache_dir, **options))
+    files = entries(cache_dir)
+    assert files
+    for path in files:
+        schema = entry_schema(path)
+        names = schema.names
+        # The feature columns are stored only as blocks: [rows] of F values, group dtype.
+        assert "id" in names and not {"d1", "d3", "d5", "c0", "c1"} & set(names), names
+        blocks = {n: schema.field(n).type for n in names if n.startswith("\x01features ")}
+        assert blocks == {"\x01features 0 0 3": pa.binary(12), "\x01features 1 0 2": pa.binary(16)}
