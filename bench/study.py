@@ -291,6 +291,12 @@ def markdown(report: dict) -> str:
         lines.append(f"| {s['label']}{short} | {s['total_s']:.1f} | "
                      + " / ".join(f"{e:.1f}" for e in s["epoch_s"])
                      + f" | {first_s} | {s['busy'] * 100:.0f}% |{link} {ratio} |")
+    lines += ["", "First batch: seconds from the start of epoch 1's loop to its first batch (Petastorm's "
+              "reader and the DataLoader are created inside the loop, the stoker Loader just before "
+              "it: its construction counts in the total only)."]
+    if remote:
+        lines.append("MB through the link: bytes the server sent over the emulated link during the "
+                     "system's whole run (all epochs), counted at the proxy.")
     return "\n".join(lines) + "\n"
 
 

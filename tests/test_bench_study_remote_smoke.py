@@ -18,6 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_study_remote_smoke(tmp_path):
     proc = subprocess.run(
