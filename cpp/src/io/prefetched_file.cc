@@ -10,12 +10,15 @@
 #include <chrono>
 #include <cstring>
 
+#include "io/block_cache.h"
+
 namespace stoker {
 namespace {
 
-// Requests are cut at this size so one task's bytes arrive over several connections at once;
-// a gap under kHoleBytes costs less to read through than another round trip.
-constexpr int64_t kRangeBytes = int64_t{4} << 20;
+// Requests are cut at this size so one task's bytes arrive over several connections at once,
+// aligned with the block cache's blocks; a gap under kHoleBytes costs less to read through than
+// another round trip.
+constexpr int64_t kRangeBytes = kCacheBlockBytes;
 constexpr int64_t kHoleBytes = int64_t{1} << 20;
 // How often a read waiting for its request checks for a stop.
 constexpr double kStopPollSeconds = 0.05;
@@ -75,19 +78,47 @@ class PrefetchedFile : public arrow::io::RandomAccessFile {
 
   arrow::Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override {
     const Request* request = Covering(position, nbytes);
-    if (request == nullptr) return base_->ReadAt(position, nbytes);
-    ARROW_ASSIGN_OR_RAISE(auto data, Wait(*request));
-    const int64_t begin = position - request->offset;
-    // A short object (the request ran past its end) serves what it has.
-    const int64_t n = std::max<int64_t>(0, std::min(nbytes, data->size() - begin));
-    return arrow::SliceBuffer(data, std::min(begin, data->size()), n);
+    if (request != nullptr) {
+      ARROW_ASSIGN_OR_RAISE(auto data, Wait(*request));
+      const int64_t begin = position - request->offset;
+      // A short object (the request ran past its end) serves what it has.
+      const int64_t n = std::max<int64_t>(0, std::min(nbytes, data->size() - begin));
+      return arrow::SliceBuffer(data, std::min(begin, data->size()), n);
+    }
+    // A column chunk cut into several requests: wait for each, copy them together.
+    const size_t first = FirstOverlapping(position);
+    if (first >= requests_.size()) return base_->ReadAt(position, nbytes);
+    size_t last = first;
+    while (requests_[last].offset + requests_[last].length < position + nbytes &&
+           last + 1 < requests_.size() &&
+           requests_[last + 1].offset == requests_[last].offset + requests_[last].length) {
+      ++last;
+    }
+    if (requests_[first].offset > position ||
+        requests_[last].offset + requests_[last].length < position + nbytes) {
+      return base_->ReadAt(position, nbytes);
+    }
+    ARROW_ASSIGN_OR_RAISE(auto out, arrow::AllocateResizableBuffer(nbytes));
+    int64_t filled = 0;
+    for (size_t i = first; i <= last && filled < nbytes; ++i) {
+      ARROW_ASSIGN_OR_RAISE(auto data, Wait(requests_[i]));
+      const int64_t begin = position + filled - requests_[i].offset;
+      const int64_t n = std::min(nbytes - filled, data->size() - begin);
+      if (n <= 0) break;  // a short object
+      std::memcpy(out->mutable_data() + filled, data->data() + begin, static_cast<size_t>(n));
+      filled += n;
+    }
+    ARROW_RETURN_NOT_OK(out->Resize(filled));
+    return std::shared_ptr<arrow::Buffer>(std::move(out));
   }
 
   arrow::Future<std::shared_ptr<arrow::Buffer>> ReadAsync(const arrow::io::IOContext& context,
                                                           int64_t position,
                                                           int64_t nbytes) override {
     const Request* request = Covering(position, nbytes);
-    if (request == nullptr) return base_->ReadAsync(context, position, nbytes);
+    if (request == nullptr) {
+      return arrow::Future<std::shared_ptr<arrow::Buffer>>::MakeFinished(ReadAt(position, nbytes));
+    }
     return request->data.Then(
         [position, nbytes, offset = request->offset](const std::shared_ptr<arrow::Buffer>& data)
             -> arrow::Result<std::shared_ptr<arrow::Buffer>> {
@@ -98,6 +129,13 @@ class PrefetchedFile : public arrow::io::RandomAccessFile {
   }
 
  private:
+  // Requests are sorted by offset and do not overlap.
+  size_t FirstOverlapping(int64_t position) const {
+    size_t i = 0;
+    while (i < requests_.size() && requests_[i].offset + requests_[i].length <= position) ++i;
+    return i;
+  }
+
   const Request* Covering(int64_t position, int64_t nbytes) const {
     for (const auto& request : requests_) {
       if (position >= request.offset && position + nbytes <= request.offset + request.length) {
@@ -135,19 +173,30 @@ std::shared_ptr<arrow::io::RandomAccessFile> FetchRanges(
               [](const arrow::io::ReadRange& a, const arrow::io::ReadRange& b) {
                 return a.offset < b.offset;
               });
-    // Merge overlaps and small holes; a read never spans two requests, so a range is only
-    // cut between the caller's ranges, never inside one.
+    // Merge overlaps and small holes, then cut at multiples of kRangeBytes in the file (so a
+    // block cache in between sees whole blocks); a read spanning cuts is put together again.
     std::vector<arrow::io::ReadRange> merged{ranges[0]};
     for (size_t i = 1; i < ranges.size(); ++i) {
       arrow::io::ReadRange& last = merged.back();
       const int64_t end = std::max(last.offset + last.length, ranges[i].offset + ranges[i].length);
-      if (ranges[i].offset <= last.offset + last.length + kHoleBytes &&
-          end - last.offset <= std::max(kRangeBytes, last.length)) {
+      if (ranges[i].offset <= last.offset + last.length + kHoleBytes) {
         last.length = end - last.offset;
       } else {
         merged.push_back(ranges[i]);
       }
     }
+    std::vector<arrow::io::ReadRange> cut;
+    for (const auto& range : merged) {
+      int64_t offset = range.offset;
+      const int64_t end = range.offset + range.length;
+      while (offset < end) {
+        const int64_t boundary = (offset / kRangeBytes + 1) * kRangeBytes;
+        const int64_t piece_end = std::min(end, boundary);
+        cut.push_back({offset, piece_end - offset});
+        offset = piece_end;
+      }
+    }
+    merged = std::move(cut);
     for (const auto& range : merged) {
       auto data = queue->Enqueue(base, range.offset, range.length);
       requests.push_back({range.offset, range.length, std::move(data)});

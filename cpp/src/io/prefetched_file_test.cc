@@ -76,11 +76,20 @@ TEST_F(FileSystemPrefetchTest, ReadsInsideAndOutsideTheRangesReturnTheFileBytes)
   std::atomic<int> arrived{0};
   int64_t requested = 0;
   // Two chunks 100 bytes apart are merged; the far one is its own request.
-  auto file = FetchRanges(base, {{1000, 500}, {1600, 400}, {20 << 20, 300}}, queue, &requested,
-                          [&] { ++arrived; });
-  EXPECT_EQ(requested, 1000 + 300);
-  for (const auto& [offset, length] : std::vector<std::pair<int64_t, int64_t>>{
-           {1000, 500}, {1600, 400}, {1200, 10}, {20 << 20, 300}, {5000, 64}}) {
+  // A 10 MiB chunk from 3 MiB is cut at 4, 8 and 12 MiB; reading it whole puts it together.
+  auto file = FetchRanges(base, {{1000, 500}, {1600, 400}, {20 << 20, 300}, {3 << 20, 10 << 20}},
+                          queue, &requested, [&] { ++arrived; });
+  EXPECT_EQ(requested, 1000 + 300 + (10 << 20));
+  for (const auto& [offset, length] :
+       std::vector<std::pair<int64_t, int64_t>>{{1000, 500},
+                                                {1600, 400},
+                                                {1200, 10},
+                                                {20 << 20, 300},
+                                                {5000, 64},
+                                                {3 << 20, 10 << 20},
+                                                {(4 << 20) - 10, 20},
+                                                {(12 << 20) + 5, (1 << 20) - 5},
+                                                {(13 << 20) - 4, 8}}) {
     auto buffer = file->ReadAt(offset, length);
     ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
     ASSERT_EQ((*buffer)->size(), length);
