@@ -230,8 +230,11 @@ def _run_worker(job, timeout):
 
 NOTES = [
     "stoker: the options of bench/runners/stoker.py (shuffled, 65536-row window, 2 threads, "
-    "256 MiB prefetch) plus storage_options and cache_dir. A cold epoch's first batch waits for "
-    "the shuffle window (2/3 of this dataset), so its epoch time is the download plus a decode tail.",
+    "256 MiB prefetch) plus storage_options and cache_dir. Shuffle windows grow from one batch, "
+    "and the fetch stage downloads column chunks in plan order ahead of the workers (at most "
+    "num_io_threads requests at once), so a cold epoch's first batch waits for its first row group "
+    "plus the process's S3 set-up, listing and footers, and the epoch is the download plus a "
+    "short decode tail. STOKER_FETCH_AHEAD=0 turns the fetch stage off for comparison.",
     "Petastorm: the study's fixes of bench/runners/petastorm_fixed.py, cache_type='local-disk' "
     "(cache_size_limit 20 GiB, cache_row_size_estimate = uncompressed bytes per row, "
     "cache_extra_settings={'cleanup': False}: its default deletes the cache when the reader stops, "
@@ -438,7 +441,7 @@ def main(argv=None) -> int:
     if cold:
         summary["stoker cold epoch vs link"] = (f"{cold['MBps']:.1f} MB/s through the link = "
                                                 f"{cold['ratio_to_link']:.2f} of {link_MBps:.1f} MB/s "
-                                                f"(target >= 0.8)")
+                                                f"(target >= 0.9)")
     warm = [medians[k] for k in medians if k[0] == "stoker" and k[1].startswith("warm")]
     if warm and medians.get(("stoker", "local")):
         summary["stoker warm epochs vs stoker local"] = ", ".join(

@@ -26,10 +26,7 @@ def _stoker_batches(job):
 
     opts = _options(job)
     if job.get("uri"):
-        st = job["storage"]
-        opts["storage_options"] = dict(endpoint_override=st["endpoint"], scheme="http",
-                                       region="us-east-1", access_key=st["access_key"],
-                                       secret_key=st["secret_key"])
+        opts["storage_options"] = stoker_storage_options(job)
     if job.get("cache_dir"):
         opts["cache_dir"] = job["cache_dir"]
     loader = stoker.Loader(job.get("uri") or job["path"], **opts)
@@ -69,6 +66,21 @@ class _ArrowFsOpen:
 
 
 def _petastorm_batches(job):
+    kwargs = {"reader_pool_type": "thread", "workers_count": job["threads"],
+              "convert_early_to_numpy": True, "seed": job["seed"], "shuffle_row_groups": True}
+    if job.get("cache_dir"):
+        kwargs.update(cache_type="local-disk", cache_location=job["cache_dir"],
+                      cache_size_limit=20 << 30, cache_row_size_estimate=job["row_bytes"],
+                      # Its default (cleanup=True) deletes the cache when the reader stops, so a
+                      # later epoch in a new process would start cold again.
+                      cache_extra_settings={"cleanup": False})
+    for n, _batch in petastorm_reader_batches(job, kwargs):
+        yield n
+
+
+def petastorm_reader_batches(job, kwargs):
+    """(rows, batch) of one Petastorm reader over job["uri"] (S3) or job["path"] (local), with
+    make_batch_reader `kwargs`; bench/study.py uses it with Petastorm's defaults too."""
     import torch
     from petastorm import make_batch_reader
     from petastorm.pytorch import BatchedDataLoader
@@ -78,33 +90,9 @@ def _petastorm_batches(job):
     from .runners.common import all_tabular_columns, feature_names
 
     _petastorm_compat.apply()
-    kwargs = {"reader_pool_type": "thread", "workers_count": job["threads"],
-              "convert_early_to_numpy": True, "seed": job["seed"], "shuffle_row_groups": True}
-    if job.get("cache_dir"):
-        kwargs.update(cache_type="local-disk", cache_location=job["cache_dir"],
-                      cache_size_limit=20 << 30, cache_row_size_estimate=job["row_bytes"],
-                      # Its default (cleanup=True) deletes the cache when the reader stops, so a
-                      # later epoch in a new process would start cold again.
-                      cache_extra_settings={"cleanup": False})
+    kwargs = dict(kwargs)
     if job.get("uri"):
-        import pyarrow.fs as pafs
-        import pyarrow.parquet as pq
-
-        st = job["storage"]
-        s3 = pafs.S3FileSystem(endpoint_override=st["endpoint"], scheme="http",
-                               region="us-east-1", access_key=st["access_key"],
-                               secret_key=st["secret_key"])
-        wrapped = _ArrowFsOpen(s3)
-        # The shim's pieces read footers with a local path; read them through the filesystem.
-        piece = pq.ParquetDatasetPiece
-        piece._file = lambda self: pq.ParquetFile(wrapped.open(self.path))
-        # Petastorm strips the scheme with fsspec, which wants s3fs for s3:// even though the
-        # pyarrow filesystem is given; strip it ourselves (bucket/key is what pyarrow's S3 takes).
-        from petastorm import fs_utils
-
-        original = fs_utils.get_dataset_path
-        fs_utils.get_dataset_path = (lambda parsed: parsed.netloc + parsed.path
-                                     if parsed.scheme == "s3" else original(parsed))
+        wrapped = _petastorm_s3(job)
         urls = [job["uri"].rstrip("/") + "/" + f for f in job["files"]]
         kwargs["filesystem"] = wrapped
     else:
@@ -118,7 +106,38 @@ def _petastorm_batches(job):
             features = torch.empty((n, len(feats)), dtype=torch.float32)
             for j, name in enumerate(feats):
                 features[:, j] = batch[name]
-            yield n
+            yield n, features
+
+
+def _petastorm_s3(job):
+    """What Petastorm needs to read S3 at all here (see NOTES in bench/remote.py)."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    st = job["storage"]
+    s3 = pafs.S3FileSystem(endpoint_override=st["endpoint"], scheme="http",
+                           region="us-east-1", access_key=st["access_key"],
+                           secret_key=st["secret_key"])
+    wrapped = _ArrowFsOpen(s3)
+    # The shim's pieces read footers with a local path; read them through the filesystem.
+    piece = pq.ParquetDatasetPiece
+    piece._file = lambda self: pq.ParquetFile(wrapped.open(self.path))
+    # Petastorm strips the scheme with fsspec, which wants s3fs for s3:// even though the
+    # pyarrow filesystem is given; strip it ourselves (bucket/key is what pyarrow's S3 takes).
+    from petastorm import fs_utils
+
+    if not getattr(fs_utils, "_stoker_bench_patched", False):
+        original = fs_utils.get_dataset_path
+        fs_utils.get_dataset_path = (lambda parsed: parsed.netloc + parsed.path
+                                     if parsed.scheme == "s3" else original(parsed))
+        fs_utils._stoker_bench_patched = True
+    return wrapped
+
+
+def stoker_storage_options(job):
+    st = job["storage"]
+    return dict(endpoint_override=st["endpoint"], scheme="http", region="us-east-1",
+                access_key=st["access_key"], secret_key=st["secret_key"])
 
 
 def _raw_batches(job):

@@ -19,6 +19,7 @@
 
 #include "io/block_cache.h"
 #include "io/filesystem.h"
+#include "io/prefetched_file.h"
 #include "util/hash.h"
 
 namespace stoker {
@@ -501,6 +502,8 @@ std::shared_ptr<arrow::DataType> UnifyTypes(const std::shared_ptr<arrow::DataTyp
 }
 
 Result<std::shared_ptr<arrow::io::RandomAccessFile>> CatalogFile::Open() const {
+  // The pipeline's fetch stage already requested this task's bytes (io/prefetched_file.h).
+  if (auto prefetched = ScopedPrefetchedFile(this)) return prefetched;
   ARROW_ASSIGN_OR_RAISE(auto file, fs->OpenInputFile(path));
   if (!block_cache) return file;
   return MakeBlockCachedFile(

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <mutex>
 
 #include "batch/assembler.h"
@@ -29,6 +31,21 @@ class Loader::Impl {
   // Resolved once in Open: defaults filled in, the shuffle window in rows.
   PlanOptions plan_options;
   PipelineOptions pipeline_options;
+  /// A tensor cache without entries cannot hit, so the fetch stage starts with the epoch instead
+  /// of at the first miss (whose task would otherwise race the fetched ones for the link). Only
+  /// a hint: the namespace folder of TensorCache ("tensors"); if it moves, fetching starts at the
+  /// first miss as with a warm cache, with the same batches.
+  PipelineOptions EpochPipelineOptions() const {
+    PipelineOptions epoch_options = pipeline_options;
+    if (disk_cache && tensor_cache) {
+      std::error_code error;
+      const std::filesystem::path tensors =
+          std::filesystem::path(disk_cache->options().dir) / "tensors";
+      epoch_options.cache_empty =
+          !std::filesystem::exists(tensors, error) || std::filesystem::is_empty(tensors, error);
+    }
+    return epoch_options;
+  }
   int num_io_threads = 0;
 
   std::shared_ptr<const Catalog> catalog;
@@ -120,6 +137,12 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   // I/O pool: that pool is stoker's I/O pool, sized by num_io_threads; the CPU workers decode.
   const bool remote = std::any_of(catalog->files().begin(), catalog->files().end(),
                                   [](const CatalogFile& file) { return IsRemote(*file.fs); });
+  impl->pipeline_options.catalog = catalog;
+  impl->pipeline_options.io_requests = impl->num_io_threads;
+  // A diagnostic switch (bench and tests compare with and without the fetch stage).
+  if (const char* fetch = std::getenv("STOKER_FETCH_AHEAD"); fetch && std::string(fetch) == "0") {
+    impl->pipeline_options.fetch_ahead = false;
+  }
   if (remote && options.num_io_threads > 0) {
     STOKER_RETURN_NOT_OK(arrow::io::SetIOThreadPoolCapacity(options.num_io_threads));
   }
@@ -199,7 +222,7 @@ Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
       MakePlan(impl_->catalog->row_groups(), impl_->plan_options, epoch));
   impl_->pipeline =
       std::make_shared<Pipeline>(plan, impl_->decoder, impl_->assembler, impl_->tensor_cache,
-                                 impl_->pipeline_options, start_batch, impl_->counters);
+                                 impl_->EpochPipelineOptions(), start_batch, impl_->counters);
   impl_->stopped = false;
   impl_->pipeline->Start();
   return Status::OK();
@@ -225,7 +248,7 @@ Result<int64_t> Loader::StartElasticEpoch(int64_t epoch, int old_world_size, int
   }
   impl_->pipeline =
       std::make_shared<Pipeline>(plan, impl_->decoder, impl_->assembler, impl_->tensor_cache,
-                                 impl_->pipeline_options, start_batch, impl_->counters);
+                                 impl_->EpochPipelineOptions(), start_batch, impl_->counters);
   impl_->stopped = false;
   impl_->pipeline->Start();
   return plan->num_batches;

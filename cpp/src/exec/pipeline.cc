@@ -1,7 +1,12 @@
 #include "exec/pipeline.h"
 
+#include <parquet/metadata.h>
+
 #include <algorithm>
 #include <chrono>
+#include <optional>
+
+#include "io/filesystem.h"
 
 namespace stoker {
 namespace {
@@ -27,7 +32,9 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
       tensor_cache_(std::move(tensor_cache)),
       options_(options),
       start_batch_(start_batch),
-      counters_(std::move(counters)) {
+      counters_(std::move(counters)),
+      io_context_(arrow::default_memory_pool(), fetch_stop_.token()),
+      requests_(std::make_shared<RequestQueue>(options_.io_requests, io_context_)) {
   next_output_ = start_batch_;
   const int64_t start_row = std::min(start_batch_ * plan_->options.batch_size, plan_->rank_rows);
   const int num_windows = static_cast<int>(plan_->windows.size());
@@ -45,6 +52,16 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
     state.num_tasks = static_cast<int>(tasks_.size()) - state.first_task;
     state.parts.resize(state.num_tasks);
   }
+  fetch_state_.assign(tasks_.size(), FetchState::kNone);
+  reserved_.assign(tasks_.size(), false);
+  arrived_.assign(tasks_.size(), false);
+  fetched_.resize(tasks_.size());
+  fetched_key_.assign(tasks_.size(), nullptr);
+  if (options_.catalog && options_.fetch_ahead) {
+    for (const auto& file : options_.catalog->files()) any_remote_ |= IsRemote(*file.fs);
+  }
+  // With a tensor cache the first miss turns fetching on: a warm epoch downloads nothing.
+  fetch_enabled_ = any_remote_ && (!tensor_cache_ || options_.cache_empty);
 }
 
 Pipeline::~Pipeline() { Stop(); }
@@ -53,6 +70,7 @@ void Pipeline::Start() {
   std::lock_guard<std::mutex> join_lock(join_mutex_);
   for (int i = 0; i < options_.num_workers; ++i) threads_.emplace_back([this] { WorkerLoop(); });
   threads_.emplace_back([this] { SequencerLoop(); });
+  if (any_remote_) threads_.emplace_back([this] { FetchLoop(); });
 }
 
 void Pipeline::Stop() {
@@ -60,6 +78,13 @@ void Pipeline::Stop() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
+  {
+    std::lock_guard<std::mutex> lock(liveness_->mutex);
+    liveness_->alive = false;
+  }
+  fetch_stop_.RequestStop();  // reads waiting for bytes give up
+  requests_->Cancel();        // requests not started are dropped
+  fetch_cv_.notify_all();
   work_cv_.notify_all();
   item_cv_.notify_all();
   output_cv_.notify_all();
@@ -79,10 +104,19 @@ void Pipeline::FailSegment(int s, size_t task, const Status& status) {
   }
   item_cv_.notify_all();
   work_cv_.notify_all();
+  fetch_cv_.notify_all();
 }
 
 bool Pipeline::DecodeAdmissible() const {
   if (next_task_ >= tasks_.size() || next_task_ > fail_task_) return false;
+  // A fetched task's bytes are already counted: decoding it costs nothing more. While the fetch
+  // stage runs it admits every task (its requests go out in plan order, before workers need them).
+  // Workers take a fetched task once all its bytes are here: a worker never sits in a
+  // download while a batch waits to be assembled.
+  if (fetch_enabled_ || fetch_state_[next_task_] != FetchState::kNone) {
+    return fetch_state_[next_task_] == FetchState::kIssued && arrived_[next_task_];
+  }
+  if (reserved_[next_task_]) return true;
   return inflight_bytes_ == 0 ||
          inflight_bytes_ + tasks_[next_task_].estimated_bytes <= options_.prefetch_bytes;
 }
@@ -136,18 +170,26 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
   const size_t task_index = next_task_++;
   const DecodeTask& task = tasks_[task_index];
   const int segment = task_segment_[task_index];
-  inflight_bytes_ += task.estimated_bytes;
-  segments_[segment].accounted_bytes += task.estimated_bytes;
-  UpdatePeak(&counters_->peak_inflight_bytes, inflight_bytes_);
+  if (!reserved_[task_index]) {
+    reserved_[task_index] = true;
+    inflight_bytes_ += task.estimated_bytes;
+    segments_[segment].accounted_bytes += task.estimated_bytes;
+    UpdatePeak(&counters_->peak_inflight_bytes, inflight_bytes_);
+  }
+  std::shared_ptr<arrow::io::RandomAccessFile> prefetched = std::move(fetched_[task_index]);
+  const void* prefetched_key = fetched_key_[task_index];
   lock->unlock();
 
   Result<DecodedColumns> decoded;
+  bool hit = false;
   {
     ScopedTimer timer(&counters_->decode.busy_ns);
-    bool hit = false;
+    std::optional<PrefetchScope> scope;
+    if (prefetched) scope.emplace(prefetched_key, prefetched);
     decoded = tensor_cache_ ? tensor_cache_->Decode(*decoder_, *plan_, task, &hit)
                             : decoder_->Decode(*plan_, task);
   }
+  prefetched.reset();  // the fetched bytes are free once decoded
   if (!decoded.ok()) {
     FailSegment(segment, task_index, decoded.status());
     lock->lock();
@@ -157,6 +199,10 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
   counters_->decode.bytes += decoded->bytes;
 
   lock->lock();
+  if (tensor_cache_ && !hit && any_remote_ && !fetch_enabled_) {
+    fetch_enabled_ = true;
+    fetch_cv_.notify_all();
+  }
   SegmentState& state = segments_[segment];
   // Replace the estimate with what the task really holds.
   const int64_t delta = decoded->bytes - task.estimated_bytes;
@@ -189,6 +235,90 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
   item_cv_.notify_all();
 }
 
+bool Pipeline::FetchAdmissible() {
+  if (!fetch_enabled_) return false;
+  next_fetch_ = std::max(next_fetch_, next_task_);  // tasks taken already are read directly
+  if (next_fetch_ >= tasks_.size() || next_fetch_ > fail_task_) return false;
+  return inflight_bytes_ == 0 ||
+         inflight_bytes_ + tasks_[next_fetch_].estimated_bytes <= options_.prefetch_bytes;
+}
+
+void Pipeline::FetchLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    const int64_t wait_start = NowNs();
+    fetch_cv_.wait(lock, [&] { return stopping_ || FetchAdmissible(); });
+    counters_->fetch.wait_in_ns += NowNs() - wait_start;
+    if (stopping_) return;
+    const size_t t = next_fetch_++;
+    const DecodeTask& task = tasks_[t];
+    // The task's decoded size is reserved now, as if a worker had taken it, so the fetched and
+    // decoded bytes together stay within prefetch_bytes.
+    reserved_[t] = true;
+    inflight_bytes_ += task.estimated_bytes;
+    segments_[task_segment_[t]].accounted_bytes += task.estimated_bytes;
+    UpdatePeak(&counters_->peak_inflight_bytes, inflight_bytes_);
+    fetch_state_[t] = FetchState::kIssuing;
+    lock.unlock();
+    const void* key = nullptr;
+    std::shared_ptr<arrow::io::RandomAccessFile> file;
+    {
+      ScopedTimer timer(&counters_->fetch.busy_ns);
+      auto on_arrived = [this, t, liveness = liveness_] {
+        std::lock_guard<std::mutex> alive(liveness->mutex);
+        if (!liveness->alive) return;
+        {
+          std::lock_guard<std::mutex> guard(mutex_);
+          arrived_[t] = true;
+        }
+        work_cv_.notify_all();
+      };
+      file = IssueFetch(task, &key, on_arrived);
+      if (!file) on_arrived();  // nothing to wait for: the worker reads directly
+    }
+    lock.lock();
+    fetched_[t] = std::move(file);
+    fetched_key_[t] = key;
+    fetch_state_[t] = FetchState::kIssued;
+    fetch_cv_.notify_all();  // a worker may wait for this task's requests
+    work_cv_.notify_all();   // the task is admissible now
+  }
+}
+
+std::shared_ptr<arrow::io::RandomAccessFile> Pipeline::IssueFetch(
+    const DecodeTask& task, const void** key, std::function<void()> on_arrived) {
+  const Catalog& catalog = *options_.catalog;
+  const RowGroupRef& rg = catalog.row_groups()[plan_->segments[task.segment].row_group];
+  const CatalogFile& file = catalog.files()[rg.file];
+  if (!IsRemote(*file.fs) || !file.metadata) return nullptr;
+  // The column chunks the decoder will read: the same leaves as ReadRowGroupTable.
+  std::vector<arrow::io::ReadRange> ranges;
+  auto row_group = file.metadata->RowGroup(rg.row_group);
+  for (const auto& field : task.fields) {
+    auto it = file.fields.find(field);
+    if (it == file.fields.end()) continue;
+    for (const int leaf : it->second.leaves) {
+      auto chunk = row_group->ColumnChunk(leaf);
+      int64_t start = chunk->data_page_offset();
+      if (chunk->has_dictionary_page() && chunk->dictionary_page_offset() > 0 &&
+          chunk->dictionary_page_offset() < start) {
+        start = chunk->dictionary_page_offset();
+      }
+      ranges.push_back({start, chunk->total_compressed_size()});
+    }
+  }
+  if (ranges.empty()) return nullptr;
+  auto input = file.Open();
+  if (!input.ok()) return nullptr;  // the worker opens it again and reports the error
+  int64_t requested = 0;
+  auto fetched = FetchRanges(std::move(*input), std::move(ranges), requests_, &requested,
+                             std::move(on_arrived));
+  counters_->fetch.items += 1;
+  counters_->fetch.bytes += requested;
+  *key = &file;
+  return fetched;
+}
+
 Result<std::shared_ptr<DecodedItem>> Pipeline::TakeSegment(int s) {
   std::unique_lock<std::mutex> lock(mutex_);
   const int64_t wait_start = NowNs();
@@ -204,6 +334,7 @@ Result<std::shared_ptr<DecodedItem>> Pipeline::TakeSegment(int s) {
   segments_.erase(s);
   lock.unlock();
   work_cv_.notify_all();
+  fetch_cv_.notify_all();
   return item;
 }
 

@@ -13,6 +13,14 @@
 // window) stays within prefetch_bytes, except that one task is always admitted so progress never
 // stalls; at most num_threads + kExtraBatches batches are being assembled or wait for Next().
 //
+// Remote sources (fetch stage): a fetcher thread walks the tasks ahead of the workers, in plan
+// order, and requests each task's column-chunk byte ranges on Arrow's I/O pool
+// (num_io_threads), reserving the task's bytes in the same in-flight budget first; a worker that
+// takes a fetched task decodes from those bytes (io/prefetched_file.h). So downloads run ahead of
+// decoding and overlap the batches of earlier windows, while the order of everything the
+// sequencer sees stays the plan's. With a tensor cache the stage starts at the first cache miss
+// (warm epochs download nothing), or at once when the cache is empty. Local files never use it.
+//
 // Errors: a worker failure is reported when the sequencer reaches the failing segment, after
 // every batch before it: the first error in plan order, whatever the timing.
 // Thread safety: Next() from one consumer thread; Stop() from any thread, any number of times
@@ -20,10 +28,14 @@
 // returns a kClosed error unless the epoch had already ended.
 #pragma once
 
+#include <arrow/io/interfaces.h>
+#include <arrow/util/cancel.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,8 +43,10 @@
 #include <vector>
 
 #include "batch/assembler.h"
+#include "catalog/catalog.h"
 #include "decode/decoder.h"
 #include "decode/tensor_cache.h"
+#include "io/prefetched_file.h"
 #include "plan/planner.h"
 #include "stoker/loader.h"
 #include "util/stage_counters.h"
@@ -50,13 +64,19 @@ struct PipelineCounters {
   StageCounters decode;    // read + decode + prepare a segment (wait_in: workers idle)
   StageCounters sequence;  // window permutation, batch cutting
   StageCounters batch;     // gathering a batch's rows into its slab
+  StageCounters fetch{"fetch", "fetcher", 1};  // remote: requesting tasks' bytes ahead (busy:
+                                               // opening files and issuing; bytes: requested)
   std::atomic<int64_t> batches{0};
   std::atomic<int64_t> rows{0};
   std::atomic<int64_t> consumer_wait_ns{0};
   std::atomic<int64_t> peak_inflight_bytes{0};
 
   std::vector<StageStats> Stages() const {
-    return {decode.Snapshot(), sequence.Snapshot(), batch.Snapshot()};
+    // The fetch stage shows only where it ran (remote sources), so local stats keep their shape.
+    std::vector<StageStats> stages;
+    if (fetch.items > 0) stages.push_back(fetch.Snapshot());
+    for (const auto* stage : {&decode, &sequence, &batch}) stages.push_back(stage->Snapshot());
+    return stages;
   }
 };
 
@@ -65,6 +85,14 @@ struct PipelineOptions {
   int num_workers = 1;
   int64_t prefetch_bytes = 256 << 20;
   int64_t task_bytes = 16 << 20;
+  /// The files the plan's row groups come from (for the fetch stage); null: no fetch stage.
+  std::shared_ptr<const Catalog> catalog;
+  /// Fetch remote tasks' bytes ahead of the workers (STOKER_FETCH_AHEAD=0 turns it off).
+  bool fetch_ahead = true;
+  /// The tensor cache holds nothing: fetch from the start even with a cache.
+  bool cache_empty = false;
+  /// Requests the fetch stage keeps under way (the loader's num_io_threads).
+  int io_requests = 4;
 };
 
 class Pipeline {
@@ -98,7 +126,15 @@ class Pipeline {
     std::vector<std::shared_ptr<DecodedItem>> items;  // keeps `rows` valid
   };
 
+  enum class FetchState : uint8_t { kNone, kIssuing, kIssued };
+
   void WorkerLoop();
+  void FetchLoop();
+  /// Requests the byte ranges of task `t` (a remote file's column chunks); null when the task
+  /// reads no remote bytes or its file cannot be opened (the worker then reports the error).
+  std::shared_ptr<arrow::io::RandomAccessFile> IssueFetch(const DecodeTask& task, const void** key,
+                                                          std::function<void()> on_arrived);
+  bool FetchAdmissible();  // REQUIRES(mutex_); skips tasks the workers already took
   void RunDecodeTask(std::unique_lock<std::mutex>* lock);
   void RunAssemblyJob(std::unique_lock<std::mutex>* lock);
   void SequencerLoop();
@@ -119,14 +155,32 @@ class Pipeline {
   const int64_t start_batch_;
   const std::shared_ptr<PipelineCounters> counters_;
   int first_window_ = 0;
+  bool any_remote_ = false;
+  arrow::StopSource fetch_stop_;            // cancels queued requests and waiting reads on Stop()
+  arrow::io::IOContext io_context_;         // Arrow's I/O pool with fetch_stop_'s token
+  std::shared_ptr<RequestQueue> requests_;  // the fetch stage's requests, in plan order
 
   std::vector<DecodeTask> tasks_;
   std::vector<int> task_segment_;  // plan segment of each task
 
   std::mutex mutex_;
-  std::condition_variable work_cv_;       // workers: a task, a job, or stop
-  std::condition_variable item_cv_;       // sequencer: its next segment
-  std::condition_variable output_cv_;     // sequencer: room for a job; consumer: the next batch
+  std::condition_variable work_cv_;      // workers: a task, a job, or stop
+  std::condition_variable item_cv_;      // sequencer: its next segment
+  std::condition_variable output_cv_;    // sequencer: room for a job; consumer: the next batch
+  std::condition_variable fetch_cv_;     // fetcher: budget or a task to fetch; workers: issued
+  bool fetch_enabled_ = false;           // GUARDED_BY(mutex_)
+  size_t next_fetch_ = 0;                // GUARDED_BY(mutex_) next task the fetcher considers
+  std::vector<FetchState> fetch_state_;  // GUARDED_BY(mutex_) per task
+  std::vector<bool> reserved_;           // GUARDED_BY(mutex_) bytes counted by the fetcher
+  std::vector<bool> arrived_;            // GUARDED_BY(mutex_) every request of the task done
+  // Request callbacks may outlive the pipeline: they touch it only while `alive` holds.
+  struct Liveness {
+    std::mutex mutex;
+    bool alive = true;  // GUARDED_BY(mutex)
+  };
+  std::shared_ptr<Liveness> liveness_ = std::make_shared<Liveness>();
+  std::vector<std::shared_ptr<arrow::io::RandomAccessFile>> fetched_;  // GUARDED_BY(mutex_)
+  std::vector<const void*> fetched_key_;  // GUARDED_BY(mutex_) CatalogFile of fetched_[t]
   size_t next_task_ = 0;                  // GUARDED_BY(mutex_)
   size_t fail_task_ = SIZE_MAX;           // GUARDED_BY(mutex_)
   int64_t inflight_bytes_ = 0;            // GUARDED_BY(mutex_)

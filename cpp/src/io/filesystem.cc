@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "io/prefetched_file.h"
 #include "util/uri.h"
 
 namespace stoker {
@@ -528,7 +529,9 @@ std::string DisplayPrefix(const std::string& uri_or_path, const FileSystem& fs) 
 bool IsRemote(const FileSystem& fs) { return fs.type_name() != "local"; }
 
 void SetReaderProperties(const FileSystem& fs, parquet::ArrowReaderProperties* props) {
-  if (!IsRemote(fs)) {
+  // Local files read on the worker; a task whose bytes the pipeline fetched ahead reads each
+  // column chunk inside one request that is already under way (io/prefetched_file.h).
+  if (!IsRemote(fs) || InPrefetchScope()) {
     props->set_pre_buffer(false);  // local reads stay on the worker, not Arrow's I/O pool
     return;
   }
