@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "util/convert.h"
+#include "util/recycling_pool.h"
 
 namespace stoker {
 namespace {
@@ -615,8 +616,9 @@ Status FeaturesWriter::Prepare(DecodedItem* item) const {
   if (item->feature_masks.size() < slots) item->feature_masks.resize(slots);
   const DType dtype = group_.dtype;
   const int width = DTypeSize(dtype);
-  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> matrix,
-                        arrow::AllocateBuffer(item->num_rows * num_features * width));
+  ARROW_ASSIGN_OR_RAISE(
+      std::shared_ptr<arrow::Buffer> matrix,
+      arrow::AllocateBuffer(item->num_rows * num_features * width, RecyclingPool::Get()));
   std::vector<RowRef> refs(item->num_rows);
   for (int64_t r = 0; r < item->num_rows; ++r) refs[r] = {item, r};
   const BatchRows rows(refs);
@@ -645,8 +647,9 @@ Status FeaturesWriter::Prepare(DecodedItem* item) const {
   }
   item->feature_rows[group_index_] = std::move(matrix);
   if (group_.null_mask) {
-    ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> mask,
-                          arrow::AllocateBuffer(item->num_rows * num_features));
+    ARROW_ASSIGN_OR_RAISE(
+        std::shared_ptr<arrow::Buffer> mask,
+        arrow::AllocateBuffer(item->num_rows * num_features, RecyclingPool::Get()));
     uint8_t* valid = mask->mutable_data();
     for (int64_t f = 0; f < num_features; ++f) {
       const ColumnSource& src = item->sources[first_slot_ + f];
