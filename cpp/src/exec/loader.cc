@@ -144,9 +144,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
   impl->catalog = catalog;
   impl->spec = std::make_shared<OutputSpec>(std::move(spec));
   impl->decoder = std::make_shared<Decoder>(impl->catalog, impl->spec);
-  // Batches leave the sequencer in bursts (a shuffle window completes many at once), so more
-  // than a handful can be in flight; slabs beyond the kept count were freed and re-faulted.
-  impl->pool = SlabPool::Make(32, options.pin_memory);
+  impl->pool = SlabPool::Make(8, options.pin_memory);
   impl->assembler = std::make_shared<BatchAssembler>(impl->spec, impl->options, impl->pool);
   impl->shape = ComputeRankShape(catalog->total_rows(), impl->plan_options);
   if (impl->shape.num_batches == 0) {
