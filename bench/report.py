@@ -124,10 +124,11 @@ def markdown(report: dict) -> str:
         lines += ["## Not measured, or measured with problems", ""] + unavailable + [""]
     lines += ["## How to read this", "",
               "- *stoker is*: stoker's rows/s divided by that row's; *fraction of limit*: the row's "
-              "rows/s divided by the limit's. The limit reads each file with "
-              "`pyarrow.parquet.read_table(columns, use_threads=True)` and converts each column to "
-              "NumPy, without stacking, padding or shuffling; it materialises whole files, so a "
-              "loader that decodes into recycled buffers can exceed 1.0.",
+              "rows/s divided by the limit's. The limit reads each row group with "
+              "`ParquetFile.read_row_group(g, columns, use_threads=True)` and converts each column "
+              "to NumPy zero-copy, without stacking, padding or shuffling (per row group, not "
+              "per file: whole-file tables cost a copy per column and fresh pages; see "
+              "bench/README.md).",
               "- Only stoker (shuffle=True) shuffles rows; every peer and stoker (shuffle=False) "
               "deliver rows in row-group order (Petastorm, the DataLoader and Ray shuffle at most "
               "the row-group order).",

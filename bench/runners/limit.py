@@ -1,7 +1,11 @@
 """The limit: the cheapest read of the same columns on all cores, no batching, no shuffling.
 
-Tabular: ``pyarrow.parquet.read_table(path, columns, use_threads=True)`` then the NumPy
-conversion (features stacked [N, F] float32, embeddings [N, D], tags flattened + offsets).
+Tabular: ``pyarrow.parquet.ParquetFile.read_row_group(g, columns, use_threads=True)`` per row
+group, then the NumPy conversion (one array per feature column, zero-copy; embeddings [N, D]; tags
+flattened + offsets). Per row group, not per file: ``read_table`` of a whole file gives every
+column one chunk per row group, so ``to_numpy`` concatenates (a copy of every column) and the
+file-sized buffers are fresh memory the kernel must fault in and zero; in a fresh process that
+made the runner ~1.7x slower than this read (bench/README.md, "The limit").
 Images: JPEG decode alone (Pillow's libjpeg-turbo) on a thread pool of all cores.
 """
 
@@ -26,7 +30,8 @@ def config(job):
     if job["workload"] == "images":
         return {"api": "PIL.Image.open(BytesIO(jpeg)).load() (Pillow's libjpeg-turbo), decode only",
                 "threads": job["threads"], "read": "pyarrow.parquet.ParquetFile per row group"}
-    return {"api": "pyarrow.parquet.read_table(columns, use_threads=True) per file + numpy",
+    return {"api": "pyarrow.parquet.ParquetFile.read_row_group(g, columns, use_threads=True) "
+                   "per row group + numpy",
             "features": "one NumPy array per column (no stacking, no cast)",
             "lists": "values + offsets (no padding)"}
 
@@ -35,18 +40,22 @@ def _tabular(job):
     import pyarrow.parquet as pq
 
     feats = feature_names()
+    columns = all_tabular_columns()
     for path in job["files"]:
-        table = pq.read_table(path, columns=all_tabular_columns(), use_threads=True)
-        # One array per column (zero-copy where Arrow allows): the cheapest NumPy form.
-        out = {name: table.column(name).to_numpy() for name in feats}
-        out["label"] = table.column("label").to_numpy()
-        for name in ("emb16", "emb64"):
-            out[name] = fixed_list_to_numpy(table.column(name))
-        tags = table.column("tags").combine_chunks()
-        out["tags"] = tags.values.to_numpy()
-        out["tags_offsets"] = tags.offsets.to_numpy()
-        yield table.num_rows, out
-        del table
+        pf = pq.ParquetFile(path)
+        for g in range(pf.metadata.num_row_groups):
+            # One chunk per column: to_numpy is zero-copy, and the allocator reuses the previous
+            # row group's memory instead of faulting in a whole file's.
+            table = pf.read_row_group(g, columns=columns, use_threads=True)
+            out = {name: table.column(name).chunk(0).to_numpy() for name in feats}
+            out["label"] = table.column("label").chunk(0).to_numpy()
+            for name in ("emb16", "emb64"):
+                out[name] = fixed_list_to_numpy(table.column(name))
+            tags = table.column("tags").chunk(0)
+            out["tags"] = tags.values.to_numpy()
+            out["tags_offsets"] = tags.offsets.to_numpy()
+            yield table.num_rows, out
+            del table, out
 
 
 def _decode(blob):

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "util/convert.h"
+#include "util/recycling_pool.h"
 
 namespace stoker {
 namespace {
@@ -627,8 +628,9 @@ Status FeaturesWriter::Prepare(DecodedItem* item) const {
   }
   // Wholly covered: batches copy from the blocks (zero copy from a warm cache entry).
   if (covered == num_features) return Status::OK();
-  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> matrix,
-                        arrow::AllocateBuffer(item->num_rows * num_features * width));
+  ARROW_ASSIGN_OR_RAISE(
+      std::shared_ptr<arrow::Buffer> matrix,
+      arrow::AllocateBuffer(item->num_rows * num_features * width, RecyclingPool::Get()));
   std::vector<RowRef> refs(item->num_rows);
   for (int64_t r = 0; r < item->num_rows; ++r) refs[r] = {item, r};
   const BatchRows rows(refs);
@@ -665,8 +667,9 @@ Status FeaturesWriter::Prepare(DecodedItem* item) const {
   }
   item->feature_rows[group_index_] = std::move(matrix);
   if (group_.null_mask) {
-    ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> mask,
-                          arrow::AllocateBuffer(item->num_rows * num_features));
+    ARROW_ASSIGN_OR_RAISE(
+        std::shared_ptr<arrow::Buffer> mask,
+        arrow::AllocateBuffer(item->num_rows * num_features, RecyclingPool::Get()));
     uint8_t* valid = mask->mutable_data();
     for (int64_t f = 0; f < num_features; ++f) {
       const ColumnSource& src = item->sources[first_slot_ + f];

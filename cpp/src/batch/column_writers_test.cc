@@ -10,6 +10,7 @@
 
 #include "batch/assembler.h"
 #include "batch/slab_pool.h"
+#include "util/recycling_pool.h"
 
 namespace stoker {
 namespace {
@@ -576,6 +577,28 @@ TEST(FeaturesWriter, BlocksAndColumnsOfOneGroupMeetInTheMatrix) {
   const Written out = Write(writer, {{&item, 1}, {&item, 0}});
   EXPECT_EQ(Values<float>(out.column.values), (std::vector<float>{6, 0, 5, 7}));
   EXPECT_EQ(Values<uint8_t>(out.column.mask), (std::vector<uint8_t>{1, 0, 1, 1}));
+}
+
+// The stacked matrix is the largest buffer of an item: it comes from the recycling pool, so a
+// later item reuses a freed one instead of faulting in fresh pages.
+TEST(FeaturesWriter, PrepareRecyclesTheMatrix) {
+  const RecyclingPool::Budget budget(int64_t{256} << 20);
+  std::vector<float> f0(4096, 1.5f);
+  const ColumnSpec a =
+      Spec("f0", SourceLayout::kFixed, ColumnKind::kDense, DType::kFloat32, DType::kFloat32);
+  const FeaturesWriter writer({a, a, a, a}, 0, DType::kFloat32, "feats", 0);
+  auto prepare = [&] {
+    DecodedItem item;
+    item.num_rows = 4096;  // a 64 KiB matrix: above the pool's smallest kept size
+    item.sources.resize(4);
+    for (auto& source : item.sources) source.values = reinterpret_cast<const uint8_t*>(f0.data());
+    EXPECT_TRUE(writer.Prepare(&item).ok());
+    EXPECT_EQ(reinterpret_cast<const float*>(item.feature_rows[0]->data())[4095 * 4 + 3], 1.5f);
+  };
+  prepare();  // its matrix is freed into the pool with the item
+  const int64_t reused = RecyclingPool::Get()->reused();
+  prepare();
+  EXPECT_GT(RecyclingPool::Get()->reused(), reused);
 }
 
 // A column whose chain is cast(int32 -> uint8): 300 does not fit, a null has no value.
