@@ -169,7 +169,8 @@ def summary_lines(report: dict) -> List[str]:
                                and results[n].get(field))
             limit = stoker.get("fraction_of_limit")
             stall = stoker.get("stall_fraction")
-            out.append(f"- **{workload}**, {LABELS[key]}: {stoker['rows_per_s']:,.0f} rows/s = {ratios}; "
+            speedups = f" = {ratios}" if ratios else ""
+            out.append(f"- **{workload}**, {LABELS[key]}: {stoker['rows_per_s']:,.0f} rows/s{speedups}; "
                        f"fraction of the limit {_fmt(limit, '.2f')}; stall fraction "
                        f"{_fmt(stall, '.3f')} at {w['step_s'] * 1e3:.1f} ms per batch.")
         fill, plain = results.get("stoker_fill", {}), results.get("stoker", {})
