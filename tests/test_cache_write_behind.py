@@ -126,3 +126,30 @@ def test_closing_while_entries_wait_to_be_written_does_not_hang(wide, tmp_path, 
     loader = stoker.Loader(wide, cache_dir=cache_dir, batch_size=256, seed=1)
     assert digest(loader) == reference
     assert loader.stats()["cache"]["corrupt"] == 0
+
+
+
+def test_the_epoch_ends_without_waiting_for_the_queue_and_flush_cache_waits(dataset, reference,
+                                                                          tmp_path, monkeypatch):
+    cache_dir = str(tmp_path / "cache")
+    # Each write takes 2 s: were the epoch's end to wait for the queue, nothing would be left in
+    # it when the loop ends.
+    monkeypatch.setenv("STOKER_TEST_CACHE_WRITE_DELAY_MS", "2000")
+    loader = stoker.Loader(dataset, cache_dir=cache_dir, num_threads=2, **OPTIONS)
+    batches = list(loader)  # a plain loop: no flush_cache(), unlike digest(loader)
+    assert digest(batches) == reference
+    ended = loader.stats()["cache"]
+    assert ended["misses"] >= 3 and ended["write_skipped"] == 0
+    assert ended["writes"] < ended["misses"]  # entries still queued after the epoch's end
+    loader.close()  # drops the queue, finishes only the entry being written
+    monkeypatch.delenv("STOKER_TEST_CACHE_WRITE_DELAY_MS")
+    # flush_cache() waits for every queued entry: after it they are all on disk.
+    filler = stoker.Loader(dataset, cache_dir=cache_dir, num_threads=2, **OPTIONS)
+    assert digest(list(filler)) == reference
+    filler.flush_cache()
+    filled = filler.stats()["cache"]
+    assert filled["misses"] > 0 and filled["write_skipped"] == 0
+    assert filled["writes"] == filled["misses"]
+    warm = stoker.Loader(dataset, cache_dir=cache_dir, **OPTIONS)
+    assert digest(warm) == reference
+    assert warm.stats()["cache"]["misses"] == 0

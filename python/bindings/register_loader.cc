@@ -109,6 +109,11 @@ void RegisterLoader(nb::module_& m) {
              ReleaseGil release;
              self.Close();
            })
+      .def("flush_cache",
+           [](Loader& self) {
+             ReleaseGil release;
+             self.FlushCache();
+           })
       .def_prop_ro("num_batches", &Loader::NumBatches)
       .def_prop_ro("num_rows", &Loader::NumRows)
       .def_prop_ro("shuffle_window_rows", &Loader::ShuffleWindowRows)

@@ -875,6 +875,18 @@ class Loader:
         stats["stall_fraction"] = min(1.0, self._loop_wait_s / loop_s) if loop_s > 0 else 0.0
         return stats
 
+    def flush_cache(self) -> None:
+        """Waits until the ``cache_dir`` entries queued so far are written.
+
+        Entries are stored behind the pipeline: an epoch ends with its last batch, and entries
+        still queued are written during the next one (which reads them from the queue
+        meanwhile). Call this when other processes should find them on disk now (e.g. before
+        starting another job on the node that reads the same cache). ``close()`` does not wait:
+        it drops the queue and counts the dropped entries in ``stats()["cache"]["write_skipped"]``.
+        No-op without ``cache_dir``.
+        """
+        self._live().flush_cache()
+
     def close(self) -> None:
         """Stops every thread; safe from any thread. A live iteration (in this or another
         thread) then raises :class:`~stoker.errors.LoaderClosedError`. The loader cannot be used

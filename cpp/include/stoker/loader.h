@@ -46,6 +46,11 @@ class Loader {
   /// Like Next() but waits at most `timeout_ms`: sets *out to a batch, or *done at the end of
   /// the epoch, or neither on a timeout (so a caller can check for signals and call again).
   Status NextFor(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* done);
+  /// Blocks until the ready-tensor cache entries queued so far are on disk (or skipped, when
+  /// the loader is closed meanwhile). Entries are written behind the pipeline, so an epoch can
+  /// end before its entries are stored; other processes find them once written. No-op without
+  /// cache_dir.
+  void FlushCache();
   /// Stops and joins every thread. Idempotent; safe at any time, from any thread.
   void Stop();
   /// Stop() for good: every later StartEpoch, StartElasticEpoch or Next returns kClosed, so an

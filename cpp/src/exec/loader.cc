@@ -275,11 +275,13 @@ Status Loader::NextFor(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* do
     *done = true;
     return Status::OK();
   }
-  STOKER_RETURN_NOT_OK(pipeline->Next(timeout_ms, out, done));
-  // The epoch's cache entries reach the disk before its end is reported: the next epoch, and
-  // other loaders, find them there. Batches never waited for them.
-  if (*done && impl_->tensor_cache) impl_->tensor_cache->Flush();
-  return Status::OK();
+  // The epoch ends with its last batch: cache entries still queued keep being written behind
+  // the next epoch (which takes them from the queue meanwhile). FlushCache() waits for them.
+  return pipeline->Next(timeout_ms, out, done);
+}
+
+void Loader::FlushCache() {
+  if (impl_ && !impl_->Inherited() && impl_->tensor_cache) impl_->tensor_cache->Flush();
 }
 
 void Loader::Close() {
