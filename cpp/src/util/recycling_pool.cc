@@ -50,7 +50,10 @@ RecyclingPool::Budget::~Budget() {
   RecyclingPool* pool = Get();
   std::lock_guard<std::mutex> lock(pool->mutex_);
   pool->budget_ -= bytes_;
-  pool->TrimLocked(pool->budget_ / kBudgetShare);
+  // The last loader gone, the kept blocks stay for the next one (a reader opened per epoch,
+  // as Petastorm's examples do, would otherwise fault in fresh pages every epoch); nothing more
+  // is kept until a loader opens, and ReleaseUnused() frees them.
+  if (pool->budget_ > 0) pool->TrimLocked(pool->budget_ / kBudgetShare);
 }
 
 arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t** out) {

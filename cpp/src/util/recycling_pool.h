@@ -4,7 +4,8 @@
 // it is freed. Touching it again then costs a page fault and the kernel zeroing the page (5-10%
 // of a cold epoch on a small VM, more with a shuffle window keeping items alive longer). Kept
 // blocks are bounded by the open loaders' budgets: a quarter of the sum of their
-// prefetch_bytes, and none once every loader is gone.
+// prefetch_bytes. When the last loader closes, the blocks kept then stay for the next loader
+// (no more are kept until one opens); ReleaseUnused() frees them.
 //
 // Thread safety: every member may be called from any thread; fork() is safe (the lock is taken
 // around it).

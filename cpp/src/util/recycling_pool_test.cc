@@ -50,7 +50,22 @@ TEST(RecyclingPool, KeepsFreedBlocksOnlyWithinTheBudgets) {
     pool->Free(block, 1000, 64);
     EXPECT_LE(pool->cached_bytes(), 4 << 20);
   }
-  // The last budget gone: every kept block is released.
+  // The last budget gone: the kept blocks stay for the next loader, bounded as before, but no
+  // more are kept; ReleaseUnused() frees them.
+  const int64_t kept = pool->cached_bytes();
+  EXPECT_GT(kept, 0);
+  EXPECT_LE(kept, 4 << 20);
+  ASSERT_TRUE(pool->Allocate(8 << 20, 64, &block).ok());
+  pool->Free(block, 8 << 20, 64);
+  EXPECT_EQ(pool->cached_bytes(), kept);
+  {
+    RecyclingPool::Budget next(16 << 20);
+    const int64_t reused = pool->reused();
+    ASSERT_TRUE(pool->Allocate(1 << 20, 64, &block).ok());  // a block the last loader freed
+    EXPECT_EQ(pool->reused(), reused + 1);
+    pool->Free(block, 1 << 20, 64);
+  }
+  pool->ReleaseUnused();
   EXPECT_EQ(pool->cached_bytes(), 0);
   EXPECT_EQ(pool->bytes_allocated(), 0);
 }
