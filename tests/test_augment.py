@@ -377,8 +377,9 @@ if __name__ == "__main__":
     pids = loader._runner.pids
     print("READY", flush=True)
     try:
-        for batch in loader:
-            pass
+        while True:  # epoch after epoch: the signal always lands mid-iteration
+            for batch in loader:
+                pass
     except KeyboardInterrupt:
         loader.close()
         print("OK", " ".join(map(str, pids)), flush=True)
