@@ -367,7 +367,10 @@ def test_del_mid_iteration_stops_workers(dataset):
 
 
 CTRL_C = """
-import sys, time
+import signal, sys, time
+# Python keeps SIGINT ignored when it starts with it ignored (a test run launched in the
+# background by a non-interactive shell): Ctrl-C must raise KeyboardInterrupt here.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {here!r})
 import stoker
 from test_augment import slow, OPTIONS
@@ -423,19 +426,8 @@ def test_ctrl_c_with_worker_processes(dataset, tmp_path):
     try:
         assert proc.stdout.readline().strip() == "READY"
         time.sleep(1.0)
-        # Only the parent, as `kill -INT`. A second press if the first went unanswered: CI once
-        # saw one Ctrl-C lost mid-epoch (not reproduced since; see the closing note of the
-        # session that added this retry), and the contract under test is that Ctrl-C stops
-        # every worker process promptly, not how many presses it takes.
-        for _ in range(3):
-            proc.send_signal(signal.SIGINT)
-            try:
-                out, err = proc.communicate(timeout=20)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        else:
-            raise AssertionError("three Ctrl-C presses did not stop the loop")
+        proc.send_signal(signal.SIGINT)  # only the parent: as `kill -INT`
+        out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 0, out + err

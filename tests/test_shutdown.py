@@ -18,7 +18,10 @@ from stoker_testdata import write_wide_dataset
 HERE = os.path.dirname(__file__)
 
 PRELUDE = """
-import os, sys, time
+import os, signal, sys, time
+# Python keeps SIGINT ignored when it starts with it ignored (a test run launched in the
+# background by a non-interactive shell): Ctrl-C must raise KeyboardInterrupt here.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {here!r})
 import stoker
 
