@@ -183,7 +183,8 @@ def run_trial(dataset, reference, action, rng):
         # had recorded (one may be between its yield and the record).
         # A finished epoch reads as the start of the next one.
         if state["epoch"] == 1:
-            assert state["batch"] == 0 and consumer.completed and seen_after == n, state
+            # The last batch may be handed out but not yet recorded when seen_after is read.
+            assert state["batch"] == 0 and consumer.completed and seen_after >= n - 1, state
         else:
             assert state["epoch"] == 0, state
             assert seen_before <= state["batch"] <= seen_after + 1, (seen_before, state,
