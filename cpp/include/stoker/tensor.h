@@ -35,7 +35,8 @@ int DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);
 bool ParseDType(const std::string& name, DType* out);
 
-/// One aligned allocation. Returned to its pool by the deleter of the shared_ptr.
+/// One aligned allocation. Returned to its pool by the deleter of the shared_ptr. (A batch column
+/// that is a view of a decoded item's rows has a slab that only keeps the item's buffer alive.)
 class Slab {
  public:
   virtual ~Slab() = default;

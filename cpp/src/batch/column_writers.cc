@@ -755,10 +755,61 @@ Status PaddingFlagWriter::Fill(const BatchRows& rows, OutputColumn* column) cons
 
 // --- TransformWriter -----------------------------------------------------------------------
 
-TransformWriter::TransformWriter(std::vector<ColumnSpec> specs, int slot, int output)
-    : ColumnWriter(output), specs_(std::move(specs)), slot_(slot) {}
+namespace {
+
+// A batch tensor's owner that keeps the decoded item's column (its buffers) alive.
+class LentSlab final : public Slab {
+ public:
+  LentSlab(std::shared_ptr<arrow::Array> array, uint8_t* data, int64_t bytes)
+      : array_(std::move(array)), data_(data), bytes_(bytes) {}
+  uint8_t* data() override { return data_; }
+  int64_t capacity() const override { return bytes_; }
+
+ private:
+  const std::shared_ptr<arrow::Array> array_;
+  uint8_t* const data_;
+  const int64_t bytes_;
+};
+
+}  // namespace
+
+TransformWriter::TransformWriter(std::vector<ColumnSpec> specs, int slot, int output, bool lend)
+    : ColumnWriter(output), specs_(std::move(specs)), slot_(slot), lend_(lend) {
+  const ColumnSpec& head = specs_.front();
+  row_bytes_ = DTypeSize(head.dtype);
+  for (int64_t dim : head.output_shape) row_bytes_ *= dim;
+  gather_only_ = head.chain && head.cached_ops >= head.chain->size() && specs_.size() == 1 &&
+                 !head.options.on_error_zero && head.layout == SourceLayout::kFixed &&
+                 head.source_dtype == head.dtype &&
+                 head.inner * DTypeSize(head.dtype) == row_bytes_;
+}
+
+const uint8_t* TransformWriter::Lendable(const BatchRows& rows) const {
+  if (!lend_ || !gather_only_ || rows.items.size() != 1 || rows.runs.size() != 1) return nullptr;
+  const DecodedItem& item = *rows.items[0];
+  const ColumnSource& source = item.sources[slot_];
+  // At least half of the item's rows: a batch kept by the user keeps at most twice its bytes.
+  if (source.array == nullptr || source.validity != nullptr || rows.size() * 2 < item.num_rows) {
+    return nullptr;
+  }
+  const uint8_t* data = source.values + rows.row[0] * row_bytes_;
+  // Aligned like a slab's tensors.
+  return reinterpret_cast<uintptr_t>(data) % 64 == 0 ? data : nullptr;
+}
 
 void TransformWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
+  if (const uint8_t* lent = Lendable(rows)) {
+    const ColumnSpec& head = specs_.front();
+    Describe(head, column);
+    std::vector<int64_t> shape = {rows.size()};
+    shape.insert(shape.end(), head.output_shape.begin(), head.output_shape.end());
+    SetShape(&column->values, head.dtype, std::move(shape));
+    // The item's buffer is this item's alone and read-only to the pipeline from here on.
+    column->values.data = const_cast<uint8_t*>(lent);
+    column->values.owner = std::make_shared<LentSlab>(
+        rows.Source(0, slot_).array, column->values.data, rows.size() * row_bytes_);
+    return;
+  }
   for (size_t j = 0; j < specs_.size(); ++j) {
     const ColumnSpec& spec = specs_[j];
     SizeDense(spec, spec.output_shape, rows.size(), column + j, layout);
@@ -783,10 +834,11 @@ Status TransformWriter::Fill(const BatchRows& rows, OutputColumn* column) const 
     row_bytes[j] = DTypeSize(specs_[j].dtype);
     for (int64_t dim : specs_[j].output_shape) row_bytes[j] *= dim;
   }
-  // A chain run entirely before the cache leaves nothing per row but a copy: gather it like a
-  // plain column (a tight loop keeps many cache misses in flight; the Value path does not).
-  if (cached >= head_chain.size() && outputs == 1 && !zero && head.layout == SourceLayout::kFixed &&
-      head.source_dtype == head.dtype && head.inner * DTypeSize(head.dtype) == row_bytes[0]) {
+  // A chain run entirely before the cache leaves nothing per row but a copy (none when Size
+  // lent the item's rows): gather it like a plain column (a tight loop keeps many cache misses
+  // in flight; the Value path does not).
+  if (gather_only_) {
+    if (Lendable(rows) != nullptr) return Status::OK();
     bool nulls = false;
     for (const DecodedItem* item : rows.items) nulls |= item->sources[slot_].validity != nullptr;
     if (!nulls) {
@@ -882,6 +934,7 @@ ColumnWriters MakeColumnWriters(const OutputSpec& spec, const LoaderOptions& opt
     out.writers.push_back(std::move(writer));
   };
   const int num_columns = static_cast<int>(spec.columns.size());
+  const bool lend = options.cache_dir.empty() && !options.pin_memory;
   for (int c = 0; c < num_columns; ++c) {
     const ColumnSpec& column = spec.columns[c];
     const int output = out.num_outputs++;
@@ -899,7 +952,7 @@ ColumnWriters MakeColumnWriters(const OutputSpec& spec, const LoaderOptions& opt
       continue;
     } else if (column.chain && column.layout != SourceLayout::kList) {
       // A list's chain ran in the decoder: its writer is the list's own.
-      add(std::make_unique<TransformWriter>(column, c, output));
+      add(std::make_unique<TransformWriter>(column, c, output, lend));
     } else {
       switch (column.kind) {
         case ColumnKind::kDense:

@@ -193,18 +193,32 @@ class FeaturesWriter final : public ColumnWriter {
 /// A column with several outputs (a group) has one writer for all of them: it writes the
 /// adjacent output columns `output() .. output() + specs.size() - 1`, running the ops the
 /// chains share once per row. Under on_error="zero" each output also gets `<name>_valid`.
+///
+/// `lend`: a chain run wholly before the cache leaves rows to copy; when a batch is one run of
+/// one item covering at least half of its rows, the batch's tensor points into the item's
+/// buffer instead (kept alive by the tensor's owner). Only for buffers nothing else reads or
+/// maps: off with a tensor cache (its entries are mapped, and written from the items after the
+/// batch is out) and with pin_memory (the tensor would not be pinned).
 class TransformWriter final : public ColumnWriter {
  public:
-  TransformWriter(const ColumnSpec& spec, int slot, int output)
-      : TransformWriter(std::vector<ColumnSpec>{spec}, slot, output) {}
+  TransformWriter(const ColumnSpec& spec, int slot, int output, bool lend = false)
+      : TransformWriter(std::vector<ColumnSpec>{spec}, slot, output, lend) {}
   /// `specs` read the same source; their slots are slot .. slot + specs.size() - 1.
-  TransformWriter(std::vector<ColumnSpec> specs, int slot, int output);
+  TransformWriter(std::vector<ColumnSpec> specs, int slot, int output, bool lend = false);
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
   Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 
  private:
+  /// The rows' bytes in the item when the batch may point into them, else nullptr.
+  const uint8_t* Lendable(const BatchRows& rows) const;
+
   const std::vector<ColumnSpec> specs_;
   const int slot_;
+  const bool lend_;
+  /// The chain ran wholly before the cache into rows of the output's dtype and shape: batches
+  /// gather them like a plain column.
+  bool gather_only_ = false;
+  int64_t row_bytes_ = 0;  // of the (first) output
 };
 
 /// The padding flag: bool [B], true for rows that pad the rank's share (DecodedItem::padding).

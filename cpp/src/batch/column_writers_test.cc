@@ -1,5 +1,6 @@
 #include "batch/column_writers.h"
 
+#include <arrow/array.h>
 #include <arrow/buffer.h>
 #include <gtest/gtest.h>
 
@@ -654,6 +655,72 @@ TEST(TransformWriter, WithoutOnErrorARowThatFailsNamesWhereItIs) {
   EXPECT_NE(status.message().find("f.parquet, row group 2, row 11"), std::string::npos)
       << status.message();
   EXPECT_NE(status.message().find("column 'x'"), std::string::npos) << status.message();
+}
+
+// A uint8 [64] column whose chain (a cast) ran wholly before the cache, and an item of `rows`
+// such rows in a 64-byte aligned Arrow buffer (row r filled with r + 1).
+struct PrefixItem {
+  ColumnSpec spec;
+  DecodedItem item;
+  std::shared_ptr<arrow::Buffer> buffer;
+  explicit PrefixItem(int64_t rows) {
+    spec = Spec("x", SourceLayout::kFixed, ColumnKind::kDense, DType::kUInt8, DType::kUInt8);
+    spec.inner = 64;
+    spec.inner_shape = spec.output_shape = {64};
+    std::vector<std::unique_ptr<transform::Op>> ops;
+    ops.push_back(*transform::MakeOp("cast", {{"dtype", ParamValue("uint8")}}));
+    spec.chain = std::make_shared<const transform::Chain>(*transform::Chain::Make(
+        "x", transform::ValueType::Tensor(transform::ElementType::kUInt8, {64}), std::move(ops)));
+    spec.cached_ops = 1;
+    buffer = *arrow::AllocateBuffer(rows * 64);
+    for (int64_t r = 0; r < rows; ++r) std::memset(buffer->mutable_data() + r * 64, r + 1, 64);
+    item.num_rows = rows;
+    item.sources.resize(1);
+    item.sources[0].array =
+        arrow::MakeArray(arrow::ArrayData::Make(arrow::uint8(), rows * 64, {nullptr, buffer}));
+    item.sources[0].values = buffer->data();
+  }
+};
+
+TEST(TransformWriter, LendsTheItemsRowsToABatchThatIsOneRunOfAtLeastHalfOfThem) {
+  auto prefix = std::make_unique<PrefixItem>(4);
+  const uint8_t* base = prefix->buffer->data();
+  const TransformWriter writer(prefix->spec, 0, 0, /*lend=*/true);
+  const Written whole = Write(
+      writer, {{&prefix->item, 0}, {&prefix->item, 1}, {&prefix->item, 2}, {&prefix->item, 3}});
+  EXPECT_EQ(whole.column.values.data, base);
+  EXPECT_EQ(whole.slab_bytes, 0);  // nothing placed in the slab
+  EXPECT_EQ(whole.column.values.shape, (std::vector<int64_t>{4, 64}));
+  const Written half = Write(writer, {{&prefix->item, 2}, {&prefix->item, 3}});
+  EXPECT_EQ(half.column.values.data, base + 2 * 64);
+  // The tensor's owner keeps the rows alive after the item (and its array) are gone.
+  prefix.reset();
+  const std::vector<uint8_t> values = Values<uint8_t>(whole.column.values);
+  for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(values[r * 64 + 63], r + 1);
+  EXPECT_EQ(Values<uint8_t>(half.column.values)[64], 4);
+}
+
+TEST(TransformWriter, CopiesRowsItMayNotLend) {
+  PrefixItem prefix(4);
+  PrefixItem other(4);
+  const uint8_t* base = prefix.buffer->data();
+  const TransformWriter lending(prefix.spec, 0, 0, /*lend=*/true);
+  const TransformWriter copying(prefix.spec, 0, 0, /*lend=*/false);
+  const std::vector<std::vector<RowRef>> cases = {
+      {{&prefix.item, 0}},                                       // a quarter of the item
+      {{&prefix.item, 0}, {&prefix.item, 2}},                    // two runs
+      {{&prefix.item, 0}, {&prefix.item, 1}, {&other.item, 0}},  // two items
+  };
+  for (const auto& refs : cases) {
+    const Written out = Write(lending, refs);
+    EXPECT_EQ(out.column.values.data, out.slab->data());
+    EXPECT_EQ(Values<uint8_t>(out.column.values)[0], 1);
+  }
+  const Written out =
+      Write(copying, {{&prefix.item, 0}, {&prefix.item, 1}, {&prefix.item, 2}, {&prefix.item, 3}});
+  EXPECT_EQ(out.column.values.data, out.slab->data());
+  EXPECT_NE(out.column.values.data, base);
+  EXPECT_EQ(Values<uint8_t>(out.column.values)[3 * 64], 4);
 }
 
 TEST(PaddingFlagWriter, CopiesEachItemsFlag) {
