@@ -1,10 +1,11 @@
-"""Dataset writers shared by the contract tests (real pyarrow files, written at test time)."""
+"""Dataset writers shared by the contract tests (real pyarrow files, written at test time), and
+the readers they check them with."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-from typing import Dict, Iterable, List, Sequence
+from typing import Any, Dict, Iterable, List, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -98,6 +99,21 @@ def digest(batches: Iterable[Dict[str, object]]) -> List[str]:
     if flush is not None:
         flush()
     return out
+
+
+# Files from Apache parquet-testing (tests/data/parquet-testing/README.md).
+PARQUET_TESTING = os.path.join(os.path.dirname(__file__), "data", "parquet-testing")
+
+
+def load_in_order(source: Any, batch_size: int = 3, **kwargs: Any) -> List[Dict[str, Any]]:
+    """Every batch of one epoch in file order (shuffle=False, drop_last=False unless given);
+    the loader is closed after."""
+    import stoker
+
+    kwargs.setdefault("shuffle", False)
+    kwargs.setdefault("drop_last", False)
+    with stoker.Loader(source, batch_size=batch_size, **kwargs) as loader:
+        return list(loader)
 
 
 def collect_ids(loader) -> List[np.ndarray]:

@@ -21,15 +21,8 @@ import stoker
 from stoker import Ragged
 from stoker.errors import NullValueError, UnsupportedTypeError
 
-DATA = os.path.join(os.path.dirname(__file__), "data", "parquet-testing")
-
-
-def load(source: str, **kwargs: Any) -> List[Dict[str, Any]]:
-    kwargs.setdefault("shuffle", False)
-    kwargs.setdefault("drop_last", False)
-    kwargs.setdefault("batch_size", 3)
-    with stoker.Loader(source, **kwargs) as loader:
-        return list(loader)
+from stoker_testdata import PARQUET_TESTING as DATA
+from stoker_testdata import load_in_order as load
 
 
 def delivered(batches: List[Dict[str, Any]], name: str) -> list:
