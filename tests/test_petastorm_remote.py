@@ -48,7 +48,7 @@ def test_loader_detects_a_petastorm_store_on_s3(moto):
 
 
 @pytest.mark.timeout(120)
-def test_make_reader_reads_s3_with_storages3_options(moto):
+def test_make_reader_reads_s3_with_storage_options(moto):
     from stoker.petastorm import make_reader
 
     with make_reader(f"s3://{BUCKET}/store", storage_options=s3_options(moto), seed=1) as reader:
