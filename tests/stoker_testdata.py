@@ -116,6 +116,27 @@ def load_in_order(source: Any, batch_size: int = 3, **kwargs: Any) -> List[Dict[
         return list(loader)
 
 
+def batch_bytes(batches: Iterable[Dict[str, Any]], keys: bool = True) -> bytes:
+    """Every batch's values as bytes, keys in sorted order (with `keys`, each key's name before
+    its value); a Ragged column as its flat values, then each level's offsets. For comparing
+    epochs byte for byte."""
+    from stoker import Ragged
+
+    out = b""
+    for batch in batches:
+        for key in sorted(batch):
+            value = batch[key]
+            if keys:
+                out += key.encode()
+            if isinstance(value, Ragged):
+                out += np.asarray(value.flat_values).tobytes()
+                for offsets in value.nested_offsets:
+                    out += np.asarray(offsets).tobytes()
+            else:
+                out += np.asarray(value).tobytes()
+    return out
+
+
 def collect_ids(loader) -> List[np.ndarray]:
     return [np.array(batch["id"], copy=True) for batch in loader]
 

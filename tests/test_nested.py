@@ -22,6 +22,7 @@ from stoker import Ragged
 from stoker.errors import NullValueError, UnsupportedTypeError
 
 from stoker_testdata import PARQUET_TESTING as DATA
+from stoker_testdata import batch_bytes
 from stoker_testdata import load_in_order as load
 
 
@@ -339,17 +340,7 @@ def test_null_list_and_map_without_values():
 # ------------------------------------------------------------------------------- determinism
 
 def _digest(batches) -> bytes:
-    out = b""
-    for batch in batches:
-        for key in sorted(batch):
-            value = batch[key]
-            if isinstance(value, Ragged):
-                out += np.asarray(value.flat_values).tobytes()
-                for offsets in value.nested_offsets:
-                    out += np.asarray(offsets).tobytes()
-            else:
-                out += np.asarray(value).tobytes()
-    return out
+    return batch_bytes(batches, keys=False)
 
 
 @pytest.mark.parametrize("threads", [1, 3])
