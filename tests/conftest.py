@@ -7,6 +7,13 @@ Fixtures here are generic so any suite can use them:
   writer (``COPY ... TO ... (FORMAT PARQUET)``). DuckDB rounds row groups up to its vector size
   (2048 rows), so use a few thousand rows to get several row groups.
 - ``load_batches(source, **loader_kwargs)`` returns every batch of one epoch as a list of dicts.
+
+For the S3 suites (tests/s3_fixtures.py has the servers):
+
+- ``proxy``: a FaultProxy in front of the module's ``moto`` fixture (a MotoServer, e.g. from
+  ``s3_fixtures.dataset_server``), closed after the test.
+- ``hermetic_aws_env``: nothing from the machine's AWS environment or files reaches the SDK; a
+  module turns it on with ``pytest.mark.usefixtures("hermetic_aws_env")``.
 """
 
 from __future__ import annotations
@@ -80,3 +87,21 @@ def load_batches() -> Callable[..., List[Dict[str, Any]]]:
             return list(loader)
 
     return load
+
+
+@pytest.fixture
+def proxy(moto):
+    """A fault-injecting proxy in front of the module's ``moto`` server, closed after the test."""
+    from s3_fixtures import FaultProxy
+
+    p = FaultProxy(moto.host, moto.port)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def hermetic_aws_env(monkeypatch, tmp_path) -> None:
+    """No credentials, profile, region or config from the machine running the tests."""
+    from s3_fixtures import isolate_aws_env
+
+    isolate_aws_env(monkeypatch, tmp_path)

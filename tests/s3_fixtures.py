@@ -19,7 +19,9 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
+
+import pytest
 
 ACCESS_KEY = "AKIATESTSTOKER000001"
 # Distinctive so a leak is easy to grep for.
@@ -342,3 +344,27 @@ def isolate_aws_env(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config-none"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials-none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def s3_options(server, **extra: Any) -> dict:
+    """Loader ``storage_options`` for `server` (a MotoServer or a FaultProxy): plain HTTP, the
+    test region and keys; `extra` adds or replaces keys."""
+    options = dict(endpoint_override=server.endpoint, scheme="http", region=REGION,
+                   access_key=ACCESS_KEY, secret_key=SECRET_KEY)
+    options.update(extra)
+    return options
+
+
+def dataset_server(bucket: str, prefix: str, write: Callable[[str], Any]):
+    """A module-scoped fixture (assign it to ``moto``): ``write(folder)`` writes a dataset into
+    a fresh temporary folder, which a MotoServer serves at s3://bucket/prefix/ for the module's
+    tests (see serving_dir). conftest.py's ``proxy`` fixture fronts it."""
+
+    @pytest.fixture(scope="module")
+    def moto(tmp_path_factory):
+        local = str(tmp_path_factory.mktemp(bucket) / prefix)
+        write(local)
+        with serving_dir(local, bucket, prefix) as server:
+            yield server
+
+    return moto

@@ -1,10 +1,11 @@
-"""Dataset writers shared by the contract tests (real pyarrow files, written at test time)."""
+"""Dataset writers shared by the contract tests (real pyarrow files, written at test time), and
+the readers they check them with."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-from typing import Dict, Iterable, List, Sequence
+from typing import Any, Dict, Iterable, List, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -97,6 +98,42 @@ def digest(batches: Iterable[Dict[str, object]]) -> List[str]:
     flush = getattr(batches, "flush_cache", None)
     if flush is not None:
         flush()
+    return out
+
+
+# Files from Apache parquet-testing (tests/data/parquet-testing/README.md).
+PARQUET_TESTING = os.path.join(os.path.dirname(__file__), "data", "parquet-testing")
+
+
+def load_in_order(source: Any, batch_size: int = 3, **kwargs: Any) -> List[Dict[str, Any]]:
+    """Every batch of one epoch in file order (shuffle=False, drop_last=False unless given);
+    the loader is closed after."""
+    import stoker
+
+    kwargs.setdefault("shuffle", False)
+    kwargs.setdefault("drop_last", False)
+    with stoker.Loader(source, batch_size=batch_size, **kwargs) as loader:
+        return list(loader)
+
+
+def batch_bytes(batches: Iterable[Dict[str, Any]], keys: bool = True) -> bytes:
+    """Every batch's values as bytes, keys in sorted order (with `keys`, each key's name before
+    its value); a Ragged column as its flat values, then each level's offsets. For comparing
+    epochs byte for byte."""
+    from stoker import Ragged
+
+    out = b""
+    for batch in batches:
+        for key in sorted(batch):
+            value = batch[key]
+            if keys:
+                out += key.encode()
+            if isinstance(value, Ragged):
+                out += np.asarray(value.flat_values).tobytes()
+                for offsets in value.nested_offsets:
+                    out += np.asarray(offsets).tobytes()
+            else:
+                out += np.asarray(value).tobytes()
     return out
 
 

@@ -21,15 +21,9 @@ import stoker
 from stoker import Ragged
 from stoker.errors import NullValueError, UnsupportedTypeError
 
-DATA = os.path.join(os.path.dirname(__file__), "data", "parquet-testing")
-
-
-def load(source: str, **kwargs: Any) -> List[Dict[str, Any]]:
-    kwargs.setdefault("shuffle", False)
-    kwargs.setdefault("drop_last", False)
-    kwargs.setdefault("batch_size", 3)
-    with stoker.Loader(source, **kwargs) as loader:
-        return list(loader)
+from stoker_testdata import PARQUET_TESTING as DATA
+from stoker_testdata import batch_bytes
+from stoker_testdata import load_in_order as load
 
 
 def delivered(batches: List[Dict[str, Any]], name: str) -> list:
@@ -346,17 +340,7 @@ def test_null_list_and_map_without_values():
 # ------------------------------------------------------------------------------- determinism
 
 def _digest(batches) -> bytes:
-    out = b""
-    for batch in batches:
-        for key in sorted(batch):
-            value = batch[key]
-            if isinstance(value, Ragged):
-                out += np.asarray(value.flat_values).tobytes()
-                for offsets in value.nested_offsets:
-                    out += np.asarray(offsets).tobytes()
-            else:
-                out += np.asarray(value).tobytes()
-    return out
+    return batch_bytes(batches, keys=False)
 
 
 @pytest.mark.parametrize("threads", [1, 3])

@@ -21,15 +21,9 @@ import stoker
 from stoker import Ragged
 from stoker.errors import InvalidOptionError, NullValueError
 
-DATA = os.path.join(os.path.dirname(__file__), "data", "parquet-testing")
-
-
-def load(source: Any, **kwargs: Any) -> List[Dict[str, Any]]:
-    kwargs.setdefault("shuffle", False)
-    kwargs.setdefault("drop_last", False)
-    kwargs.setdefault("batch_size", 3)
-    with stoker.Loader(source, **kwargs) as loader:
-        return list(loader)
+from stoker_testdata import PARQUET_TESTING as DATA
+from stoker_testdata import batch_bytes
+from stoker_testdata import load_in_order as load
 
 
 def expected(path: str, column: str) -> list:
@@ -461,19 +455,7 @@ def test_parquet_testing_repeated_no_annotation():
 
 # ------------------------------------------------------------------ determinism and cache
 
-def _digest(batches: List[Dict[str, Any]]) -> bytes:
-    out = b""
-    for batch in batches:
-        for key in sorted(batch):
-            value = batch[key]
-            out += key.encode()
-            if isinstance(value, Ragged):
-                out += np.asarray(value.flat_values).tobytes()
-                for offsets in value.nested_offsets:
-                    out += np.asarray(offsets).tobytes()
-            else:
-                out += np.asarray(value).tobytes()
-    return out
+_digest = batch_bytes
 
 
 @pytest.mark.parametrize("mode", ["ragged", "padded"])

@@ -10,10 +10,11 @@ import pytest
 import stoker
 
 import petastorm_fixtures as pf
-from s3_fixtures import ACCESS_KEY, REGION, SECRET_KEY, isolate_aws_env, moto_available, serving_dir
+from s3_fixtures import moto_available, s3_options, serving_dir
 
 pytestmark = [pytest.mark.skipif(not moto_available(), reason="needs moto[server] and boto3"),
-              pytest.mark.skipif(bool(pf.missing()), reason=pf.missing() or "ok")]
+              pytest.mark.skipif(bool(pf.missing()), reason=pf.missing() or "ok"),
+              pytest.mark.usefixtures("hermetic_aws_env")]  # conftest.py
 
 BUCKET = "stoker-petastorm"
 
@@ -27,21 +28,11 @@ def moto(tmp_path_factory):
         yield server
 
 
-@pytest.fixture(autouse=True)
-def hermetic_aws_env(monkeypatch, tmp_path):
-    isolate_aws_env(monkeypatch, tmp_path)
-
-
-def _options(moto):
-    return dict(endpoint_override=moto.endpoint, scheme="http", region=REGION,
-                access_key=ACCESS_KEY, secret_key=SECRET_KEY)
-
-
 @pytest.mark.timeout(120)
 def test_loader_detects_a_petastorm_store_on_s3(moto):
     columns = ["id", "png_rgb", "jpg_gray", "mat", "zmat"]
     kwargs = dict(columns=columns, batch_size=8, seed=4, drop_last=False)
-    remote = list(stoker.Loader(f"s3://{BUCKET}/store", storage_options=_options(moto),
+    remote = list(stoker.Loader(f"s3://{BUCKET}/store", storage_options=s3_options(moto),
                                 petastorm=True, **kwargs))
     local = list(stoker.Loader(moto.local_dir, **kwargs))
     assert len(remote) == len(local) == 3
@@ -52,7 +43,7 @@ def test_loader_detects_a_petastorm_store_on_s3(moto):
     assert remote[0]["jpg_gray"].shape == (8, 16, 16)
     # Without petastorm=True a remote source is read as stored: no request before the Loader
     # has checked its options.
-    raw = stoker.Loader(f"s3://{BUCKET}/store", storage_options=_options(moto), **kwargs)
+    raw = stoker.Loader(f"s3://{BUCKET}/store", storage_options=s3_options(moto), **kwargs)
     assert next(iter(raw))["png_rgb"].kind == "binary"
 
 
@@ -60,7 +51,7 @@ def test_loader_detects_a_petastorm_store_on_s3(moto):
 def test_make_reader_reads_s3_with_storage_options(moto):
     from stoker.petastorm import make_reader
 
-    with make_reader(f"s3://{BUCKET}/store", storage_options=_options(moto), seed=1) as reader:
+    with make_reader(f"s3://{BUCKET}/store", storage_options=s3_options(moto), seed=1) as reader:
         got = sorted(pf.row_key(r) for r in reader)
     with make_reader("file://" + moto.local_dir, seed=1) as reader:
         want = sorted(pf.row_key(r) for r in reader)

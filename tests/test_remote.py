@@ -20,43 +20,20 @@ import pytest
 import stoker
 from stoker.errors import DatasetNotFoundError, InvalidOptionError, StorageError
 
-from s3_fixtures import ACCESS_KEY, REGION, SECRET_KEY, SESSION_TOKEN, FaultProxy
-from s3_fixtures import isolate_aws_env, moto_available, serving_dir
+from s3_fixtures import ACCESS_KEY, REGION, SECRET_KEY, SESSION_TOKEN
+from s3_fixtures import dataset_server, moto_available, s3_options
 from stoker_testdata import digest, write_uneven_dataset
 
-pytestmark = pytest.mark.skipif(not moto_available(), reason="needs moto[server] and boto3")
+# hermetic_aws_env (conftest.py): no credentials, profile or config from the machine running
+# the tests.
+pytestmark = [pytest.mark.skipif(not moto_available(), reason="needs moto[server] and boto3"),
+              pytest.mark.usefixtures("hermetic_aws_env")]
 
 BUCKET = "stoker-remote"
 PREFIX = "uneven"
 FILE_ROWS = (1000, 2500, 700, 1800)
 
-
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory):
-    local = str(tmp_path_factory.mktemp("remote") / PREFIX)
-    write_uneven_dataset(local, FILE_ROWS)
-    with serving_dir(local, BUCKET, PREFIX) as server:
-        yield server
-
-
-@pytest.fixture
-def proxy(moto):
-    p = FaultProxy(moto.host, moto.port)
-    yield p
-    p.close()
-
-
-@pytest.fixture(autouse=True)
-def hermetic_aws_env(monkeypatch, tmp_path):
-    """No credentials, profile or config from the machine running the tests."""
-    isolate_aws_env(monkeypatch, tmp_path)
-
-
-def s3_options(proxy, **extra):
-    options = dict(endpoint_override=proxy.endpoint, scheme="http", region=REGION,
-                   access_key=ACCESS_KEY, secret_key=SECRET_KEY)
-    options.update(extra)
-    return options
+moto = dataset_server(BUCKET, PREFIX, lambda local: write_uneven_dataset(local, FILE_ROWS))
 
 
 def source():

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 import stoker
-from s3_fixtures import ACCESS_KEY, REGION, SECRET_KEY, FaultProxy, MotoServer, moto_available
+from s3_fixtures import dataset_server, moto_available, s3_options
 from stoker_testdata import digest, write_uneven_dataset
 
 pytestmark = pytest.mark.skipif(not moto_available(), reason="needs moto[server] and boto3")
@@ -21,30 +21,7 @@ BUCKET = "stoker-cache"
 PREFIX = "uneven"
 OPTIONS = dict(batch_size=100, seed=9, shuffle_window=800, drop_last=False)
 
-
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory):
-    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
-    server = MotoServer()
-    local = str(tmp_path_factory.mktemp("remote_cache") / PREFIX)
-    write_uneven_dataset(local)
-    server.create_bucket(BUCKET)
-    server.upload_dir(local, BUCKET, PREFIX)
-    server.local_dir = local
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def proxy(moto):
-    p = FaultProxy(moto.host, moto.port)
-    yield p
-    p.close()
-
-
-def storage(proxy):
-    return dict(endpoint_override=proxy.endpoint, scheme="http", region=REGION,
-                access_key=ACCESS_KEY, secret_key=SECRET_KEY)
+moto = dataset_server(BUCKET, PREFIX, write_uneven_dataset)
 
 
 def data_gets(proxy):
@@ -61,7 +38,7 @@ def test_processes_sharing_a_cache_download_each_block_once(moto, proxy, tmp_pat
         import stoker
         from stoker_testdata import digest
         loader = stoker.Loader("s3://{BUCKET}/{PREFIX}", cache_dir={cache_dir!r},
-                               storage_options={storage(proxy)!r}, num_threads=2, **{OPTIONS!r})
+                               storage_options={s3_options(proxy)!r}, num_threads=2, **{OPTIONS!r})
         print(json.dumps(digest(loader)))
     """)
     env = dict(os.environ, AWS_EC2_METADATA_DISABLED="true")
@@ -82,12 +59,12 @@ def test_processes_sharing_a_cache_download_each_block_once(moto, proxy, tmp_pat
 def test_warm_epoch_reads_nothing_from_the_store(moto, proxy, tmp_path):
     cache_dir = str(tmp_path / "cache")
     source = f"s3://{BUCKET}/{PREFIX}"
-    cold = stoker.Loader(source, cache_dir=cache_dir, storage_options=storage(proxy), **OPTIONS)
+    cold = stoker.Loader(source, cache_dir=cache_dir, storage_options=s3_options(proxy), **OPTIONS)
     cold_digest = digest(cold)
     assert data_gets(proxy)
     proxy.clear()
     before = len(proxy.log())
-    warm = stoker.Loader(source, cache_dir=cache_dir, storage_options=storage(proxy), **OPTIONS)
+    warm = stoker.Loader(source, cache_dir=cache_dir, storage_options=s3_options(proxy), **OPTIONS)
     warm.set_epoch(1)
     digest(warm)
     warm.set_epoch(0)
@@ -98,7 +75,7 @@ def test_warm_epoch_reads_nothing_from_the_store(moto, proxy, tmp_path):
 
 @pytest.mark.timeout(60)
 def test_stats_count_storage_requests(moto, proxy):
-    loader = stoker.Loader(f"s3://{BUCKET}/{PREFIX}", storage_options=storage(proxy), **OPTIONS)
+    loader = stoker.Loader(f"s3://{BUCKET}/{PREFIX}", storage_options=s3_options(proxy), **OPTIONS)
     for _ in loader:
         pass
     counters = loader.stats()["storage"]

@@ -8,6 +8,7 @@ for a column the loader reads.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Dict, List
 
@@ -19,6 +20,8 @@ import pytest
 import stoker
 from stoker.errors import NullValueError, SchemaMismatchError
 
+from stoker_testdata import load_in_order
+
 
 def write_files(root, tables: List[pa.Table]) -> str:
     os.makedirs(root, exist_ok=True)
@@ -27,12 +30,7 @@ def write_files(root, tables: List[pa.Table]) -> str:
     return os.fspath(root)
 
 
-def load(source: str, **kwargs: Any) -> List[Dict[str, Any]]:
-    kwargs.setdefault("shuffle", False)
-    kwargs.setdefault("drop_last", False)
-    kwargs.setdefault("batch_size", 5)
-    with stoker.Loader(source, **kwargs) as loader:
-        return list(loader)
+load = functools.partial(load_in_order, batch_size=5)
 
 
 def column(batches: List[Dict[str, Any]], name: str) -> list:

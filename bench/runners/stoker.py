@@ -3,6 +3,9 @@ Images: decode + random-resized-crop 224 + flip + CHW uint8 as push-down transfo
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+
 from .common import feature_names, other_columns
 
 NAME = "stoker"
@@ -64,3 +67,24 @@ def batches(job, shuffle=True):
 def stats(job):
     loader = job.get("_stoker_loader")
     return loader.stats() if loader is not None else None
+
+
+# ------------------------------------------------- the cache_dir runners (stoker_fill, stoker_warm)
+
+def _cache_loader(job, prefix):
+    """A Loader as above over a fresh temporary ``cache_dir`` (named by `prefix`), kept in the
+    job for stats() and close_cache_loader()."""
+    import stoker
+
+    job["_cache_dir"] = tempfile.mkdtemp(prefix=prefix)
+    loader = stoker.Loader(job["path"], **_options(job), cache_dir=job["_cache_dir"])
+    job["_stoker_loader"] = loader
+    return loader
+
+
+def close_cache_loader(job):
+    """The cache_dir runners' shutdown: closes the loader and removes its cache_dir."""
+    loader = job.get("_stoker_loader")
+    if loader is not None:
+        loader.close()
+    shutil.rmtree(job.get("_cache_dir", ""), ignore_errors=True)

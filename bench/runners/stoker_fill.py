@@ -5,15 +5,13 @@ still queued for the disk). Everything else as in the ``stoker`` runner; compare
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-
 from . import stoker as _base
 
 NAME = "stoker_fill"
 WORKLOADS = ("tabular-snappy", "tabular-zstd")
 available = _base.available
 stats = _base.stats
+shutdown = _base.close_cache_loader
 
 
 def config(job):
@@ -22,17 +20,6 @@ def config(job):
 
 
 def batches(job):
-    import stoker
-
-    job["_cache_dir"] = tempfile.mkdtemp(prefix="stoker-bench-fill-")
-    loader = stoker.Loader(job["path"], **_base._options(job), cache_dir=job["_cache_dir"])
-    job["_stoker_loader"] = loader
+    loader = _base._cache_loader(job, "stoker-bench-fill-")
     for batch in loader:
         yield len(batch["label"]), batch
-
-
-def shutdown(job):
-    loader = job.get("_stoker_loader")
-    if loader is not None:
-        loader.close()
-    shutil.rmtree(job.get("_cache_dir", ""), ignore_errors=True)

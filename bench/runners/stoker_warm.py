@@ -6,15 +6,13 @@ reads every row group from the cache. Everything else as in the ``stoker`` runne
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-
 from . import stoker as _base
 
 NAME = "stoker_warm"
 WORKLOADS = ("tabular-snappy", "tabular-zstd")
 available = _base.available
 stats = _base.stats
+shutdown = _base.close_cache_loader
 
 
 def config(job):
@@ -23,10 +21,7 @@ def config(job):
 
 
 def prepare(job):
-    import stoker
-
-    job["_cache_dir"] = tempfile.mkdtemp(prefix="stoker-bench-warm-")
-    loader = stoker.Loader(job["path"], **_base._options(job), cache_dir=job["_cache_dir"])
+    loader = _base._cache_loader(job, "stoker-bench-warm-")
     epoch = 0
     while True:  # the filling epochs
         loader.set_epoch(epoch)
@@ -38,16 +33,8 @@ def prepare(job):
             break  # every entry this epoch missed was stored: the next epoch only hits
     job["_fill_epochs"] = epoch
     loader.set_epoch(epoch)
-    job["_stoker_loader"] = loader
 
 
 def batches(job):
     for batch in job["_stoker_loader"]:
         yield len(batch["label"]), batch
-
-
-def shutdown(job):
-    loader = job.get("_stoker_loader")
-    if loader is not None:
-        loader.close()
-    shutil.rmtree(job.get("_cache_dir", ""), ignore_errors=True)
