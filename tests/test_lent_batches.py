@@ -1,8 +1,8 @@
 """Batches that point into the decoded rows instead of copying them.
 
 A column whose transforms all run before the cache (decode_image, standardize...) is decoded into
-a buffer of finished rows; a batch that is one run of at least half of such an item's rows (row
-groups read in order, no row shuffle) is handed out as a view of that buffer. These tests hold
+a buffer of finished rows; a batch that is one run of at least a quarter of such an item's rows
+(row groups read in order, no row shuffle) is handed out as a view of that buffer. These tests hold
 that contract: the same bytes as copied batches, every batch its own memory, and in-place edits
 of a batch never reach another batch, a later epoch or the cache (with cache_dir nothing is
 lent)."""
@@ -96,9 +96,11 @@ def test_in_place_edits_never_reach_the_cache(dataset, tmp_path):
             np.testing.assert_array_equal(have[key], want[key])
 
 
-def test_batches_of_one_row_group_are_views_of_its_decoded_rows(dataset):
-    # Two batches of half a row group each: lent, they are the two halves of one buffer.
-    batches = list(make(dataset, batch_size=GROUP_ROWS // 2))
+@pytest.mark.parametrize("parts", [2, 4])
+def test_batches_of_one_row_group_are_views_of_its_decoded_rows(dataset, parts):
+    # Batches of a half or a quarter of a row group: lent, they are consecutive parts of one
+    # buffer.
+    batches = list(make(dataset, batch_size=GROUP_ROWS // parts))
     for first, second in zip(batches[0::2], batches[1::2]):
         for key in ("image", "emb"):
             row_bytes = first[key][0].nbytes

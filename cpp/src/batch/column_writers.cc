@@ -788,8 +788,9 @@ const uint8_t* TransformWriter::Lendable(const BatchRows& rows) const {
   if (!lend_ || !gather_only_ || rows.items.size() != 1 || rows.runs.size() != 1) return nullptr;
   const DecodedItem& item = *rows.items[0];
   const ColumnSource& source = item.sources[slot_];
-  // At least half of the item's rows: a batch kept by the user keeps at most twice its bytes.
-  if (source.array == nullptr || source.validity != nullptr || rows.size() * 2 < item.num_rows) {
+  // At least a quarter of the item's rows: a batch kept by the user keeps at most four times
+  // its bytes (and never more than one task's rows).
+  if (source.array == nullptr || source.validity != nullptr || rows.size() * 4 < item.num_rows) {
     return nullptr;
   }
   const uint8_t* data = source.values + rows.row[0] * row_bytes_;

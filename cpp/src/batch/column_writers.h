@@ -195,7 +195,7 @@ class FeaturesWriter final : public ColumnWriter {
 /// chains share once per row. Under on_error="zero" each output also gets `<name>_valid`.
 ///
 /// `lend`: a chain run wholly before the cache leaves rows to copy; when a batch is one run of
-/// one item covering at least half of its rows, the batch's tensor points into the item's
+/// one item covering at least a quarter of its rows, the batch's tensor points into the item's
 /// buffer instead (kept alive by the tensor's owner). Only for buffers nothing else reads or
 /// maps: off with a tensor cache (its entries are mapped, and written from the items after the
 /// batch is out) and with pin_memory (the tensor would not be pinned).

@@ -682,7 +682,7 @@ struct PrefixItem {
   }
 };
 
-TEST(TransformWriter, LendsTheItemsRowsToABatchThatIsOneRunOfAtLeastHalfOfThem) {
+TEST(TransformWriter, LendsTheItemsRowsToABatchThatIsOneRunOfAtLeastAQuarterOfThem) {
   auto prefix = std::make_unique<PrefixItem>(4);
   const uint8_t* base = prefix->buffer->data();
   const TransformWriter writer(prefix->spec, 0, 0, /*lend=*/true);
@@ -693,6 +693,8 @@ TEST(TransformWriter, LendsTheItemsRowsToABatchThatIsOneRunOfAtLeastHalfOfThem) 
   EXPECT_EQ(whole.column.values.shape, (std::vector<int64_t>{4, 64}));
   const Written half = Write(writer, {{&prefix->item, 2}, {&prefix->item, 3}});
   EXPECT_EQ(half.column.values.data, base + 2 * 64);
+  const Written quarter = Write(writer, {{&prefix->item, 1}});
+  EXPECT_EQ(quarter.column.values.data, base + 64);
   // The tensor's owner keeps the rows alive after the item (and its array) are gone.
   prefix.reset();
   const std::vector<uint8_t> values = Values<uint8_t>(whole.column.values);
@@ -701,13 +703,13 @@ TEST(TransformWriter, LendsTheItemsRowsToABatchThatIsOneRunOfAtLeastHalfOfThem) 
 }
 
 TEST(TransformWriter, CopiesRowsItMayNotLend) {
-  PrefixItem prefix(4);
+  PrefixItem prefix(5);
   PrefixItem other(4);
   const uint8_t* base = prefix.buffer->data();
   const TransformWriter lending(prefix.spec, 0, 0, /*lend=*/true);
   const TransformWriter copying(prefix.spec, 0, 0, /*lend=*/false);
   const std::vector<std::vector<RowRef>> cases = {
-      {{&prefix.item, 0}},                                       // a quarter of the item
+      {{&prefix.item, 0}},                                       // under a quarter
       {{&prefix.item, 0}, {&prefix.item, 2}},                    // two runs
       {{&prefix.item, 0}, {&prefix.item, 1}, {&other.item, 0}},  // two items
   };
@@ -716,8 +718,11 @@ TEST(TransformWriter, CopiesRowsItMayNotLend) {
     EXPECT_EQ(out.column.values.data, out.slab->data());
     EXPECT_EQ(Values<uint8_t>(out.column.values)[0], 1);
   }
-  const Written out =
-      Write(copying, {{&prefix.item, 0}, {&prefix.item, 1}, {&prefix.item, 2}, {&prefix.item, 3}});
+  const Written out = Write(copying, {{&prefix.item, 0},
+                                      {&prefix.item, 1},
+                                      {&prefix.item, 2},
+                                      {&prefix.item, 3},
+                                      {&prefix.item, 4}});
   EXPECT_EQ(out.column.values.data, out.slab->data());
   EXPECT_NE(out.column.values.data, base);
   EXPECT_EQ(Values<uint8_t>(out.column.values)[3 * 64], 4);
