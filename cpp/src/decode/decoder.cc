@@ -113,41 +113,48 @@ double ElementFill(const ColumnSpec& spec) {
   return ElementFillApplies(spec) ? spec.options.fill_null : 0;
 }
 
-// A copy of a list's child values (numbers or bits) with the fill value where an element is
-// null; the decoded arrays stay as they are (the cache holds them).
+// Points `out->values` at a copy of `count` values (bits from bit `offset` when `bits`, else
+// elements from element `offset`) with the column's fill value (or 0) where `is_null(i)`; the
+// decoded arrays stay as they are (the cache holds them).
+template <typename IsNull>
+Status CopyFilled(const ColumnSpec& spec, bool bits, const uint8_t* values, int64_t offset,
+                  int64_t count, IsNull is_null, ColumnSource* out) {
+  const double fill = ElementFill(spec);
+  if (bits) {
+    ARROW_ASSIGN_OR_RAISE(
+        std::shared_ptr<arrow::Buffer> copy,
+        arrow::internal::CopyBitmap(arrow::default_memory_pool(), values, offset, count));
+    for (int64_t i = 0; i < count; ++i) {
+      if (is_null(i)) arrow::bit_util::SetBitTo(copy->mutable_data(), i, fill != 0);
+    }
+    out->values = copy->data();
+    out->bit_offset = 0;
+    out->owned = std::move(copy);
+    return Status::OK();
+  }
+  const int width = DTypeSize(spec.source_dtype);
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> filled,
+                        arrow::AllocateBuffer(count * width));
+  std::memcpy(filled->mutable_data(), values + offset * width, count * width);
+  VisitDType(spec.source_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T value = FromDouble<T>(fill);
+    T* typed = reinterpret_cast<T*>(filled->mutable_data());
+    for (int64_t i = 0; i < count; ++i) {
+      if (is_null(i)) typed[i] = value;
+    }
+  });
+  out->values = filled->data();
+  out->owned = std::move(filled);
+  return Status::OK();
+}
+
+// A list's child values (numbers or bits) with the fill value where an element is null.
 Status FillListElements(const ColumnSpec& spec, const arrow::ArrayData& child, ColumnSource* out) {
   const uint8_t* validity = child.buffers[0]->data();
-  const double fill = ElementFill(spec);
-  if (spec.source_dtype == DType::kBool) {
-    ARROW_ASSIGN_OR_RAISE(
-        std::shared_ptr<arrow::Buffer> bits,
-        arrow::internal::CopyBitmap(arrow::default_memory_pool(), child.buffers[1]->data(),
-                                    child.offset, child.length));
-    for (int64_t i = 0; i < child.length; ++i) {
-      if (!arrow::bit_util::GetBit(validity, child.offset + i)) {
-        arrow::bit_util::SetBitTo(bits->mutable_data(), i, fill != 0);
-      }
-    }
-    out->values = bits->data();
-    out->bit_offset = 0;
-    out->owned = std::move(bits);
-  } else {
-    const int width = DTypeSize(spec.source_dtype);
-    ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> filled,
-                          arrow::AllocateBuffer(child.length * width));
-    std::memcpy(filled->mutable_data(), child.buffers[1]->data() + child.offset * width,
-                child.length * width);
-    VisitDType(spec.source_dtype, [&](auto tag) {
-      using T = decltype(tag);
-      const T value = FromDouble<T>(fill);
-      T* values = reinterpret_cast<T*>(filled->mutable_data());
-      for (int64_t i = 0; i < child.length; ++i) {
-        if (!arrow::bit_util::GetBit(validity, child.offset + i)) values[i] = value;
-      }
-    });
-    out->values = filled->data();
-    out->owned = std::move(filled);
-  }
+  STOKER_RETURN_NOT_OK(CopyFilled(
+      spec, spec.source_dtype == DType::kBool, child.buffers[1]->data(), child.offset, child.length,
+      [&](int64_t i) { return !arrow::bit_util::GetBit(validity, child.offset + i); }, out));
   out->values_validity = validity;
   out->values_validity_offset = child.offset;
   return Status::OK();
@@ -182,33 +189,10 @@ Status FillFixedElements(const ColumnSpec& spec, const std::string& where,
       }
     }
   }
-  const double fill = ElementFill(spec);
-  if (spec.layout == SourceLayout::kBool) {
-    ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> bits,
-                          arrow::internal::CopyBitmap(arrow::default_memory_pool(), out->values,
-                                                      out->bit_offset, total));
-    for (int64_t j = 0; j < total; ++j) {
-      if (!flags[j]) arrow::bit_util::SetBitTo(bits->mutable_data(), j, fill != 0);
-    }
-    out->values = bits->data();
-    out->bit_offset = 0;
-    out->owned = std::move(bits);
-  } else {
-    const int width = DTypeSize(spec.source_dtype);
-    ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> filled,
-                          arrow::AllocateBuffer(total * width));
-    std::memcpy(filled->mutable_data(), out->values, total * width);
-    VisitDType(spec.source_dtype, [&](auto tag) {
-      using T = decltype(tag);
-      const T value = FromDouble<T>(fill);
-      T* values = reinterpret_cast<T*>(filled->mutable_data());
-      for (int64_t j = 0; j < total; ++j) {
-        if (!flags[j]) values[j] = value;
-      }
-    });
-    out->values = filled->data();
-    out->owned = std::move(filled);
-  }
+  const bool bits = spec.layout == SourceLayout::kBool;
+  STOKER_RETURN_NOT_OK(CopyFilled(
+      spec, bits, out->values, bits ? out->bit_offset : 0, total,
+      [&](int64_t j) { return flags[j] == 0; }, out));
   out->element_valid = valid->data();
   out->owned_valid = std::move(valid);
   return Status::OK();
