@@ -16,7 +16,7 @@ import time
 import pytest
 
 import stoker
-from stoker.errors import DatasetNotFoundError
+from stoker.errors import DatasetNotFoundError, StorageError
 
 from s3_fixtures import SECRET_KEY, dataset_server, moto_available, s3_options
 from stoker_testdata import digest, write_uneven_dataset
@@ -106,9 +106,12 @@ def test_deleted_object_mid_epoch_names_the_file(moto, proxy, monkeypatch, fetch
     victim = sorted(k for k in keys if k.endswith(".parquet"))[-1]
     moto.client.delete_object(Bucket=bucket, Key=victim)
     batches = 0
-    with loader, pytest.raises(DatasetNotFoundError) as info:
+    # As for a local file deleted after the loader opened: a StorageError, not "no dataset".
+    with loader, pytest.raises(StorageError) as info:
         for _ in loader:
             batches += 1
+    assert not isinstance(info.value, DatasetNotFoundError)
+    assert "no longer exists" in str(info.value)
     assert batches >= 1  # the files before it were delivered
     message = str(info.value)
     assert os.path.basename(victim) in message and "row group" in message

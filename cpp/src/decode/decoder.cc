@@ -633,11 +633,17 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
     if (!table) {
       std::string columns;
       for (const auto& f : fields) columns += (columns.empty() ? "'" : ", '") + f + "'";
-      const ErrorKind kind = ReadFailureKind(failure);
+      ErrorKind kind = ReadFailureKind(failure);
+      std::string why = failure.message();
+      if (kind == ErrorKind::kNotFound) {
+        // The file was listed when the loader opened: it vanished since, a storage failure (as
+        // when a local file cannot be opened any more), not a wrong source.
+        kind = ErrorKind::kStorage;
+        why = "the file no longer exists (deleted after the loader opened it?): " + why;
+      }
       return MakeError(
           kind, std::string(kind == ErrorKind::kCorruptFile ? "cannot decode" : "cannot read") +
-                    " column(s) " + columns + " of " + catalog.Where(rg) + ": " +
-                    failure.message());
+                    " column(s) " + columns + " of " + catalog.Where(rg) + ": " + why);
     }
   }
   // One column per requested field: a nested leaf extracted from its top-level column, and
