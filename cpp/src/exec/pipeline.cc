@@ -117,8 +117,7 @@ bool Pipeline::DecodeAdmissible() const {
     return fetch_state_[next_task_] == FetchState::kIssued && arrived_[next_task_];
   }
   if (reserved_[next_task_]) return true;
-  return inflight_bytes_ == 0 ||
-         inflight_bytes_ + tasks_[next_task_].estimated_bytes <= options_.prefetch_bytes;
+  return FitsBudget(next_task_);
 }
 
 void Pipeline::WorkerLoop() {
@@ -239,8 +238,13 @@ bool Pipeline::FetchAdmissible() {
   if (!fetch_enabled_) return false;
   next_fetch_ = std::max(next_fetch_, next_task_);  // tasks taken already are read directly
   if (next_fetch_ >= tasks_.size() || next_fetch_ > fail_task_) return false;
+  return FitsBudget(next_fetch_);
+}
+
+bool Pipeline::FitsBudget(size_t task) const {
+  // One task is always admitted, so that a task larger than prefetch_bytes still runs.
   return inflight_bytes_ == 0 ||
-         inflight_bytes_ + tasks_[next_fetch_].estimated_bytes <= options_.prefetch_bytes;
+         inflight_bytes_ + tasks_[task].estimated_bytes <= options_.prefetch_bytes;
 }
 
 void Pipeline::FetchLoop() {

@@ -135,6 +135,8 @@ class Pipeline {
   std::shared_ptr<arrow::io::RandomAccessFile> IssueFetch(const DecodeTask& task, const void** key,
                                                           std::function<void()> on_arrived);
   bool FetchAdmissible();  // REQUIRES(mutex_); skips tasks the workers already took
+  /// Whether `task`'s estimated bytes fit in prefetch_bytes beside those in flight.
+  bool FitsBudget(size_t task) const;  // REQUIRES(mutex_)
   void RunDecodeTask(std::unique_lock<std::mutex>* lock);
   void RunAssemblyJob(std::unique_lock<std::mutex>* lock);
   void SequencerLoop();

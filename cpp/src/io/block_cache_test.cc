@@ -9,31 +9,20 @@
 #include <filesystem>
 #include <numeric>
 
+#include "io/test_file_internal.h"
+
 namespace stoker {
 namespace {
 
 // A base file that counts the reads reaching it.
-class CountingFile : public arrow::io::RandomAccessFile {
+class CountingFile : public test_file::BufferFile {
  public:
-  explicit CountingFile(std::shared_ptr<arrow::Buffer> data)
-      : reader_(std::make_shared<arrow::io::BufferReader>(std::move(data))) {}
-  Status Close() override { return reader_->Close(); }
-  bool closed() const override { return reader_->closed(); }
-  Result<int64_t> Tell() const override { return reader_->Tell(); }
-  Status Seek(int64_t position) override { return reader_->Seek(position); }
-  Result<int64_t> GetSize() override { return reader_->GetSize(); }
-  Result<int64_t> Read(int64_t nbytes, void* out) override { return reader_->Read(nbytes, out); }
-  Result<std::shared_ptr<arrow::Buffer>> Read(int64_t nbytes) override {
-    return reader_->Read(nbytes);
-  }
+  using BufferFile::BufferFile;
   Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override {
     ++reads;
-    return reader_->ReadAt(position, nbytes);
+    return BufferFile::ReadAt(position, nbytes);
   }
   std::atomic<int> reads{0};
-
- private:
-  std::shared_ptr<arrow::io::BufferReader> reader_;
 };
 
 class BlockCacheTest : public ::testing::Test {

@@ -13,25 +13,16 @@
 #include <numeric>
 #include <thread>
 
+#include "io/test_file_internal.h"
 #include "stoker/error.h"
 
 namespace stoker {
 namespace {
 
 // A base file whose reads block until released, and which records the order they start in.
-class GatedFile : public arrow::io::RandomAccessFile {
+class GatedFile : public test_file::BufferFile {
  public:
-  explicit GatedFile(std::shared_ptr<arrow::Buffer> data)
-      : reader_(std::make_shared<arrow::io::BufferReader>(std::move(data))) {}
-  Status Close() override { return reader_->Close(); }
-  bool closed() const override { return reader_->closed(); }
-  Result<int64_t> Tell() const override { return reader_->Tell(); }
-  Status Seek(int64_t position) override { return reader_->Seek(position); }
-  Result<int64_t> GetSize() override { return reader_->GetSize(); }
-  Result<int64_t> Read(int64_t nbytes, void* out) override { return reader_->Read(nbytes, out); }
-  Result<std::shared_ptr<arrow::Buffer>> Read(int64_t nbytes) override {
-    return reader_->Read(nbytes);
-  }
+  using BufferFile::BufferFile;
   Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override {
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -43,7 +34,7 @@ class GatedFile : public arrow::io::RandomAccessFile {
       std::lock_guard<std::mutex> lock(mutex);
       --running;
     }
-    return reader_->ReadAt(position, nbytes);
+    return BufferFile::ReadAt(position, nbytes);
   }
 
   std::atomic<bool> open{true};
@@ -51,9 +42,6 @@ class GatedFile : public arrow::io::RandomAccessFile {
   std::vector<int64_t> started;  // GUARDED_BY(mutex)
   int running = 0;               // GUARDED_BY(mutex)
   int running_max = 0;           // GUARDED_BY(mutex)
-
- private:
-  std::shared_ptr<arrow::io::BufferReader> reader_;
 };
 
 class FileSystemPrefetchTest : public ::testing::Test {
