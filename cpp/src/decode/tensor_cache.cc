@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -467,6 +468,12 @@ TensorCache::TensorCache(std::shared_ptr<DiskCache> cache, std::shared_ptr<const
 }
 
 TensorCache::~TensorCache() = default;
+
+bool TensorCache::HoldsEntries() const {
+  std::error_code error;
+  const std::filesystem::path folder = std::filesystem::path(cache_->options().dir) / kNamespace;
+  return std::filesystem::exists(folder, error) && !std::filesystem::is_empty(folder, error);
+}
 
 void TensorCache::Flush() const { writer_->Flush(); }
 void TensorCache::Close() const { writer_->Close(); }

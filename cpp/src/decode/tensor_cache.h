@@ -51,9 +51,13 @@ class TensorCache {
   Result<DecodedColumns> Decode(const Decoder& decoder, const Plan& plan, const DecodeTask& task,
                                 bool* hit) const;
 
-  /// Waits until every queued entry is written (or dropped by Close). The Loader calls it when
-  /// an epoch ends, so the next epoch, and other loaders, find that epoch's entries on disk.
+  /// Waits until every queued entry is written (or dropped by Close), so that other loaders and
+  /// processes find them on disk (Loader::FlushCache; epochs end without waiting).
   void Flush() const;
+
+  /// Whether the cache folder holds any entry of this kind: a hint, read when an epoch starts
+  /// (with none, nothing can hit, and the fetch stage starts at once).
+  bool HoldsEntries() const;
 
   /// Stops the writer: queued entries are dropped (counted as skipped), the one being written
   /// is finished, the thread is joined. Later misses are decoded and not stored. Idempotent.

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
 #include <mutex>
 
 #include "batch/assembler.h"
@@ -33,17 +32,10 @@ class Loader::Impl {
   PipelineOptions pipeline_options;
   /// A tensor cache without entries cannot hit, so the fetch stage starts with the epoch instead
   /// of at the first miss (whose task would otherwise race the fetched ones for the link). Only
-  /// a hint: the namespace folder of TensorCache ("tensors"); if it moves, fetching starts at the
-  /// first miss as with a warm cache, with the same batches.
+  /// a hint: either way the batches are the same.
   PipelineOptions EpochPipelineOptions() const {
     PipelineOptions epoch_options = pipeline_options;
-    if (disk_cache && tensor_cache) {
-      std::error_code error;
-      const std::filesystem::path tensors =
-          std::filesystem::path(disk_cache->options().dir) / "tensors";
-      epoch_options.cache_empty =
-          !std::filesystem::exists(tensors, error) || std::filesystem::is_empty(tensors, error);
-    }
+    if (tensor_cache) epoch_options.cache_empty = !tensor_cache->HoldsEntries();
     return epoch_options;
   }
   int num_io_threads = 0;
