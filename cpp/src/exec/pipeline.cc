@@ -169,12 +169,7 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
   const size_t task_index = next_task_++;
   const DecodeTask& task = tasks_[task_index];
   const int segment = task_segment_[task_index];
-  if (!reserved_[task_index]) {
-    reserved_[task_index] = true;
-    inflight_bytes_ += task.estimated_bytes;
-    segments_[segment].accounted_bytes += task.estimated_bytes;
-    UpdatePeak(&counters_->peak_inflight_bytes, inflight_bytes_);
-  }
+  if (!reserved_[task_index]) Reserve(task_index);
   std::shared_ptr<arrow::io::RandomAccessFile> prefetched = std::move(fetched_[task_index]);
   const void* prefetched_key = fetched_key_[task_index];
   lock->unlock();
@@ -247,6 +242,13 @@ bool Pipeline::FitsBudget(size_t task) const {
          inflight_bytes_ + tasks_[task].estimated_bytes <= options_.prefetch_bytes;
 }
 
+void Pipeline::Reserve(size_t task) {
+  reserved_[task] = true;
+  inflight_bytes_ += tasks_[task].estimated_bytes;
+  segments_[task_segment_[task]].accounted_bytes += tasks_[task].estimated_bytes;
+  UpdatePeak(&counters_->peak_inflight_bytes, inflight_bytes_);
+}
+
 void Pipeline::FetchLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
@@ -258,10 +260,7 @@ void Pipeline::FetchLoop() {
     const DecodeTask& task = tasks_[t];
     // The task's decoded size is reserved now, as if a worker had taken it, so the fetched and
     // decoded bytes together stay within prefetch_bytes.
-    reserved_[t] = true;
-    inflight_bytes_ += task.estimated_bytes;
-    segments_[task_segment_[t]].accounted_bytes += task.estimated_bytes;
-    UpdatePeak(&counters_->peak_inflight_bytes, inflight_bytes_);
+    Reserve(t);
     fetch_state_[t] = FetchState::kIssuing;
     lock.unlock();
     const void* key = nullptr;

@@ -137,6 +137,8 @@ class Pipeline {
   bool FetchAdmissible();  // REQUIRES(mutex_); skips tasks the workers already took
   /// Whether `task`'s estimated bytes fit in prefetch_bytes beside those in flight.
   bool FitsBudget(size_t task) const;  // REQUIRES(mutex_)
+  /// Counts `task`'s estimated bytes in flight (and its segment's), once per task.
+  void Reserve(size_t task);  // REQUIRES(mutex_)
   void RunDecodeTask(std::unique_lock<std::mutex>* lock);
   void RunAssemblyJob(std::unique_lock<std::mutex>* lock);
   void SequencerLoop();
