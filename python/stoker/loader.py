@@ -16,8 +16,8 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import numpy as np
 
 from . import _stoker
-from ._augment import AugmentStage, numpy_to_torch
-from ._convert import to_python
+from ._augment import AugmentStage
+from ._convert import Route
 from ._device import DeviceFeeder, parse_device
 from ._distributed import agree_on_seed, default_num_threads, resolve_rank
 from ._pyworkers import make_runner
@@ -303,6 +303,7 @@ class Loader:
         self._runner = None
         self._augment: Optional[AugmentStage] = None
         self._output = output
+        self._route = Route(output)  # with the bfloat16 columns once the engine is open
         self._feeder = None
         device = parse_device(device) if device is not None else None
         if device is not None:
@@ -423,6 +424,8 @@ class Loader:
                         "normalize(dtype='bfloat16') or cast(dtype='bfloat16')), which numpy "
                         "cannot hold: pass output='torch' for torch.bfloat16, or choose "
                         "float16/float32")
+            self._route = Route(output, frozenset(
+                name for name, info in self._columns.items() if str(info.dtype) == "bfloat16"))
         except BaseException:
             self.close()
             raise
@@ -593,8 +596,10 @@ class Loader:
                 "time")
 
     def _host_batches(self, engine: Any, generation: int,
-                      output: str) -> Iterator[Dict[str, Any]]:
-        """The engine's batches as numpy/torch dicts, until the epoch ends."""
+                      convert: bool) -> Iterator[Dict[str, Any]]:
+        """The engine's batches as numpy dicts (``convert``: as the caller receives them),
+        until the epoch ends."""
+        route = self._route
         while True:
             self._check_generation(generation)
             waited = time.perf_counter()
@@ -612,19 +617,19 @@ class Loader:
                     return
                 continue  # timeout: lets Python deliver signals (Ctrl-C)
             self._check_generation(generation)  # ended while this batch was in flight
-            out = to_python(batch, output)
+            out = route.host(batch)
+            del batch
             for name, shape in self._reshape.items():  # e.g. Petastorm's [H, W] gray images
                 if name in out:
                     out[name] = out[name].reshape((len(out[name]),) + shape)
             if self._variable:
-                out = self._decode_variable(out, output)
-            yield out
+                out = self._decode_variable(out)
+            yield route.output(out) if convert else out
 
-    def _decode_variable(self, out: Dict[str, Any], output: str) -> Dict[str, Any]:
+    def _decode_variable(self, out: Dict[str, Any]) -> Dict[str, Any]:
         """Petastorm array fields whose first dimension varies, as ``lists`` asks (decoded here,
         in Python: the workers' ops make fixed shapes only)."""
         from ._petastorm import decode_variable
-        from ._ragged import Ragged
 
         result = {}
         for key, value in out.items():
@@ -636,21 +641,15 @@ class Loader:
                 else self._pad_value
             value, lengths = decode_variable(key, value, out.get(key + "_mask"), mode, field,
                                              pad)
-            if output == "torch":
-                import torch
-
-                value = Ragged(torch.from_numpy(value.values), torch.from_numpy(value.offsets),
-                               "list") if isinstance(value, Ragged) else torch.from_numpy(value)
-                lengths = torch.from_numpy(lengths) if lengths is not None else None
             result[key] = value
             if lengths is not None:
                 result[key + "_lengths"] = lengths
         return result
 
-
     def _augment_keys(self, host: Iterator[Dict[str, Any]], first: int
                       ) -> Iterator[tuple]:
-        """(batch, rng key, where) for the augment stage; batch ``first + k`` of the epoch."""
+        """(batch, rng key, where) for the augment stage; batch ``first + k`` of the epoch, as
+        augment= sees it."""
         rank, world = self._options.rank, self._options.world_size
         # During the rest of an epoch resumed on another world size, the old ranks' batches
         # come first, so no two batches of the epoch share a key.
@@ -658,7 +657,8 @@ class Loader:
         epoch, seed = self._epoch, self._seed
         for index, batch in enumerate(host, first):
             where = f"epoch {epoch}, batch {index}" + (f" of rank {rank}" if world > 1 else "")
-            yield batch, (seed, epoch, offset + index * world + rank), where
+            key = (seed, epoch, offset + index * world + rank)
+            yield self._route.user_view(batch), key, where
 
     def _augmented(self, host: Iterator[Dict[str, Any]], generation: int
                    ) -> Iterator[Dict[str, Any]]:
@@ -670,7 +670,11 @@ class Loader:
             if generation == self._generation:
                 self._loop_wait_s += seconds
 
-        convert = numpy_to_torch if self._output == "torch" else None
+        route = self._route
+
+        def convert(out: Dict[str, Any], where: str) -> Dict[str, Any]:
+            return route.output(route.from_user(out, where), where)
+
         return self._augment.run(self._augment_keys(host, self._position), check_live, on_wait,
                                  convert)
 
@@ -678,7 +682,7 @@ class Loader:
         # The position counts batches handed to the caller, here at the outermost yield (the
         # augment stage and the device feeder run ahead of the caller).
         augment = self._augment is not None
-        host = self._host_batches(engine, generation, "numpy" if augment else self._output)
+        host = self._host_batches(engine, generation, convert=not augment)
         stages = [host]
         if augment:
             stages.append(self._augmented(host, generation))
