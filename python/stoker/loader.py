@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 import time
 import weakref
 import zlib
@@ -26,7 +27,8 @@ from ._options import (Source, check_int, check_storage_options, column_options,
                        normalise_sources, output_columns, parse_size, set_categories, set_features,
                        set_transforms, storage_value, transform_chains)
 from ._pyworkers import check_python_options, make_runner
-from .errors import InvalidOptionError, LoaderClosedError, LoaderStateError, StateMismatchError
+from .errors import (InternalError, InvalidOptionError, LoaderClosedError, LoaderStateError,
+                     StateMismatchError)
 
 __all__ = ["Loader", "parse_size"]
 
@@ -47,6 +49,17 @@ def _stop_all_at_exit() -> None:
 
 
 atexit.register(_stop_all_at_exit)
+
+
+def _fresh_locks_after_fork() -> None:
+    # Another thread may have held a loader's locks at fork(): the child's copies would stay
+    # held, and its iter() would wait forever instead of raising LoaderClosedError.
+    for loader in list(_LIVE_ENGINES):
+        loader._generation_lock = threading.Lock()
+        loader._handover = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
 def _column_options_of(options: Any, name: str) -> Any:
@@ -324,6 +337,11 @@ class Loader:
         # epoch resumed on another world size; None otherwise.
         self._elastic: Optional[tuple] = None
         self._generation = 0  # counts iterations; only the newest may run
+        self._generation_lock = threading.Lock()  # bumps of _generation (held only briefly)
+        # Held while an iterator takes a batch from the engine (generation check + next()) and
+        # while a newer iter(), set_epoch() or load_state_dict() stops or starts the engine's
+        # epoch, so a batch of the new epoch never goes to an older iterator (see __iter__).
+        self._handover = threading.RLock()
         self._running: Optional[int] = None  # generation of the live iterator, if any
         self._ended_by = ""  # why the previous iterator was ended, for its error
         # Stall meter of the current (or last) iteration: the consumer's loop time and the part
@@ -524,18 +542,34 @@ class Loader:
     # without such a choice, an iteration that follows a completed epoch delivers the next epoch
     # (what Lightning and plain `for epoch in ...: for batch in loader` loops expect), and one
     # that follows an unfinished iteration starts the same epoch again from its beginning.
+    #
+    # Hand-over rule (iterators in several threads): every iter(), set_epoch() and
+    # load_state_dict() takes a new generation; only the iterator of the newest generation may
+    # take batches. An iterator takes a batch while holding _handover, checking its generation
+    # before and after the engine's next(); the engine's epoch is stopped and started only under
+    # _handover, by the holder of the newest generation. So a batch of a newer epoch never goes
+    # to an older iterator (which would leave the newer one short), and an older iterator never
+    # stops a newer epoch. The generation is taken before waiting for _handover: an iterator
+    # inside next() sees it when next() returns (within _POLL_MS) and lets go.
 
     def _next_epoch(self) -> int:
         if self._epoch_done and not self._epoch_chosen and self._resume_batch is None:
             return self._epoch + 1
         return self._epoch
 
-    def _end_running(self, reason: str) -> None:
-        """Ends the live iterator (if any): its next step raises LoaderStateError."""
-        if self._running is not None:
+    def _new_generation(self, reason: str) -> int:
+        """Ends every iterator so far: their next step raises LoaderStateError naming
+        ``reason``."""
+        with self._generation_lock:
             self._generation += 1
-            self._running = None
             self._ended_by = reason
+            return self._generation
+
+    def _end_running(self, reason: str) -> None:
+        """Ends the live iterator (if any) and stops its epoch; called holding _handover."""
+        self._new_generation(reason)
+        if self._running is not None:
+            self._running = None
             if self._engine is not None:
                 self._engine.stop()
 
@@ -547,47 +581,60 @@ class Loader:
         """
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise InvalidOptionError(f"epoch must be a non-negative integer, got {epoch!r}")
-        self._end_running(f"set_epoch({epoch})")
-        self._epoch = epoch
-        self._epoch_chosen = True
-        self._epoch_done = False
-        self._position = 0
-        self._resume_batch = None
-        self._elastic = None
+        reason = f"set_epoch({epoch})"
+        self._new_generation(reason)  # an iterator waiting in next() lets go of _handover
+        with self._handover:
+            self._end_running(reason)  # also one that an iter() started meanwhile
+            self._epoch = epoch
+            self._epoch_chosen = True
+            self._epoch_done = False
+            self._position = 0
+            self._resume_batch = None
+            self._elastic = None
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         engine = self._live()
         # One iteration at a time: a newer iter(loader) restarts the engine, and this one ends.
-        self._end_running("a newer iter(loader)")
-        self._generation += 1
-        generation = self._generation
-        epoch = self._next_epoch()
-        if epoch != self._epoch:
-            self._elastic = None  # the epoch after an elastic rest is a normal one
-        self._epoch = epoch
-        start = self._resume_batch if self._resume_batch is not None else 0
-        self._resume_batch = None
-        self._epoch_chosen = False
-        self._epoch_done = False
-        if self._elastic is not None:
-            self._epoch_batches = engine.start_elastic_epoch(
-                self._epoch, self._elastic[0], self._elastic[1], start)
-        else:
-            engine.start_epoch(self._epoch, start)
-            self._epoch_batches = engine.num_batches
-        self._position = start
-        self._running = generation
-        self._loop_start, self._loop_end, self._loop_wait_s = time.perf_counter(), None, 0.0
+        generation = self._new_generation("a newer iter(loader)")
+        with self._handover:
+            if generation != self._generation:
+                # A newer iter(), set_epoch() or load_state_dict() came first: this iterator is
+                # ended before it started (its first next() says by what).
+                return _EpochIterator(self._ended(generation), lambda: None)
+            self._running = None
+            epoch = self._next_epoch()
+            if epoch != self._epoch:
+                self._elastic = None  # the epoch after an elastic rest is a normal one
+            self._epoch = epoch
+            start = self._resume_batch if self._resume_batch is not None else 0
+            self._resume_batch = None
+            self._epoch_chosen = False
+            self._epoch_done = False
+            if self._elastic is not None:
+                self._epoch_batches = engine.start_elastic_epoch(
+                    self._epoch, self._elastic[0], self._elastic[1], start)
+            else:
+                engine.start_epoch(self._epoch, start)
+                self._epoch_batches = engine.num_batches
+            self._position = start
+            self._running = generation
+            self._loop_start, self._loop_end, self._loop_wait_s = time.perf_counter(), None, 0.0
         return _EpochIterator(self._iterate(engine, generation),
                               lambda: self._stop_unstarted(engine, generation))
+
+    def _ended(self, generation: int) -> Iterator[Dict[str, Any]]:
+        self._check_generation(generation)
+        raise InternalError("an iterator ended before it started has the newest generation")
+        yield  # noqa: unreachable (makes this a generator)
 
     def _stop_unstarted(self, engine: Any, generation: int) -> None:
         """What _iterate's `finally` does, for an iterator dropped or closed before its first
         next() (a generator that never started runs no `finally`)."""
-        if generation == self._generation and self._running == generation:
-            self._running = None
-            self._loop_end = time.perf_counter()
-            engine.stop()
+        with self._handover:
+            if generation == self._generation and self._running == generation:
+                self._running = None
+                self._loop_end = time.perf_counter()
+                engine.stop()
 
     def _check_generation(self, generation: int) -> None:
         if generation != self._generation:
@@ -601,22 +648,23 @@ class Loader:
         until the epoch ends."""
         route = self._route
         while True:
-            self._check_generation(generation)
             waited = time.perf_counter()
-            try:
-                batch, done = engine.next(_POLL_MS)
-            except LoaderClosedError:
-                # set_epoch/load_state_dict/iter() from another thread stopped the engine while
-                # this thread waited in it: report that, not a close.
+            with self._handover:
                 self._check_generation(generation)
-                raise
-            if generation == self._generation:
-                self._loop_wait_s += time.perf_counter() - waited
+                try:
+                    batch, done = engine.next(_POLL_MS)
+                except LoaderClosedError:
+                    # set_epoch/load_state_dict/iter() from another thread stopped the engine
+                    # while this thread waited in it: report that, not a close.
+                    self._check_generation(generation)
+                    raise
+                # Ended while this batch was in flight (the end of the epoch included).
+                self._check_generation(generation)
+            self._loop_wait_s += time.perf_counter() - waited
             if batch is None:
                 if done:
                     return
                 continue  # timeout: lets Python deliver signals (Ctrl-C)
-            self._check_generation(generation)  # ended while this batch was in flight
             out = route.host(batch)
             del batch
             for name, shape in self._reshape.items():  # e.g. Petastorm's [H, W] gray images
@@ -691,20 +739,23 @@ class Loader:
         batches = stages[-1]
         try:
             for batch in batches:
-                self._check_generation(generation)
-                self._position += 1
-                if self._position >= self._epoch_batches:
-                    self._epoch_done = True
+                with self._handover:
+                    self._check_generation(generation)
+                    self._position += 1
+                    if self._position >= self._epoch_batches:
+                        self._epoch_done = True
                 yield batch
-            if generation == self._generation:
-                self._epoch_done = True
+            with self._handover:
+                if generation == self._generation:
+                    self._epoch_done = True
         finally:
             for stage in reversed(stages):
                 stage.close()
-            if generation == self._generation:  # never stop a newer iteration's engine
-                self._running = None
-                self._loop_end = time.perf_counter()
-                engine.stop()
+            with self._handover:
+                if generation == self._generation:  # never stop a newer iteration's engine
+                    self._running = None
+                    self._loop_end = time.perf_counter()
+                    engine.stop()
 
     # ---------------------------------------------------------------------------------- resume
 
@@ -843,18 +894,20 @@ class Loader:
         if elastic is None and not 0 <= state["batch"] <= len(self):
             raise StateMismatchError(
                 f"state_dict batch={state['batch']} is outside this epoch's {len(self)} batches")
-        self._end_running("load_state_dict()")
-        if state["seed"] != self._seed:
-            # The seed only enters the per-epoch plan: nothing is re-read.
-            self._seed = int(state["seed"])
-            engine.set_seed(self._seed)
-        self._epoch = int(state["epoch"])
-        self._epoch_chosen = True
-        self._epoch_done = False
-        self._elastic = elastic
-        resumed_here = elastic is None or saved_elastic[0]
-        self._resume_batch = int(state["batch"]) if resumed_here else 0
-        self._position = self._resume_batch
+        self._new_generation("load_state_dict()")  # an iterator waiting in next() lets go
+        with self._handover:
+            self._end_running("load_state_dict()")
+            if state["seed"] != self._seed:
+                # The seed only enters the per-epoch plan: nothing is re-read.
+                self._seed = int(state["seed"])
+                engine.set_seed(self._seed)
+            self._epoch = int(state["epoch"])
+            self._epoch_chosen = True
+            self._epoch_done = False
+            self._elastic = elastic
+            resumed_here = elastic is None or saved_elastic[0]
+            self._resume_batch = int(state["batch"]) if resumed_here else 0
+            self._position = self._resume_batch
 
     # ------------------------------------------------------------------------------ lifecycle
 
