@@ -164,3 +164,55 @@ def test_threads_racing_with_augment(dataset):
     """The augment stage takes batches ahead of the loop: the same rule holds."""
     report = run_scenario(dataset, 4, 20, "augment")
     assert report["bad"] == [], report
+
+
+FORK_SCENARIO = textwrap.dedent("""
+    import os, sys, threading, time
+    import stoker
+    from stoker.errors import LoaderClosedError
+
+    loader = stoker.Loader(sys.argv[1], batch_size=16, seed=3, num_threads=2)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():  # what an iterating thread does while it waits in the engine's next()
+        with loader._handover:
+            held.set()
+            release.wait(30)
+
+    threading.Thread(target=hold, daemon=True).start()
+    held.wait(30)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            iter(loader)
+            os._exit(2)
+        except LoaderClosedError:
+            os._exit(0)
+        except BaseException:
+            os._exit(3)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        print("hang")
+        sys.exit(0)
+    release.set()
+    print("exit", os.waitstatus_to_exitcode(status))
+""")
+
+
+def test_fork_while_another_thread_holds_the_hand_over(dataset):
+    """A child forked while another thread held the loader's hand-over lock gets fresh locks:
+    its iter() raises LoaderClosedError (an inherited loader) instead of waiting forever."""
+    script = os.path.join(dataset, "fork_scenario.py")
+    with open(script, "w") as f:
+        f.write(FORK_SCENARIO)
+    proc = subprocess.run([sys.executable, script, dataset], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "exit 0", proc.stdout + proc.stderr[-3000:]
