@@ -22,6 +22,7 @@ from ._convert import Route
 from ._device import DeviceFeeder, parse_device
 from ._distributed import agree_on_seed, default_num_threads, resolve_rank
 from ._pyworkers import make_runner
+from ._state import STATE_VERSION, check_state
 from ._user_transform import TransformGlue, user_transform
 from ._options import (Source, check_int, check_storage_options, column_options, feature_columns,
                        normalise_sources, output_columns, parse_size, set_categories, set_features,
@@ -32,7 +33,7 @@ from .errors import (InternalError, InvalidOptionError, LoaderClosedError, Loade
 
 __all__ = ["Loader", "parse_size"]
 
-_STATE_VERSION = 1
+_MAX_EPOCH = 2**63 - 1  # the engine's epoch is an int64
 # Next() waits this long before returning to Python, so Ctrl-C is seen promptly.
 _POLL_MS = 100
 _LIVE_ENGINES: "weakref.WeakSet[Loader]" = weakref.WeakSet()
@@ -552,10 +553,14 @@ class Loader:
     # stops a newer epoch. The generation is taken before waiting for _handover: an iterator
     # inside next() sees it when next() returns (within _POLL_MS) and lets go.
 
+    def _completed(self) -> bool:
+        """Every batch of self._epoch was handed out, and no epoch was chosen since."""
+        return self._epoch_done and not self._epoch_chosen and self._resume_batch is None
+
     def _next_epoch(self) -> int:
-        if self._epoch_done and not self._epoch_chosen and self._resume_batch is None:
+        if self._completed() and self._epoch < _MAX_EPOCH:
             return self._epoch + 1
-        return self._epoch
+        return self._epoch  # after the last epoch: the state reads (last, every batch)
 
     def _new_generation(self, reason: str) -> int:
         """Ends every iterator so far: their next step raises LoaderStateError naming
@@ -579,8 +584,9 @@ class Loader:
         A live iterator of this loader is ended: its next step raises
         :class:`~stoker.errors.LoaderStateError`, and ``state_dict()`` describes the new epoch.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise InvalidOptionError(f"epoch must be a non-negative integer, got {epoch!r}")
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= _MAX_EPOCH:
+            raise InvalidOptionError(
+                f"epoch must be an integer in [0, 2**63 - 1], got {epoch!r}")
         reason = f"set_epoch({epoch})"
         self._new_generation(reason)  # an iterator waiting in next() lets go of _handover
         with self._handover:
@@ -602,6 +608,10 @@ class Loader:
                 # ended before it started (its first next() says by what).
                 return _EpochIterator(self._ended(generation), lambda: None)
             self._running = None
+            if self._completed() and self._epoch == _MAX_EPOCH:
+                raise LoaderStateError(
+                    f"epoch {_MAX_EPOCH} (2**63 - 1) was the last one an engine can deliver; "
+                    "choose the next with set_epoch()")
             epoch = self._next_epoch()
             if epoch != self._epoch:
                 self._elastic = None  # the epoch after an elastic rest is a normal one
@@ -775,7 +785,7 @@ class Loader:
             batch = self._position
         engine = self._live()
         return {
-            "version": _STATE_VERSION,
+            "version": STATE_VERSION,
             "epoch": epoch,
             "batch": batch,
             "seed": self._seed,
@@ -854,16 +864,11 @@ class Loader:
 
         Ends a live iterator of this loader, as ``set_epoch`` does.
         """
-        missing = {"version", "epoch", "batch", "seed", "fingerprint"} - set(state)
-        if missing:
-            raise StateMismatchError(f"state_dict is missing {sorted(missing)}")
-        if state["version"] != _STATE_VERSION:
-            raise StateMismatchError(
-                f"state_dict version {state['version']} is not supported (expected {_STATE_VERSION})")
+        state = check_state(state)  # every key's type and range, before anything is used
         engine = self._live()
         saved_rank = (state.get("rank"), state.get("world_size"))
         mine = (self._options.rank, self._options.world_size)
-        saved_elastic = (int(state.get("elastic_world_size", 0)), int(state.get("elastic_batch", 0)))
+        saved_elastic = (state.get("elastic_world_size", 0), state.get("elastic_batch", 0))
         elastic = None
         if (saved_rank[1] is not None and saved_rank[1] != mine[1]
                 and state.get("data_fingerprint") == engine.data_fingerprint):
@@ -872,7 +877,7 @@ class Loader:
                     f"this state was saved during the rest of an epoch resumed on world_size="
                     f"{saved_rank[1]}; it resumes only at world_size={saved_rank[1]} (or start "
                     f"the next epoch with set_epoch({state['epoch'] + 1}))")
-            elastic = (int(saved_rank[1]), int(state["batch"]))
+            elastic = (saved_rank[1], state["batch"])
         elif (saved_rank[1] == mine[1] and saved_rank[0] != mine[0]
               and state.get("data_fingerprint") == engine.data_fingerprint):
             # Another rank of the same job: the ranks of a data-parallel job are at the same step
@@ -889,9 +894,18 @@ class Loader:
                 raise StateMismatchError(
                     f"state_dict has seed={state['seed']} but this loader was created with "
                     f"seed={self._seed}; pass seed={state['seed']} or seed=None")
+        if elastic is not None and elastic[1] > engine.num_batches_at(elastic[0]):
+            raise StateMismatchError(
+                f"state_dict batch={elastic[1]} is outside the "
+                f"{engine.num_batches_at(elastic[0])} batches per rank at world_size={elastic[0]}")
         if elastic is None and saved_elastic[0]:
             elastic = saved_elastic  # the rest of an elastic epoch, resumed at the same size
-        if elastic is None and not 0 <= state["batch"] <= len(self):
+            if elastic[1] > engine.num_batches_at(elastic[0]):
+                raise StateMismatchError(
+                    f"state_dict elastic_batch={elastic[1]} is outside the "
+                    f"{engine.num_batches_at(elastic[0])} batches per rank at "
+                    f"world_size={elastic[0]}")
+        elif elastic is None and not 0 <= state["batch"] <= len(self):
             raise StateMismatchError(
                 f"state_dict batch={state['batch']} is outside this epoch's {len(self)} batches")
         self._new_generation("load_state_dict()")  # an iterator waiting in next() lets go
@@ -899,14 +913,14 @@ class Loader:
             self._end_running("load_state_dict()")
             if state["seed"] != self._seed:
                 # The seed only enters the per-epoch plan: nothing is re-read.
-                self._seed = int(state["seed"])
+                self._seed = state["seed"]
                 engine.set_seed(self._seed)
-            self._epoch = int(state["epoch"])
+            self._epoch = state["epoch"]
             self._epoch_chosen = True
             self._epoch_done = False
             self._elastic = elastic
             resumed_here = elastic is None or saved_elastic[0]
-            self._resume_batch = int(state["batch"]) if resumed_here else 0
+            self._resume_batch = state["batch"] if resumed_here else 0
             self._position = self._resume_batch
 
     # ------------------------------------------------------------------------------ lifecycle
