@@ -6,7 +6,7 @@ ragged lists (nested too). Each route must give the plain route's batches exactl
 the same dtype and the same bytes. The routes: plain iteration (numpy, torch), ``augment=`` on
 threads and in ``python_workers`` processes (numpy, torch), ``transform=``, ``IterableDataset`` in
 a ``DataLoader`` (in-process and in a worker process) and the device hand-off's batch mapping
-(with a CPU copy; the CUDA copy itself runs where a GPU exists).
+(with a CPU copy; the CUDA copy and pinned memory themselves run where a GPU exists).
 
 numpy has no bfloat16: every numpy route refuses a bfloat16 column at open.
 """
@@ -282,6 +282,16 @@ def test_cuda_device_route_matches_the_plain_route(dataset, reference, augment):
                        **BF16_OPTIONS) as loader:
         batches = [{k: map_arrays(v, lambda t: t.cpu()) for k, v in b.items()} for b in loader]
     assert canon_batches(batches) == reference["torch"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory needs CUDA")
+def test_pinned_routes_match_the_plain_route(dataset, reference):
+    """Page-locked slabs (pin_memory=True), and a DataLoader that pins its batches."""
+    with stoker.Loader(dataset, output="torch", pin_memory=True, **BF16_OPTIONS) as loader:
+        assert canon_batches(loader) == reference["torch"]
+    data = stoker.IterableDataset(dataset, **BF16_OPTIONS)
+    pinned = torch.utils.data.DataLoader(data, batch_size=None, pin_memory=True)
+    assert canon_batches(pinned) == reference["torch"]
 
 
 # ------------------------------------------------------------------- bfloat16 and augment=
