@@ -115,6 +115,7 @@ void RegisterLoader(nb::module_& m) {
              self.FlushCache();
            })
       .def_prop_ro("num_batches", &Loader::NumBatches)
+      .def("num_batches_at", &Loader::NumBatchesAt, nb::arg("world_size"))
       .def_prop_ro("num_rows", &Loader::NumRows)
       .def_prop_ro("shuffle_window_rows", &Loader::ShuffleWindowRows)
       .def_prop_ro("dataset_rows", &Loader::DatasetRows)

@@ -26,7 +26,7 @@ import numpy as np
 from ._ragged import Ragged
 from .errors import TransformError
 
-__all__ = ["AugmentStage", "numpy_to_torch"]
+__all__ = ["AugmentStage"]
 
 # The consumer checks this often, while it waits for a batch, whether the loader was closed or
 # the iteration ended (and lets Python deliver Ctrl-C).
@@ -70,18 +70,22 @@ class _Pool:
 def _describe(value: Any) -> Optional[tuple]:
     if isinstance(value, np.ndarray):
         return ("array", value.dtype, value.shape[1:])
-    if isinstance(value, Ragged) and isinstance(value.values, np.ndarray) and \
-            isinstance(value.offsets, np.ndarray):
-        return ("ragged", value.kind, value.values.dtype, value.values.shape[1:],
-                value.offsets.dtype)
+    if isinstance(value, Ragged) and isinstance(value.offsets, np.ndarray):
+        # A nested Ragged (lists of lists, lists of strings) is described level by level.
+        inner = _describe(value.values)
+        if inner is not None:
+            return ("ragged", value.kind, inner, value.offsets.dtype)
     return None
 
 
 def _show(description: tuple) -> str:
     if description[0] == "array":
         return f"dtype {description[1]}, rows of shape {tuple(description[2])}"
-    return (f"Ragged(kind={description[1]!r}) of {description[2]}, rows of shape "
-            f"{tuple(description[3])}, offsets {description[4]}")
+    _, kind, inner, offsets = description
+    if inner[0] == "array":
+        return (f"Ragged(kind={kind!r}) of {inner[1]}, rows of shape {tuple(inner[2])}, "
+                f"offsets {offsets}")
+    return f"Ragged(kind={kind!r}) of [{_show(inner)}], offsets {offsets}"
 
 
 class AugmentStage:
@@ -162,27 +166,3 @@ class AugmentStage:
             for future, _ in pending:
                 future.cancel()
             pool.shutdown()
-
-
-def numpy_to_torch(batch: Dict[str, Any], where: str) -> Dict[str, Any]:
-    """An augmented batch as torch tensors, sharing memory where torch can (a negatively strided
-    array, e.g. from ``np.flip``, is copied)."""
-    import torch
-
-    def convert(key: str, array: np.ndarray) -> Any:
-        try:
-            return torch.from_numpy(array)
-        except ValueError:  # negative strides
-            return torch.from_numpy(np.ascontiguousarray(array))
-        except TypeError:
-            raise TransformError(
-                f"{where}: augment= output {key!r} has dtype {array.dtype}, which torch cannot "
-                "hold (output='torch')") from None
-
-    out: Dict[str, Any] = {}
-    for key, value in batch.items():
-        if isinstance(value, Ragged):
-            out[key] = Ragged(convert(key, value.values), convert(key, value.offsets), value.kind)
-        else:
-            out[key] = convert(key, value)
-    return out

@@ -1,65 +1,185 @@
-"""Engine batches -> dicts of numpy arrays or torch tensors, without copying."""
+"""The one conversion route: engine batches, and the dicts user code returns, into the numpy
+arrays or torch tensors the caller receives.
+
+Every path a batch takes (plain iteration, ``augment=`` on threads or ``python_workers``
+processes, ``stoker.IterableDataset``, the device hand-off) goes through one :class:`Route`:
+
+    engine batch --host()--> numpy dict ------------------------------------------+
+                             (bfloat16 as int16 bits)                              |
+                                 |  augment=: user_view() -> fn -> from_user()     |
+                                 v                                                 v
+                             numpy dict (bfloat16 as int16 bits) ---output()---> numpy / torch
+
+so a dtype becomes the same numpy dtype or torch dtype whichever path it took. numpy has no
+bfloat16: ``output="numpy"`` refuses a bfloat16 column when the loader is created; with
+``output="torch"`` the column travels as its int16 bits, viewed as ``torch.bfloat16`` by
+:meth:`Route.output`, and ``augment=`` (numpy code) sees it widened to float32 (exact) and returns
+it as float32, rounded back to bfloat16 exactly as the engine rounds (nearest even; an unchanged
+value keeps its bits).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+import functools
+from typing import Any, Callable, Dict, FrozenSet
+
+import numpy as np
 
 from . import _stoker
 from ._ragged import Ragged
+from .errors import InternalError, TransformError
 
-__all__ = ["to_python"]
+__all__ = ["Route", "map_arrays"]
 
 
-def to_python(batch: Any, output: str) -> Dict[str, Any]:
-    """One engine batch as ``{name: array}``; padded lists add ``<name>_lengths`` (and
-    ``<name>_lengths_1``... for lists of lists), masks
-    ``<name>_mask`` (and, for list columns, ``<name>_mask_1``... per level below the rows),
-    on_error='zero' transforms ``<name>_valid``; ragged lists and strings
-    become :class:`Ragged`."""
-    if output == "torch":
+def map_arrays(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn`` applied to an array, or to every array of a (nested) :class:`Ragged`."""
+    if isinstance(value, Ragged):
+        return Ragged(map_arrays(value.values, fn), fn(value.offsets), value.kind)
+    return fn(value)
+
+
+def _map_innermost(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn`` applied to the innermost values only (offsets are left as they are)."""
+    if isinstance(value, Ragged):
+        return Ragged(_map_innermost(value.values, fn), value.offsets, value.kind)
+    return fn(value)
+
+
+def _innermost(value: Any) -> Any:
+    while isinstance(value, Ragged):
+        value = value.values
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def _plain_dtype(dtype: np.dtype) -> np.dtype:
+    """The same dtype as numpy spells it from its code (``<u8``: numpy's ``uint64``)."""
+    return np.dtype(dtype.str) if dtype.kind in "biufc" else dtype
+
+
+def _widen_bfloat16(bits: np.ndarray) -> np.ndarray:
+    """int16 bfloat16 bits -> float32, exact (a bfloat16 is the top half of a float32)."""
+    return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _narrow_to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """float32 -> int16 bfloat16 bits, as the engine's FloatToBFloat16 (round to nearest even; a
+    NaN stays a quiet NaN with its sign)."""
+    x = np.ascontiguousarray(values).view(np.uint32)
+    nan = (x & 0x7FFFFFFF) > 0x7F800000
+    rounded = (x + (0x7FFF + ((x >> 16) & 1))) >> 16
+    return np.where(nan, (x >> 16) | 0x40, rounded).astype(np.uint16).view(np.int16)
+
+
+class Route:
+    """How one loader's batches become what its caller receives (``output``, bfloat16 keys)."""
+
+    def __init__(self, output: str, bfloat16: FrozenSet[str] = frozenset()) -> None:
+        if output not in ("numpy", "torch"):
+            raise InternalError(f"Route: output {output!r}")
+        if bfloat16 and output != "torch":
+            raise InternalError("Route: bfloat16 columns need output='torch'")
+        self.output_kind = output
+        self.bfloat16 = frozenset(bfloat16)
+
+    # ------------------------------------------------------------------- engine -> numpy
+
+    def host(self, batch: Any) -> Dict[str, Any]:
+        """One engine batch as ``{name: numpy array}`` viewing its memory; padded lists add
+        ``<name>_lengths`` (and ``<name>_lengths_1``... for lists of lists), masks ``<name>_mask``
+        (and, for list columns, ``<name>_mask_1``... per level below the rows), on_error='zero'
+        transforms ``<name>_valid``; ragged lists and strings become :class:`Ragged`. bfloat16
+        values are their int16 bits (:meth:`output` views them as ``torch.bfloat16``)."""
+        out: Dict[str, Any] = {}
+        for column in batch.columns:
+            if column.bfloat16 and column.name not in self.bfloat16:
+                raise InternalError(f"column {column.name!r} is bfloat16, which loader.columns "
+                                    "did not say")
+            kind = column.kind
+            if kind == _stoker.ColumnKind.dense:
+                out[column.name] = column.values
+            elif kind == _stoker.ColumnKind.padded:
+                out[column.name] = column.values
+                out[column.name + "_lengths"] = column.lengths
+                # Lists of lists: each inner level's lengths, [B, L0, ..., Ll] (level l + 1).
+                for level, lengths in enumerate(column.inner_lengths, 1):
+                    out[f"{column.name}_lengths_{level}"] = lengths
+            else:
+                label = column.annotation if kind == _stoker.ColumnKind.strings else "list"
+                inner = column.inner_offsets
+                if inner:
+                    # Lists of lists (or of strings): one Ragged per level, the innermost
+                    # holding the values (bytes with kind "utf8"/"binary" for strings).
+                    label = column.annotation if column.annotation in ("utf8", "binary") \
+                        else "list"
+                    value = Ragged(column.values, inner[-1], label)
+                    for offsets in reversed(inner[:-1]):
+                        value = Ragged(value, offsets, "list")
+                    out[column.name] = Ragged(value, column.offsets, "list")
+                else:
+                    out[column.name] = Ragged(column.values, column.offsets, label)
+            if column.has_mask:
+                out[column.name + "_mask"] = column.mask
+                # Lists: validity of each level below the rows (inner lists, strings, elements).
+                for level, mask in enumerate(column.element_masks, 1):
+                    out[f"{column.name}_mask_{level}"] = mask
+            if column.has_valid:
+                out[column.name + "_valid"] = column.valid
+        return out
+
+    # ---------------------------------------------------------------- user code (numpy)
+
+    def user_view(self, arrays: Dict[str, Any]) -> Dict[str, Any]:
+        """What ``augment=`` receives: the host dict with bfloat16 values widened to float32."""
+        if not self.bfloat16:
+            return arrays
+        return {key: _map_innermost(value, _widen_bfloat16) if key in self.bfloat16 else value
+                for key, value in arrays.items()}
+
+    def from_user(self, out: Dict[str, Any], where: str) -> Dict[str, Any]:
+        """What ``augment=`` returned, back in host form: a bfloat16 key (given as float32) must
+        come back as float32 and becomes bfloat16 bits again."""
+        if not self.bfloat16:
+            return out
+        result = dict(out)
+        for key in self.bfloat16 & result.keys():
+            found = getattr(_innermost(result[key]), "dtype", None)
+            if found != np.float32:
+                raise TransformError(
+                    f"{where}: augment= output {key!r} has dtype {found}; the column is "
+                    "bfloat16, which augment= receives as float32 (numpy has no bfloat16) and "
+                    "must return as float32 to be delivered as torch.bfloat16")
+            result[key] = _map_innermost(result[key], _narrow_to_bfloat16)
+        return result
+
+    # ------------------------------------------------------------- host -> numpy / torch
+
+    def output(self, arrays: Dict[str, Any], where: str = "") -> Dict[str, Any]:
+        """The host dict as the caller receives it: numpy as is, or torch tensors sharing the
+        arrays' memory (bfloat16 bits viewed as ``torch.bfloat16``; a negatively strided array,
+        e.g. from ``np.flip`` in ``augment=``, is copied)."""
+        if self.output_kind == "numpy":
+            return arrays
         import torch
 
-        convert = torch.from_dlpack
+        def tensor(key: str, array: Any) -> Any:
+            try:
+                # nanobind's arrays may carry numpy's "long long" types, which from_numpy
+                # refuses where they alias "long" (uint64 on Linux): view them as the plain one.
+                return torch.from_numpy(array.view(_plain_dtype(array.dtype)))
+            except ValueError:  # negative strides
+                return torch.from_numpy(np.ascontiguousarray(array))
+            except TypeError:
+                raise TransformError(
+                    f"{where}: augment= output {key!r} has dtype "
+                    f"{getattr(array, 'dtype', type(array).__name__)}, which torch cannot hold "
+                    "(output='torch')") from None
 
-        def convert_values(column):
-            values = torch.from_dlpack(column.values)
-            # bfloat16 travels as int16 bits (numpy has no bfloat16).
-            return values.view(torch.bfloat16) if column.bfloat16 else values
-    else:
-        def convert(array):
-            return array
-
-        def convert_values(column):
-            return column.values
-    out: Dict[str, Any] = {}
-    for column in batch.columns:
-        kind = column.kind
-        if kind == _stoker.ColumnKind.dense:
-            out[column.name] = convert_values(column)
-        elif kind == _stoker.ColumnKind.padded:
-            out[column.name] = convert_values(column)
-            out[column.name + "_lengths"] = convert(column.lengths)
-            # Lists of lists: each inner level's lengths, [B, L0, ..., Ll] (level l + 1).
-            for level, lengths in enumerate(column.inner_lengths, 1):
-                out[f"{column.name}_lengths_{level}"] = convert(lengths)
-        else:
-            label = column.annotation if kind == _stoker.ColumnKind.strings else "list"
-            inner = column.inner_offsets
-            if inner:
-                # Lists of lists (or of strings): one Ragged per level, the innermost holding
-                # the values (bytes with kind "utf8"/"binary" for strings).
-                label = column.annotation if column.annotation in ("utf8", "binary") else "list"
-                value = Ragged(convert_values(column), convert(inner[-1]), label)
-                for offsets in reversed(inner[:-1]):
-                    value = Ragged(value, convert(offsets), "list")
-                out[column.name] = Ragged(value, convert(column.offsets), "list")
-            else:
-                out[column.name] = Ragged(convert_values(column), convert(column.offsets), label)
-        if column.has_mask:
-            out[column.name + "_mask"] = convert(column.mask)
-            # Lists: validity of each level below the rows (inner lists, strings, elements).
-            for level, mask in enumerate(column.element_masks, 1):
-                out[f"{column.name}_mask_{level}"] = convert(mask)
-        if column.has_valid:
-            out[column.name + "_valid"] = convert(column.valid)
-    return out
+        out: Dict[str, Any] = {}
+        for key, value in arrays.items():
+            converted = map_arrays(value, lambda array, key=key: tensor(key, array))
+            if key in self.bfloat16:
+                converted = _map_innermost(converted, lambda t: t.view(torch.bfloat16))
+            out[key] = converted
+        return out

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
-from ._ragged import Ragged
+from ._convert import map_arrays
 from .errors import InvalidOptionError
 
-__all__ = ["DeviceFeeder", "parse_device"]
+__all__ = ["DeviceFeeder", "move_batch", "parse_device"]
 
 
 def parse_device(device: Any) -> Optional[Any]:
@@ -43,14 +43,9 @@ def parse_device(device: Any) -> Optional[Any]:
     return torch.device("cuda", index)
 
 
-def _map(batch: Dict[str, Any], move: Callable[[Any], Any]) -> Dict[str, Any]:
-    out = {}
-    for key, value in batch.items():
-        if isinstance(value, Ragged):
-            out[key] = Ragged(move(value.values), move(value.offsets), value.kind)
-        else:
-            out[key] = move(value)
-    return out
+def move_batch(batch: Dict[str, Any], move: Callable[[Any], Any]) -> Dict[str, Any]:
+    """``move`` applied to every tensor of a batch (each level of a nested Ragged too)."""
+    return {key: map_arrays(value, move) for key, value in batch.items()}
 
 
 class DeviceFeeder:
@@ -72,7 +67,7 @@ class DeviceFeeder:
 
         def copy(batch):
             with torch.cuda.stream(stream):
-                moved = _map(batch, lambda t: t.to(device, non_blocking=True))
+                moved = move_batch(batch, lambda t: t.to(device, non_blocking=True))
                 event = torch.cuda.Event()
                 event.record(stream)
 
@@ -83,9 +78,7 @@ class DeviceFeeder:
                 # The tensors were allocated on the side stream: tell the caching allocator the
                 # consumer's stream uses them, so their memory is not reused too early.
                 for value in moved.values():
-                    for tensor in ((value.values, value.offsets) if isinstance(value, Ragged)
-                                   else (value,)):
-                        tensor.record_stream(consumer)
+                    map_arrays(value, lambda tensor: tensor.record_stream(consumer))
                 event.synchronize()  # the host slab may be reused once `done` is dropped
 
             return moved, done

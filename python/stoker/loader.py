@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 import time
 import weakref
 import zlib
@@ -16,21 +17,23 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import numpy as np
 
 from . import _stoker
-from ._augment import AugmentStage, numpy_to_torch
-from ._convert import to_python
+from ._augment import AugmentStage
+from ._convert import Route
 from ._device import DeviceFeeder, parse_device
 from ._distributed import agree_on_seed, default_num_threads, resolve_rank
 from ._pyworkers import make_runner
+from ._state import STATE_VERSION, check_state
 from ._user_transform import TransformGlue, user_transform
 from ._options import (Source, check_int, check_storage_options, column_options, feature_columns,
                        normalise_sources, output_columns, parse_size, set_categories, set_features,
                        set_transforms, storage_value, transform_chains)
 from ._pyworkers import check_python_options, make_runner
-from .errors import InvalidOptionError, LoaderClosedError, LoaderStateError, StateMismatchError
+from .errors import (InternalError, InvalidOptionError, LoaderClosedError, LoaderStateError,
+                     StateMismatchError)
 
 __all__ = ["Loader", "parse_size"]
 
-_STATE_VERSION = 1
+_MAX_EPOCH = 2**63 - 1  # the engine's epoch is an int64
 # Next() waits this long before returning to Python, so Ctrl-C is seen promptly.
 _POLL_MS = 100
 _LIVE_ENGINES: "weakref.WeakSet[Loader]" = weakref.WeakSet()
@@ -47,6 +50,17 @@ def _stop_all_at_exit() -> None:
 
 
 atexit.register(_stop_all_at_exit)
+
+
+def _fresh_locks_after_fork() -> None:
+    # Another thread may have held a loader's locks at fork(): the child's copies would stay
+    # held, and its iter() would wait forever instead of raising LoaderClosedError.
+    for loader in list(_LIVE_ENGINES):
+        loader._generation_lock = threading.Lock()
+        loader._handover = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
 def _column_options_of(options: Any, name: str) -> Any:
@@ -303,6 +317,7 @@ class Loader:
         self._runner = None
         self._augment: Optional[AugmentStage] = None
         self._output = output
+        self._route = Route(output)  # with the bfloat16 columns once the engine is open
         self._feeder = None
         device = parse_device(device) if device is not None else None
         if device is not None:
@@ -323,6 +338,11 @@ class Loader:
         # epoch resumed on another world size; None otherwise.
         self._elastic: Optional[tuple] = None
         self._generation = 0  # counts iterations; only the newest may run
+        self._generation_lock = threading.Lock()  # bumps of _generation (held only briefly)
+        # Held while an iterator takes a batch from the engine (generation check + next()) and
+        # while a newer iter(), set_epoch() or load_state_dict() stops or starts the engine's
+        # epoch, so a batch of the new epoch never goes to an older iterator (see __iter__).
+        self._handover = threading.RLock()
         self._running: Optional[int] = None  # generation of the live iterator, if any
         self._ended_by = ""  # why the previous iterator was ended, for its error
         # Stall meter of the current (or last) iteration: the consumer's loop time and the part
@@ -423,6 +443,8 @@ class Loader:
                         "normalize(dtype='bfloat16') or cast(dtype='bfloat16')), which numpy "
                         "cannot hold: pass output='torch' for torch.bfloat16, or choose "
                         "float16/float32")
+            self._route = Route(output, frozenset(
+                name for name, info in self._columns.items() if str(info.dtype) == "bfloat16"))
         except BaseException:
             self.close()
             raise
@@ -521,18 +543,38 @@ class Loader:
     # without such a choice, an iteration that follows a completed epoch delivers the next epoch
     # (what Lightning and plain `for epoch in ...: for batch in loader` loops expect), and one
     # that follows an unfinished iteration starts the same epoch again from its beginning.
+    #
+    # Hand-over rule (iterators in several threads): every iter(), set_epoch() and
+    # load_state_dict() takes a new generation; only the iterator of the newest generation may
+    # take batches. An iterator takes a batch while holding _handover, checking its generation
+    # before and after the engine's next(); the engine's epoch is stopped and started only under
+    # _handover, by the holder of the newest generation. So a batch of a newer epoch never goes
+    # to an older iterator (which would leave the newer one short), and an older iterator never
+    # stops a newer epoch. The generation is taken before waiting for _handover: an iterator
+    # inside next() sees it when next() returns (within _POLL_MS) and lets go.
+
+    def _completed(self) -> bool:
+        """Every batch of self._epoch was handed out, and no epoch was chosen since."""
+        return self._epoch_done and not self._epoch_chosen and self._resume_batch is None
 
     def _next_epoch(self) -> int:
-        if self._epoch_done and not self._epoch_chosen and self._resume_batch is None:
+        if self._completed() and self._epoch < _MAX_EPOCH:
             return self._epoch + 1
-        return self._epoch
+        return self._epoch  # after the last epoch: the state reads (last, every batch)
+
+    def _new_generation(self, reason: str) -> int:
+        """Ends every iterator so far: their next step raises LoaderStateError naming
+        ``reason``."""
+        with self._generation_lock:
+            self._generation += 1
+            self._ended_by = reason
+            return self._generation
 
     def _end_running(self, reason: str) -> None:
-        """Ends the live iterator (if any): its next step raises LoaderStateError."""
+        """Ends the live iterator (if any) and stops its epoch; called holding _handover."""
+        self._new_generation(reason)
         if self._running is not None:
-            self._generation += 1
             self._running = None
-            self._ended_by = reason
             if self._engine is not None:
                 self._engine.stop()
 
@@ -542,49 +584,67 @@ class Loader:
         A live iterator of this loader is ended: its next step raises
         :class:`~stoker.errors.LoaderStateError`, and ``state_dict()`` describes the new epoch.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise InvalidOptionError(f"epoch must be a non-negative integer, got {epoch!r}")
-        self._end_running(f"set_epoch({epoch})")
-        self._epoch = epoch
-        self._epoch_chosen = True
-        self._epoch_done = False
-        self._position = 0
-        self._resume_batch = None
-        self._elastic = None
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= _MAX_EPOCH:
+            raise InvalidOptionError(
+                f"epoch must be an integer in [0, 2**63 - 1], got {epoch!r}")
+        reason = f"set_epoch({epoch})"
+        self._new_generation(reason)  # an iterator waiting in next() lets go of _handover
+        with self._handover:
+            self._end_running(reason)  # also one that an iter() started meanwhile
+            self._epoch = epoch
+            self._epoch_chosen = True
+            self._epoch_done = False
+            self._position = 0
+            self._resume_batch = None
+            self._elastic = None
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         engine = self._live()
         # One iteration at a time: a newer iter(loader) restarts the engine, and this one ends.
-        self._end_running("a newer iter(loader)")
-        self._generation += 1
-        generation = self._generation
-        epoch = self._next_epoch()
-        if epoch != self._epoch:
-            self._elastic = None  # the epoch after an elastic rest is a normal one
-        self._epoch = epoch
-        start = self._resume_batch if self._resume_batch is not None else 0
-        self._resume_batch = None
-        self._epoch_chosen = False
-        self._epoch_done = False
-        if self._elastic is not None:
-            self._epoch_batches = engine.start_elastic_epoch(
-                self._epoch, self._elastic[0], self._elastic[1], start)
-        else:
-            engine.start_epoch(self._epoch, start)
-            self._epoch_batches = engine.num_batches
-        self._position = start
-        self._running = generation
-        self._loop_start, self._loop_end, self._loop_wait_s = time.perf_counter(), None, 0.0
+        generation = self._new_generation("a newer iter(loader)")
+        with self._handover:
+            if generation != self._generation:
+                # A newer iter(), set_epoch() or load_state_dict() came first: this iterator is
+                # ended before it started (its first next() says by what).
+                return _EpochIterator(self._ended(generation), lambda: None)
+            self._running = None
+            if self._completed() and self._epoch == _MAX_EPOCH:
+                raise LoaderStateError(
+                    f"epoch {_MAX_EPOCH} (2**63 - 1) was the last one an engine can deliver; "
+                    "choose the next with set_epoch()")
+            epoch = self._next_epoch()
+            if epoch != self._epoch:
+                self._elastic = None  # the epoch after an elastic rest is a normal one
+            self._epoch = epoch
+            start = self._resume_batch if self._resume_batch is not None else 0
+            self._resume_batch = None
+            self._epoch_chosen = False
+            self._epoch_done = False
+            if self._elastic is not None:
+                self._epoch_batches = engine.start_elastic_epoch(
+                    self._epoch, self._elastic[0], self._elastic[1], start)
+            else:
+                engine.start_epoch(self._epoch, start)
+                self._epoch_batches = engine.num_batches
+            self._position = start
+            self._running = generation
+            self._loop_start, self._loop_end, self._loop_wait_s = time.perf_counter(), None, 0.0
         return _EpochIterator(self._iterate(engine, generation),
                               lambda: self._stop_unstarted(engine, generation))
+
+    def _ended(self, generation: int) -> Iterator[Dict[str, Any]]:
+        self._check_generation(generation)
+        raise InternalError("an iterator ended before it started has the newest generation")
+        yield  # noqa: unreachable (makes this a generator)
 
     def _stop_unstarted(self, engine: Any, generation: int) -> None:
         """What _iterate's `finally` does, for an iterator dropped or closed before its first
         next() (a generator that never started runs no `finally`)."""
-        if generation == self._generation and self._running == generation:
-            self._running = None
-            self._loop_end = time.perf_counter()
-            engine.stop()
+        with self._handover:
+            if generation == self._generation and self._running == generation:
+                self._running = None
+                self._loop_end = time.perf_counter()
+                engine.stop()
 
     def _check_generation(self, generation: int) -> None:
         if generation != self._generation:
@@ -593,38 +653,41 @@ class Loader:
                 "time")
 
     def _host_batches(self, engine: Any, generation: int,
-                      output: str) -> Iterator[Dict[str, Any]]:
-        """The engine's batches as numpy/torch dicts, until the epoch ends."""
+                      convert: bool) -> Iterator[Dict[str, Any]]:
+        """The engine's batches as numpy dicts (``convert``: as the caller receives them),
+        until the epoch ends."""
+        route = self._route
         while True:
-            self._check_generation(generation)
             waited = time.perf_counter()
-            try:
-                batch, done = engine.next(_POLL_MS)
-            except LoaderClosedError:
-                # set_epoch/load_state_dict/iter() from another thread stopped the engine while
-                # this thread waited in it: report that, not a close.
+            with self._handover:
                 self._check_generation(generation)
-                raise
-            if generation == self._generation:
-                self._loop_wait_s += time.perf_counter() - waited
+                try:
+                    batch, done = engine.next(_POLL_MS)
+                except LoaderClosedError:
+                    # set_epoch/load_state_dict/iter() from another thread stopped the engine
+                    # while this thread waited in it: report that, not a close.
+                    self._check_generation(generation)
+                    raise
+                # Ended while this batch was in flight (the end of the epoch included).
+                self._check_generation(generation)
+            self._loop_wait_s += time.perf_counter() - waited
             if batch is None:
                 if done:
                     return
                 continue  # timeout: lets Python deliver signals (Ctrl-C)
-            self._check_generation(generation)  # ended while this batch was in flight
-            out = to_python(batch, output)
+            out = route.host(batch)
+            del batch
             for name, shape in self._reshape.items():  # e.g. Petastorm's [H, W] gray images
                 if name in out:
                     out[name] = out[name].reshape((len(out[name]),) + shape)
             if self._variable:
-                out = self._decode_variable(out, output)
-            yield out
+                out = self._decode_variable(out)
+            yield route.output(out) if convert else out
 
-    def _decode_variable(self, out: Dict[str, Any], output: str) -> Dict[str, Any]:
+    def _decode_variable(self, out: Dict[str, Any]) -> Dict[str, Any]:
         """Petastorm array fields whose first dimension varies, as ``lists`` asks (decoded here,
         in Python: the workers' ops make fixed shapes only)."""
         from ._petastorm import decode_variable
-        from ._ragged import Ragged
 
         result = {}
         for key, value in out.items():
@@ -636,21 +699,15 @@ class Loader:
                 else self._pad_value
             value, lengths = decode_variable(key, value, out.get(key + "_mask"), mode, field,
                                              pad)
-            if output == "torch":
-                import torch
-
-                value = Ragged(torch.from_numpy(value.values), torch.from_numpy(value.offsets),
-                               "list") if isinstance(value, Ragged) else torch.from_numpy(value)
-                lengths = torch.from_numpy(lengths) if lengths is not None else None
             result[key] = value
             if lengths is not None:
                 result[key + "_lengths"] = lengths
         return result
 
-
     def _augment_keys(self, host: Iterator[Dict[str, Any]], first: int
                       ) -> Iterator[tuple]:
-        """(batch, rng key, where) for the augment stage; batch ``first + k`` of the epoch."""
+        """(batch, rng key, where) for the augment stage; batch ``first + k`` of the epoch, as
+        augment= sees it."""
         rank, world = self._options.rank, self._options.world_size
         # During the rest of an epoch resumed on another world size, the old ranks' batches
         # come first, so no two batches of the epoch share a key.
@@ -658,7 +715,8 @@ class Loader:
         epoch, seed = self._epoch, self._seed
         for index, batch in enumerate(host, first):
             where = f"epoch {epoch}, batch {index}" + (f" of rank {rank}" if world > 1 else "")
-            yield batch, (seed, epoch, offset + index * world + rank), where
+            key = (seed, epoch, offset + index * world + rank)
+            yield self._route.user_view(batch), key, where
 
     def _augmented(self, host: Iterator[Dict[str, Any]], generation: int
                    ) -> Iterator[Dict[str, Any]]:
@@ -670,7 +728,11 @@ class Loader:
             if generation == self._generation:
                 self._loop_wait_s += seconds
 
-        convert = numpy_to_torch if self._output == "torch" else None
+        route = self._route
+
+        def convert(out: Dict[str, Any], where: str) -> Dict[str, Any]:
+            return route.output(route.from_user(out, where), where)
+
         return self._augment.run(self._augment_keys(host, self._position), check_live, on_wait,
                                  convert)
 
@@ -678,7 +740,7 @@ class Loader:
         # The position counts batches handed to the caller, here at the outermost yield (the
         # augment stage and the device feeder run ahead of the caller).
         augment = self._augment is not None
-        host = self._host_batches(engine, generation, "numpy" if augment else self._output)
+        host = self._host_batches(engine, generation, convert=not augment)
         stages = [host]
         if augment:
             stages.append(self._augmented(host, generation))
@@ -687,20 +749,23 @@ class Loader:
         batches = stages[-1]
         try:
             for batch in batches:
-                self._check_generation(generation)
-                self._position += 1
-                if self._position >= self._epoch_batches:
-                    self._epoch_done = True
+                with self._handover:
+                    self._check_generation(generation)
+                    self._position += 1
+                    if self._position >= self._epoch_batches:
+                        self._epoch_done = True
                 yield batch
-            if generation == self._generation:
-                self._epoch_done = True
+            with self._handover:
+                if generation == self._generation:
+                    self._epoch_done = True
         finally:
             for stage in reversed(stages):
                 stage.close()
-            if generation == self._generation:  # never stop a newer iteration's engine
-                self._running = None
-                self._loop_end = time.perf_counter()
-                engine.stop()
+            with self._handover:
+                if generation == self._generation:  # never stop a newer iteration's engine
+                    self._running = None
+                    self._loop_end = time.perf_counter()
+                    engine.stop()
 
     # ---------------------------------------------------------------------------------- resume
 
@@ -720,7 +785,7 @@ class Loader:
             batch = self._position
         engine = self._live()
         return {
-            "version": _STATE_VERSION,
+            "version": STATE_VERSION,
             "epoch": epoch,
             "batch": batch,
             "seed": self._seed,
@@ -799,16 +864,11 @@ class Loader:
 
         Ends a live iterator of this loader, as ``set_epoch`` does.
         """
-        missing = {"version", "epoch", "batch", "seed", "fingerprint"} - set(state)
-        if missing:
-            raise StateMismatchError(f"state_dict is missing {sorted(missing)}")
-        if state["version"] != _STATE_VERSION:
-            raise StateMismatchError(
-                f"state_dict version {state['version']} is not supported (expected {_STATE_VERSION})")
+        state = check_state(state)  # every key's type and range, before anything is used
         engine = self._live()
         saved_rank = (state.get("rank"), state.get("world_size"))
         mine = (self._options.rank, self._options.world_size)
-        saved_elastic = (int(state.get("elastic_world_size", 0)), int(state.get("elastic_batch", 0)))
+        saved_elastic = (state.get("elastic_world_size", 0), state.get("elastic_batch", 0))
         elastic = None
         if (saved_rank[1] is not None and saved_rank[1] != mine[1]
                 and state.get("data_fingerprint") == engine.data_fingerprint):
@@ -817,7 +877,7 @@ class Loader:
                     f"this state was saved during the rest of an epoch resumed on world_size="
                     f"{saved_rank[1]}; it resumes only at world_size={saved_rank[1]} (or start "
                     f"the next epoch with set_epoch({state['epoch'] + 1}))")
-            elastic = (int(saved_rank[1]), int(state["batch"]))
+            elastic = (saved_rank[1], state["batch"])
         elif (saved_rank[1] == mine[1] and saved_rank[0] != mine[0]
               and state.get("data_fingerprint") == engine.data_fingerprint):
             # Another rank of the same job: the ranks of a data-parallel job are at the same step
@@ -834,23 +894,34 @@ class Loader:
                 raise StateMismatchError(
                     f"state_dict has seed={state['seed']} but this loader was created with "
                     f"seed={self._seed}; pass seed={state['seed']} or seed=None")
+        if elastic is not None and elastic[1] > engine.num_batches_at(elastic[0]):
+            raise StateMismatchError(
+                f"state_dict batch={elastic[1]} is outside the "
+                f"{engine.num_batches_at(elastic[0])} batches per rank at world_size={elastic[0]}")
         if elastic is None and saved_elastic[0]:
             elastic = saved_elastic  # the rest of an elastic epoch, resumed at the same size
-        if elastic is None and not 0 <= state["batch"] <= len(self):
+            if elastic[1] > engine.num_batches_at(elastic[0]):
+                raise StateMismatchError(
+                    f"state_dict elastic_batch={elastic[1]} is outside the "
+                    f"{engine.num_batches_at(elastic[0])} batches per rank at "
+                    f"world_size={elastic[0]}")
+        elif elastic is None and not 0 <= state["batch"] <= len(self):
             raise StateMismatchError(
                 f"state_dict batch={state['batch']} is outside this epoch's {len(self)} batches")
-        self._end_running("load_state_dict()")
-        if state["seed"] != self._seed:
-            # The seed only enters the per-epoch plan: nothing is re-read.
-            self._seed = int(state["seed"])
-            engine.set_seed(self._seed)
-        self._epoch = int(state["epoch"])
-        self._epoch_chosen = True
-        self._epoch_done = False
-        self._elastic = elastic
-        resumed_here = elastic is None or saved_elastic[0]
-        self._resume_batch = int(state["batch"]) if resumed_here else 0
-        self._position = self._resume_batch
+        self._new_generation("load_state_dict()")  # an iterator waiting in next() lets go
+        with self._handover:
+            self._end_running("load_state_dict()")
+            if state["seed"] != self._seed:
+                # The seed only enters the per-epoch plan: nothing is re-read.
+                self._seed = state["seed"]
+                engine.set_seed(self._seed)
+            self._epoch = state["epoch"]
+            self._epoch_chosen = True
+            self._epoch_done = False
+            self._elastic = elastic
+            resumed_here = elastic is None or saved_elastic[0]
+            self._resume_batch = state["batch"] if resumed_here else 0
+            self._position = self._resume_batch
 
     # ------------------------------------------------------------------------------ lifecycle
 

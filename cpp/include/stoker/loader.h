@@ -64,6 +64,9 @@ class Loader {
 
   /// Batches per epoch for this rank.
   int64_t NumBatches() const;
+  /// Batches per epoch for each rank of `world_size` ranks (what a resume state saved at that
+  /// world size may have delivered).
+  int64_t NumBatchesAt(int world_size) const;
   /// Rows per epoch for this rank (including padding rows).
   int64_t NumRows() const;
   /// The shuffle window in rows (after converting shuffle_window_bytes).

@@ -228,6 +228,13 @@ Result<int64_t> Loader::StartElasticEpoch(int64_t epoch, int old_world_size, int
     return MakeError(ErrorKind::kStateMismatch,
                      "elastic resume needs epoch >= 0, an old world_size >= 1 and a batch >= 0");
   }
+  // More batches than an old rank had would skip every row (and overflow old_batches * rows).
+  if (old_batches > NumBatchesAt(old_world_size)) {
+    return MakeError(ErrorKind::kStateMismatch,
+                     "elastic resume: old_batches=" + std::to_string(old_batches) +
+                         " is outside the " + std::to_string(NumBatchesAt(old_world_size)) +
+                         " batches per rank at world_size=" + std::to_string(old_world_size));
+  }
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (impl_->closed) return ClosedError();
   auto plan = std::make_shared<const Plan>(MakeElasticPlan(
@@ -308,6 +315,11 @@ void Loader::Stop() {
 
 int64_t Loader::ShuffleWindowRows() const { return impl_->plan_options.shuffle_window_rows; }
 int64_t Loader::NumBatches() const { return impl_->shape.num_batches; }
+int64_t Loader::NumBatchesAt(int world_size) const {
+  PlanOptions options = impl_->plan_options;
+  options.world_size = std::max(world_size, 1);
+  return ComputeRankShape(impl_->catalog->total_rows(), options).num_batches;
+}
 int64_t Loader::NumRows() const { return impl_->shape.rank_rows; }
 int64_t Loader::DatasetRows() const { return impl_->catalog->total_rows(); }
 int64_t Loader::NumFiles() const { return static_cast<int64_t>(impl_->catalog->files().size()); }
