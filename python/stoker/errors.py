@@ -62,8 +62,9 @@ class UnsupportedTypeError(StokerError, TypeError):
 class UnsupportedInputError(UnsupportedTypeError):
     """A row holds a valid value that stoker does not decode (a lossless or 12-bit JPEG, an
     animated WebP, a GIF, BMP, TIFF, JPEG 2000, AVIF or HEIF file, an image above ``max_pixels``,
-    an npy of a dtype with no tensor such as complex or structured). Not :class:`CorruptFileError`: the file is fine. Raised under
-    ``on_error="raise"``; ``on_error="zero"`` substitutes the row as it does a corrupt one."""
+    an npy of a dtype with no tensor such as complex or structured). Not a
+    :class:`CorruptFileError`: the file is fine. Raised under ``on_error="raise"``;
+    ``on_error="zero"`` substitutes the row as it does a corrupt one."""
 
 
 class NullValueError(StokerError, ValueError):

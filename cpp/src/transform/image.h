@@ -42,8 +42,8 @@ struct ImageDecodeOptions {
 /// converted as Pillow's convert("RGB") / ("L") / ("RGBA") does. A corrupt or truncated file is a
 /// kCorruptFile error, a valid one stoker does not decode (lossless, hierarchical or 12-bit JPEG,
 /// animated WebP, GIF, BMP, TIFF, JPEG 2000, AVIF, HEIF, more than max_pixels) kUnsupportedInput;
-/// the message gives the reason. A failure
-/// leaves nothing behind that changes how the thread decodes its next image.
+/// the message gives the reason. A failure leaves nothing behind that changes how the thread
+/// decodes its next image.
 Status DecodeImage(std::string_view bytes, const ImageDecodeOptions& options, Value* out);
 
 /// Decodes the part of a JPEG that `box` (inside the image) needs, at full size: rows above the box
