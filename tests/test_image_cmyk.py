@@ -94,7 +94,8 @@ def test_cmyk_and_ycck_match_pillow(name, writer, transform, height, width):
         assert max_diff(ours, pillow(data, mode)) <= 1, mode
 
 
-@pytest.mark.parametrize("name,writer,transform", CMYK_FILES[::2], ids=[c[0] for c in CMYK_FILES[::2]])
+@pytest.mark.parametrize("name,writer,transform", CMYK_FILES[::2],
+                         ids=[c[0] for c in CMYK_FILES[::2]])
 def test_cmyk_draft_and_resize_match_pillow(name, writer, transform):
     data = writer(smooth(240, 320, 4, seed=5))
     # draft: decoded at 1/2 or 1/4 in the DCT domain, as Pillow's draft does.

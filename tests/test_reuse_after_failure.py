@@ -109,7 +109,8 @@ def bad_values(column):
 # Every decode path an image or array takes; each column reads its own copy of the bytes.
 CHAINS = {
     "jpeg_fused": [ops.decode_image(), ops.resize([32, 32])],  # DCT-scaled decode
-    "jpeg_region": [ops.decode_image(), ops.center_crop(40), ops.resize([32, 32])],  # region decoder
+    # A crop shrinking less than 2x: the libjpeg region decoder.
+    "jpeg_region": [ops.decode_image(), ops.center_crop(40), ops.resize([32, 32])],
     "jpeg_full": [ops.decode_image(shape=[H, W])],
     "jpeg_gray": [ops.decode_image(mode="L", shape=[H, W])],
     "jpeg_rgba": [ops.decode_image(mode="RGBA", shape=[H, W])],
