@@ -15,6 +15,7 @@ __all__ = [
     "ColumnNotFoundError",
     "InvalidOptionError",
     "UnsupportedTypeError",
+    "UnsupportedInputError",
     "NullValueError",
     "LossyCastError",
     "CorruptFileError",
@@ -56,6 +57,14 @@ class InvalidOptionError(StokerError, ValueError):
 
 class UnsupportedTypeError(StokerError, TypeError):
     """A column's type cannot become a tensor, or needs an explicit choice (e.g. ``lists``)."""
+
+
+class UnsupportedInputError(UnsupportedTypeError):
+    """A row holds a valid value that stoker does not decode (a lossless or 12-bit JPEG, an
+    animated WebP, a GIF, BMP, TIFF, JPEG 2000, AVIF or HEIF file, an image above ``max_pixels``,
+    an npy of a dtype with no tensor such as complex or structured). Not a
+    :class:`CorruptFileError`: the file is fine. Raised under ``on_error="raise"``;
+    ``on_error="zero"`` substitutes the row as it does a corrupt one."""
 
 
 class NullValueError(StokerError, ValueError):
@@ -126,6 +135,7 @@ _BY_KIND = {
     "closed": LoaderClosedError,
     "transform": TransformError,
     "worker_crashed": WorkerCrashedError,
+    "unsupported_input": UnsupportedInputError,
 }
 
 

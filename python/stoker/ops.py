@@ -35,9 +35,12 @@ def _op(name: str, **params: Any) -> Op:
 
 
 def decode_image(mode: str = "RGB", exif: bool = False, draft: Optional[Size] = None,
-                 shape: Optional[Sequence[int]] = None, dct_scaling: bool = True) -> Op:
-    """JPEG, PNG or WebP bytes -> uint8 [H, W, C]; ``draft`` lets JPEG decode at a reduced size;
-    ``shape=[h, w]`` declares every image's size (a fixed output; another size is an error).
+                 shape: Optional[Sequence[int]] = None, dct_scaling: bool = True,
+                 max_pixels: Optional[int] = None) -> Op:
+    """JPEG (CMYK and YCCK included), PNG or WebP bytes -> uint8 [H, W, C]; ``draft`` lets JPEG
+    decode at a reduced size; ``shape=[h, w]`` declares every image's size (a fixed output; another
+    size is an error). An image of more than ``max_pixels`` pixels (default 2**28) is refused
+    before decoding (:class:`~stoker.errors.UnsupportedInputError`).
 
     ``dct_scaling`` (default on): when the next op is ``resize``, ``center_crop`` + ``resize`` or
     ``random_resized_crop`` and it shrinks the (cropped) JPEG to at most half on both sides, the JPEG
@@ -48,7 +51,7 @@ def decode_image(mode: str = "RGB", exif: bool = False, draft: Optional[Size] = 
     ``shape``.
     """
     return _op("decode_image", mode=mode, exif=exif, draft=draft, shape=shape,
-               dct_scaling=dct_scaling)
+               dct_scaling=dct_scaling, max_pixels=max_pixels)
 
 
 def resize(size: Size, interpolation: str = "bilinear", antialias: bool = True) -> Op:

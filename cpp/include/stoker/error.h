@@ -35,6 +35,8 @@ enum class ErrorKind {
   kClosed,           // the loader was closed (possibly by another thread), or used after fork
   kTransform,        // a user transform (transform=) raised, or broke its output schema
   kWorkerCrashed,    // a process running a user transform died
+  // A valid value stoker does not decode (a 12-bit JPEG, a GIF, a complex npy): not corrupt.
+  kUnsupportedInput,
 };
 
 /// Returns a Status carrying `kind`; the message is what the user reads.

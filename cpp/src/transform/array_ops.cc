@@ -13,6 +13,7 @@ namespace stoker::transform {
 namespace {
 
 using internal::Corrupt;
+using internal::Unsupported;
 
 static_assert(std::endian::native == std::endian::little, "stoker assumes a little-endian host");
 
@@ -49,11 +50,36 @@ bool HeaderField(std::string_view header, std::string_view key, std::string_view
   return true;
 }
 
+// What numpy calls a dtype kind stoker has no tensor for (a valid .npy all the same).
+const char* UnsupportedKind(char kind) {
+  switch (kind) {
+    case 'c':
+      return "complex";
+    case 'U':
+      return "unicode string";
+    case 'S':
+    case 'a':
+      return "byte string";
+    case 'V':
+      return "void (raw bytes)";
+    case 'O':
+      return "object (pickled Python objects)";
+    case 'M':
+      return "datetime64";
+    case 'm':
+      return "timedelta64";
+    default:
+      return nullptr;
+  }
+}
+
 Result<ElementType> ParseDescr(std::string_view descr, bool* swap) {
-  // '<f4', '|u1', '>i8', '|b1'
-  if (descr.size() < 5 || descr.front() != '\'' || descr.back() != '\'') {
-    return Corrupt("npy header: unsupported dtype " + std::string(descr) +
-                   " (structured dtypes are not supported)");
+  // '<f4', '|u1', '>i8', '|b1'; a list of fields is a structured dtype.
+  if (!descr.empty() && descr.front() == '[') {
+    return Unsupported("npy dtype is structured (a record of named fields), which has no tensor");
+  }
+  if (descr.size() < 4 || descr.front() != '\'' || descr.back() != '\'') {
+    return Corrupt("npy header: bad dtype " + std::string(descr));
   }
   const std::string_view code = descr.substr(1, descr.size() - 2);
   const char order = code[0];
@@ -62,6 +88,10 @@ Result<ElementType> ParseDescr(std::string_view descr, bool* swap) {
   *swap = order == '>' && size != "1";
   if (order != '<' && order != '>' && order != '|' && order != '=') {
     return Corrupt("npy header: bad byte order in " + std::string(descr));
+  }
+  if (const char* what = UnsupportedKind(kind)) {
+    return Unsupported("npy dtype " + std::string(descr) + " (" + what +
+                       ") has no tensor dtype in stoker");
   }
   std::string name;
   if (kind == 'b' && size == "1") {
@@ -73,12 +103,18 @@ Result<ElementType> ParseDescr(std::string_view descr, bool* swap) {
   } else if (kind == 'f') {
     name = "float";
   } else {
-    return Corrupt("npy header: unsupported dtype " + std::string(descr));
+    return Corrupt("npy header: bad dtype " + std::string(descr));
   }
   char* end = nullptr;
   const long bytes = std::strtol(size.c_str(), &end, 10);
   const auto type = ParseElementType(name + std::to_string(bytes * 8));
-  if (!type || *end != '\0') return Corrupt("npy header: unsupported dtype " + std::string(descr));
+  if (!type || *end != '\0') {
+    if (kind == 'f' && *end == '\0' && (bytes == 10 || bytes == 12 || bytes == 16)) {
+      return Unsupported("npy dtype " + std::string(descr) +
+                         " (extended-precision float) has no tensor dtype in stoker");
+    }
+    return Corrupt("npy header: bad dtype " + std::string(descr));
+  }
   return *type;
 }
 
@@ -248,7 +284,8 @@ Status DecodeNpz(std::string_view bytes, const std::string& key, Value* out) {
         return Corrupt("npz: " + name + " does not inflate (corrupt or truncated)");
       }
     } else {
-      return Corrupt("npz: " + name + " uses zip compression method " + std::to_string(method));
+      return Unsupported("npz: " + name + " uses zip compression method " + std::to_string(method) +
+                         " (stored and deflate only)");
     }
     const uint32_t actual = static_cast<uint32_t>(crc32(
         0, reinterpret_cast<const Bytef*>(inflated.data()), static_cast<uInt>(inflated.size())));

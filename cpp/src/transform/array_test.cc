@@ -141,8 +141,57 @@ TEST(DecodeNpy, MalformedBytesAreErrors) {
   EXPECT_EQ(GetErrorKind(DecodeNpy(npy.substr(0, npy.size() - 1), &out)), ErrorKind::kCorruptFile);
   EXPECT_FALSE(DecodeNpy(npy.substr(0, 20), &out).ok());
   EXPECT_FALSE(DecodeNpy("PK\x03\x04 not npy", &out).ok());
-  EXPECT_FALSE(DecodeNpy(Npy("<c8", "(1,)", values, 8), &out).ok());  // complex: unsupported
+  EXPECT_EQ(GetErrorKind(DecodeNpy(Npy("<x4", "(1,)", values, 4), &out)), ErrorKind::kCorruptFile);
   EXPECT_FALSE(DecodeNpy(Npy("<f4", "(99999999999999999999,)", values, 8), &out).ok());
+}
+
+// Valid arrays of dtypes with no tensor are unsupported, never corrupt.
+TEST(DecodeNpy, DtypesWithoutATensorAreUnsupported) {
+  const uint8_t values[32] = {};
+  Value out;
+  for (const char* descr : {"<c8", "<U2", "|S2", "|O", "<M8[ns]", "<m8[s]", "|V4", "<f16"}) {
+    const Status status = DecodeNpy(Npy(descr, "(1,)", values, 16), &out);
+    EXPECT_EQ(GetErrorKind(status), ErrorKind::kUnsupportedInput) << descr << status.ToString();
+    EXPECT_NE(status.message().find(descr), std::string::npos) << status.ToString();
+  }
+  // A structured dtype: a list of fields in place of the descr string (as np.save writes it).
+  std::string header =
+      "{'descr': [('a', '<i4'), ('b', '<f4')], 'fortran_order': False, "
+      "'shape': (1,), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string npy = "\x93NUMPY\x01";
+  npy += '\0';
+  npy += static_cast<char>(header.size());
+  npy += '\0';
+  npy += header + std::string(8, '\0');
+  const Status structured = DecodeNpy(npy, &out);
+  EXPECT_EQ(GetErrorKind(structured), ErrorKind::kUnsupportedInput) << structured.ToString();
+  EXPECT_NE(structured.message().find("structured"), std::string::npos) << structured.ToString();
+}
+
+// One Value reused across rows: a failed decode between good ones changes none of their bytes.
+TEST(DecodeNpy, AFailureBetweenGoodRowsLeavesThemExact) {
+  const float floats[6] = {1, 2, 3, 4, 5, 6};
+  const int64_t scalar = -7;
+  const std::string good = Npy("<f4", "(2, 3)", floats, sizeof(floats));
+  const std::string small = Npy("<i8", "()", &scalar, 8);
+  const std::vector<std::string> bad = {good.substr(0, good.size() - 3),
+                                        Npy("<c8", "(1,)", floats, 8),
+                                        Zip({{"a.npy", good}}, true).substr(0, 40)};
+  Value out;
+  for (const std::string& failing : bad) {
+    ASSERT_OK(DecodeNpy(good, &out));
+    EXPECT_FALSE(DecodeNpy(failing, &out).ok());
+    EXPECT_FALSE(DecodeNpz(failing, "a", &out).ok());
+    ASSERT_OK(DecodeNpy(small, &out));
+    EXPECT_EQ(out.type(), ValueType::Tensor(ElementType::kInt64, {}));
+    EXPECT_EQ(out.as<int64_t>()[0], -7);
+    EXPECT_FALSE(DecodeNpy(failing, &out).ok());
+    ASSERT_OK(DecodeNpz(Zip({{"a.npy", good}}, true), "a", &out));
+    EXPECT_EQ(out.type(), ValueType::Tensor(ElementType::kFloat32, {2, 3}));
+    EXPECT_EQ(std::memcmp(out.data(), floats, sizeof(floats)), 0);
+  }
 }
 
 TEST(DecodeNpy, OpChecksDeclaredDtypeAndShape) {

@@ -38,8 +38,12 @@ struct ImageDecodeOptions {
   int scale_denominator = 0;  // JPEG only: decode at exactly 1/n (a JpegScaleSupported n) when set
 };
 
-/// Decodes a JPEG, PNG or WebP file into `out` (uint8 [h, w, channels]). A corrupt, truncated or
-/// unsupported file is a kCorruptFile error whose message gives the reason.
+/// Decodes a JPEG, PNG or WebP file into `out` (uint8 [h, w, channels]); CMYK and YCCK JPEGs are
+/// converted as Pillow's convert("RGB") / ("L") / ("RGBA") does. A corrupt or truncated file is a
+/// kCorruptFile error, a valid one stoker does not decode (lossless, hierarchical or 12-bit JPEG,
+/// animated WebP, GIF, BMP, TIFF, JPEG 2000, AVIF, HEIF, more than max_pixels) kUnsupportedInput;
+/// the message gives the reason. A failure leaves nothing behind that changes how the thread
+/// decodes its next image.
 Status DecodeImage(std::string_view bytes, const ImageDecodeOptions& options, Value* out);
 
 /// Decodes the part of a JPEG that `box` (inside the image) needs, at full size: rows above the box

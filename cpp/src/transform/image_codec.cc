@@ -24,6 +24,7 @@ namespace stoker::transform {
 namespace {
 
 using internal::Corrupt;
+using internal::Unsupported;
 
 uint16_t Read16(const uint8_t* p, bool little) {
   return little ? static_cast<uint16_t>(p[0] | (p[1] << 8))
@@ -135,35 +136,130 @@ void ConvertChannels(const uint8_t* src, int from, uint8_t* dst, int to, int64_t
 Status CheckSize(int64_t width, int64_t height, const ImageDecodeOptions& options) {
   if (width <= 0 || height <= 0) return Corrupt("image has no pixels");
   if (width * height > options.max_pixels) {
-    return Corrupt("image is " + std::to_string(width) + "x" + std::to_string(height) +
-                   ", more than the limit of " + std::to_string(options.max_pixels) + " pixels");
+    return Unsupported("image is " + std::to_string(width) + "x" + std::to_string(height) +
+                       ", more than the limit of " + std::to_string(options.max_pixels) +
+                       " pixels (decode_image's max_pixels)");
   }
   return Status::OK();
+}
+
+// Pillow's CMYK -> RGB (cmyk2rgb) on what libjpeg decodes from a CMYK or YCCK JPEG. Pillow reads
+// every CMYK JPEG as Adobe-inverted ("CMYK;I": C = 255 - raw), so with raw values r and
+// nk = 255 - K = rK: R = nk - nk * (255 - rC) / 255, with Pillow's MULDIV255 rounding.
+inline uint8_t CmykChannel(uint8_t raw, uint8_t raw_k) {
+  const int tmp = (255 - raw) * raw_k + 128;
+  return static_cast<uint8_t>(raw_k - (((tmp >> 8) + tmp) >> 8));
+}
+
+// Raw CMYK pixels (TJPF_CMYK) into `to` channels as Pillow's convert("RGB"), convert("RGBA")
+// (alpha 255) and convert("L") (through RGB, Pillow's route for CMYK) give them.
+void ConvertCmyk(const uint8_t* src, uint8_t* dst, int to, int64_t pixels) {
+  for (int64_t i = 0; i < pixels; ++i, src += 4, dst += to) {
+    const uint8_t rgb[3] = {CmykChannel(src[0], src[3]), CmykChannel(src[1], src[3]),
+                            CmykChannel(src[2], src[3])};
+    if (to == 1) {
+      dst[0] = Luma(rgb);
+    } else {
+      dst[0] = rgb[0];
+      dst[1] = rgb[1];
+      dst[2] = rgb[2];
+      if (to == 4) dst[3] = 255;
+    }
+  }
+}
+
+// Why libjpeg-turbo refuses a well-formed JPEG, from its frame header: a lossless or hierarchical
+// process, or a sample precision other than 8 bits (12-bit JPEGs). Empty when the frame header is
+// one it decodes, or cannot be found (the file is then corrupt).
+std::string JpegUnsupportedReason(std::string_view bytes) {
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  const size_t size = bytes.size();
+  size_t pos = 2;  // after SOI
+  while (pos + 4 <= size && data[pos] == 0xFF) {
+    const uint8_t marker = data[pos + 1];
+    if (marker == 0xFF) {  // fill byte
+      ++pos;
+      continue;
+    }
+    if (marker == 0xDA || marker == 0xD9) break;
+    const size_t length = Read16(data + pos + 2, false);
+    if (length < 2 || pos + 2 + length > size) break;
+    // SOF0-SOF15 but DHT (C4), JPG (C8) and DAC (CC).
+    if (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC) {
+      if (marker == 0xC3 || marker == 0xCB) return "lossless JPEG images are not supported";
+      if (marker == 0xC5 || marker == 0xC6 || marker == 0xC7 || marker == 0xCD || marker == 0xCE ||
+          marker == 0xCF) {
+        return "hierarchical JPEG images are not supported";
+      }
+      if (length >= 3 && data[pos + 4] != 8) {
+        return std::to_string(data[pos + 4]) +
+               "-bit JPEG images are not supported (8-bit samples only)";
+      }
+      return "";
+    }
+    pos += 2 + length;
+  }
+  return "";
+}
+
+// A failed JPEG decode: kUnsupportedInput when the frame header says why (the file is valid),
+// else kCorruptFile with libjpeg's `reason`.
+Status JpegFailure(std::string_view bytes, const std::string& reason) {
+  const std::string unsupported = JpegUnsupportedReason(bytes);
+  return unsupported.empty() ? Corrupt(reason) : Unsupported(unsupported);
 }
 
 struct TjDeleter {
   void operator()(void* handle) const { tjDestroy(handle); }
 };
 
-// One handle per thread, reused: tjInitDecompress allocates a full libjpeg state.
+// One handle per thread, reused: tjInitDecompress allocates a full libjpeg state. A failed call
+// may leave that state mid-file (a libjpeg error in tjDecompressHeader3 returns without aborting
+// the decompressor, and the next header read then continues the old file's marker parsing, so
+// every later image on the thread fails): after any failure the handle is replaced.
+std::unique_ptr<void, TjDeleter>& DecompressHandleSlot() {
+  thread_local std::unique_ptr<void, TjDeleter> handle;
+  return handle;
+}
+
 void* DecompressHandle() {
-  thread_local std::unique_ptr<void, TjDeleter> handle(tjInitDecompress());
+  auto& handle = DecompressHandleSlot();
+  if (!handle) handle.reset(tjInitDecompress());
   return handle.get();
 }
 
-Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Value* out) {
+// The reason of the last failure on the thread's handle, which is then replaced.
+std::string TakeHandleError(void* handle) {
+  std::string reason = tjGetErrorStr2(handle);
+  DecompressHandleSlot().reset();
+  return reason;
+}
+
+struct JpegHeader {
+  int width = 0;
+  int height = 0;
+  int subsampling = 0;
+  int colorspace = 0;
+};
+
+// The header through the thread's handle: kCorruptFile (or kUnsupportedInput for a valid JPEG
+// libjpeg-turbo does not decode) with the reason on failure.
+Status ReadJpegHeader(std::string_view bytes, JpegHeader* header) {
   void* const handle = DecompressHandle();
   if (!handle) return Status::OutOfMemory("tjInitDecompress failed");
-  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
-  const auto size = static_cast<unsigned long>(bytes.size());
-  int width = 0, height = 0, subsampling = 0, colorspace = 0;
-  if (tjDecompressHeader3(handle, data, size, &width, &height, &subsampling, &colorspace) != 0) {
-    return Corrupt(std::string("JPEG header: ") + tjGetErrorStr2(handle));
+  if (tjDecompressHeader3(handle, reinterpret_cast<const unsigned char*>(bytes.data()),
+                          static_cast<unsigned long>(bytes.size()), &header->width, &header->height,
+                          &header->subsampling, &header->colorspace) != 0) {
+    return JpegFailure(bytes, "JPEG header: " + TakeHandleError(handle));
   }
+  return Status::OK();
+}
+
+Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Value* out) {
+  JpegHeader header;
+  STOKER_RETURN_NOT_OK(ReadJpegHeader(bytes, &header));
+  const int width = header.width, height = header.height, colorspace = header.colorspace;
   STOKER_RETURN_NOT_OK(CheckSize(width, height, options));
-  if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) {
-    return Corrupt("CMYK JPEG images are not supported");
-  }
   // Pillow's draft rule: the largest of 1/8, 1/4, 1/2 that keeps both sides at least the target.
   int denominator = 1;
   if (options.scale_denominator > 0) {
@@ -180,8 +276,13 @@ Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Val
   const int out_width = (width + denominator - 1) / denominator;
   const int out_height = (height + denominator - 1) / denominator;
   const bool gray_source = colorspace == TJCS_GRAY;
+  // CMYK and YCCK (Adobe) JPEGs come out as libjpeg's CMYK and are converted as Pillow does.
+  const bool cmyk_source = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
   int pixel_format, decoded_channels;
-  if (gray_source || options.channels == 3) {
+  if (cmyk_source) {
+    pixel_format = TJPF_CMYK;
+    decoded_channels = 4;
+  } else if (gray_source || options.channels == 3) {
     pixel_format = gray_source ? TJPF_GRAY : TJPF_RGB;
     decoded_channels = gray_source ? 1 : 3;
   } else if (options.channels == 4) {
@@ -193,20 +294,28 @@ Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Val
   }
   std::vector<uint8_t> staging;
   uint8_t* target;
-  if (decoded_channels == options.channels) {
+  if (decoded_channels == options.channels && !cmyk_source) {
     target = out->Allocate(ElementType::kUInt8, {out_height, out_width, options.channels});
   } else {
     staging.resize(static_cast<size_t>(out_width) * out_height * decoded_channels);
     target = staging.data();
   }
-  if (tjDecompress2(handle, data, size, target, out_width, 0, out_height, pixel_format, 0) != 0) {
+  void* const handle = DecompressHandle();
+  if (!handle) return Status::OutOfMemory("tjInitDecompress failed");
+  if (tjDecompress2(handle, reinterpret_cast<const unsigned char*>(bytes.data()),
+                    static_cast<unsigned long>(bytes.size()), target, out_width, 0, out_height,
+                    pixel_format, 0) != 0) {
     // Warnings (a truncated file, extraneous bytes) fail too, as they do in Pillow.
-    return Corrupt(std::string("JPEG data: ") + tjGetErrorStr2(handle));
+    return JpegFailure(bytes, "JPEG data: " + TakeHandleError(handle));
   }
   if (!staging.empty()) {
     uint8_t* dst = out->Allocate(ElementType::kUInt8, {out_height, out_width, options.channels});
-    ConvertChannels(staging.data(), decoded_channels, dst, options.channels,
-                    int64_t{out_width} * out_height);
+    const int64_t pixels = int64_t{out_width} * out_height;
+    if (cmyk_source) {
+      ConvertCmyk(staging.data(), dst, options.channels, pixels);
+    } else {
+      ConvertChannels(staging.data(), decoded_channels, dst, options.channels, pixels);
+    }
   }
   return Status::OK();
 }
@@ -296,7 +405,7 @@ Status DecodeWebp(std::string_view bytes, const ImageDecodeOptions& options, Val
   WebPBitstreamFeatures features;
   const VP8StatusCode header = WebPGetFeatures(data, bytes.size(), &features);
   if (header != VP8_STATUS_OK) return Corrupt("WebP header: status " + std::to_string(header));
-  if (features.has_animation) return Corrupt("animated WebP images are not supported");
+  if (features.has_animation) return Unsupported("animated WebP images are not supported");
   STOKER_RETURN_NOT_OK(CheckSize(features.width, features.height, options));
   const int64_t height = features.height, width = features.width;
   const int decoded_channels = options.channels == 4 ? 4 : 3;
@@ -361,6 +470,33 @@ void ApplyOrientation(int orientation, Value* image) {
   }
 }
 
+// The name of an image format stoker does not decode, from the file's magic bytes; nullptr when
+// the bytes are no image format it knows of.
+const char* OtherImageFormat(std::string_view bytes) {
+  const auto starts = [&](std::string_view magic, size_t at = 0) {
+    return bytes.size() >= at + magic.size() && bytes.substr(at, magic.size()) == magic;
+  };
+  // Each with at least its fixed header (GIF's logical screen descriptor, TIFF's first IFD offset).
+  if ((starts("GIF87a") || starts("GIF89a")) && bytes.size() >= 13) return "GIF";
+  if (starts("BM") && bytes.size() >= 26) {  // and a known DIB header size
+    const uint32_t dib = Read32(reinterpret_cast<const uint8_t*>(bytes.data()) + 14, true);
+    if (dib == 12 || dib == 40 || dib == 52 || dib == 56 || dib == 64 || dib == 108 || dib == 124) {
+      return "BMP";
+    }
+  }
+  if ((starts(std::string_view("II*\0", 4)) || starts(std::string_view("MM\0*", 4))) &&
+      bytes.size() >= 8) {
+    return "TIFF";
+  }
+  if (starts(std::string_view("\0\0\0\x0cjP  \r\n\x87\n", 12)) ||
+      starts(std::string_view("\xff\x4f\xff\x51", 4))) {
+    return "JPEG 2000";
+  }
+  if (starts("ftypavif", 4) || starts("ftypavis", 4)) return "AVIF";
+  if (starts("ftypheic", 4) || starts("ftypheix", 4) || starts("ftypmif1", 4)) return "HEIF";
+  return nullptr;
+}
+
 }  // namespace
 
 ImageFormat SniffImageFormat(std::string_view bytes) {
@@ -387,8 +523,9 @@ Status DecodeJpegRegion(std::string_view bytes, const ImageDecodeOptions& option
   // Locals that live across setjmp stay untouched between it and a longjmp (or are volatile).
   volatile bool started = false;
   if (setjmp(errors.jump) != 0) {
-    jpeg_abort_decompress(cinfo);
-    return Corrupt(std::string(started ? "JPEG data: " : "JPEG header: ") + errors.message);
+    jpeg_abort_decompress(cinfo);  // back to the start state: the next file starts clean
+    return JpegFailure(bytes,
+                       std::string(started ? "JPEG data: " : "JPEG header: ") + errors.message);
   }
   jpeg_mem_src(cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
                static_cast<unsigned long>(bytes.size()));
@@ -440,15 +577,10 @@ Status DecodeJpegRegion(std::string_view bytes, const ImageDecodeOptions& option
 
 bool JpegSize(std::string_view bytes, int64_t* height, int64_t* width) {
   if (SniffImageFormat(bytes) != ImageFormat::kJpeg) return false;
-  void* const handle = DecompressHandle();
-  int w = 0, h = 0, subsampling = 0, colorspace = 0;
-  if (!handle || tjDecompressHeader3(handle, reinterpret_cast<const unsigned char*>(bytes.data()),
-                                     static_cast<unsigned long>(bytes.size()), &w, &h, &subsampling,
-                                     &colorspace) != 0) {
-    return false;
-  }
-  *height = h;
-  *width = w;
+  JpegHeader header;
+  if (!ReadJpegHeader(bytes, &header).ok()) return false;
+  *height = header.height;
+  *width = header.width;
   return true;
 }
 
@@ -492,6 +624,10 @@ Status DecodeImage(std::string_view bytes, const ImageDecodeOptions& requested, 
       status = DecodeWebp(bytes, options, out);
       break;
     case ImageFormat::kUnknown:
+      if (const char* other = OtherImageFormat(bytes)) {
+        return Unsupported(std::string(other) +
+                           " images are not supported (JPEG, PNG and WebP are)");
+      }
       return Corrupt("not a JPEG, PNG or WebP file (" + std::to_string(bytes.size()) + " bytes)");
   }
   STOKER_RETURN_NOT_OK(status);

@@ -7,12 +7,17 @@
 #include <webp/encode.h>
 
 #include <cmath>
+#include <cstdio>  // jpeglib.h needs FILE
 #include <cstdlib>
 #include <cstring>
 #include <set>
 #include <thread>
 
 #include "transform/test_util_internal.h"
+
+extern "C" {
+#include <jpeglib.h>
+}
 
 namespace stoker::transform {
 namespace {
@@ -924,6 +929,282 @@ TEST(DctScaling, FusedCropsThatShrinkLessThanTwiceAreTheUnfusedBytes) {
   ASSERT_OK(chain->Apply(RowContext{}, in, &b, &scratch, 0, 1));
   ASSERT_OK(chain->Apply(RowContext{}, b, &c, &scratch, 1));
   EXPECT_EQ(Bytes(a), Bytes(c));
+}
+
+// ------------------------------------------------------------ CMYK and YCCK (Adobe) JPEGs
+
+// A CMYK JPEG written by libjpeg itself, stored as CMYK or (Adobe transform 2) YCCK, 4:4:4,
+// quality 100; `cmyk` holds the raw samples libjpeg stores.
+std::string EncodeCmykJpeg(const std::vector<uint8_t>& cmyk, int h, int w, bool ycck) {
+  jpeg_compress_struct cinfo{};
+  jpeg_error_mgr errors{};
+  cinfo.err = jpeg_std_error(&errors);
+  jpeg_create_compress(&cinfo);
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &buffer, &size);
+  cinfo.image_width = w;
+  cinfo.image_height = h;
+  cinfo.input_components = 4;
+  cinfo.in_color_space = JCS_CMYK;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_colorspace(&cinfo, ycck ? JCS_YCCK : JCS_CMYK);  // writes the Adobe marker
+  jpeg_set_quality(&cinfo, 100, TRUE);
+  for (int i = 0; i < cinfo.num_components; ++i) {
+    cinfo.comp_info[i].h_samp_factor = cinfo.comp_info[i].v_samp_factor = 1;
+  }
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = const_cast<uint8_t*>(cmyk.data()) + size_t{cinfo.next_scanline} * w * 4;
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::string out(reinterpret_cast<char*>(buffer), size);
+  std::free(buffer);
+  return out;
+}
+
+TEST(DecodeImage, CmykAndYcckJpegsDecodeAsPillowConvertsThem) {
+  // Raw (Adobe-inverted) CMYK samples and the RGB Pillow gives for them, by hand: Pillow reads
+  // C = 255 - raw, and R = (255 - K) - (255 - K) * C / 255.
+  struct Case {
+    uint8_t raw[4];
+    uint8_t rgb[3];
+  } cases[] = {{{255, 0, 0, 255}, {255, 0, 0}},         {{0, 0, 0, 255}, {0, 0, 0}},
+               {{255, 255, 255, 0}, {0, 0, 0}},         {{255, 255, 255, 255}, {255, 255, 255}},
+               {{128, 255, 255, 255}, {128, 255, 255}}, {{255, 255, 255, 128}, {128, 128, 128}},
+               {{255, 0, 255, 200}, {200, 0, 200}}};
+  for (bool ycck : {false, true}) {
+    for (const Case& c : cases) {
+      std::vector<uint8_t> cmyk(16 * 16 * 4);
+      for (size_t i = 0; i < cmyk.size(); ++i) cmyk[i] = c.raw[i % 4];
+      const std::string jpeg = EncodeCmykJpeg(cmyk, 16, 16, ycck);
+      const Value rgb = Decode(jpeg, "RGB");
+      ASSERT_EQ(rgb.shape(), (std::vector<int64_t>{16, 16, 3}));
+      const Value rgba = Decode(jpeg, "RGBA");
+      const Value gray = Decode(jpeg, "L");
+      ASSERT_EQ(gray.shape(), (std::vector<int64_t>{16, 16, 1}));
+      const double luma = c.rgb[0] * 0.299 + c.rgb[1] * 0.587 + c.rgb[2] * 0.114;
+      for (int p = 0; p < 256; p += 37) {
+        for (int ch = 0; ch < 3; ++ch) {
+          // A flat block survives quality 100 (and YCCK's colour transform) within 2 levels.
+          EXPECT_NEAR(rgb.data()[p * 3 + ch], c.rgb[ch], 2) << ycck << " " << int{c.raw[0]};
+          EXPECT_EQ(rgba.data()[p * 4 + ch], rgb.data()[p * 3 + ch]);
+        }
+        EXPECT_EQ(rgba.data()[p * 4 + 3], 255);
+        EXPECT_NEAR(gray.data()[p], luma, 3);
+      }
+    }
+  }
+}
+
+TEST(DecodeImage, CmykJpegsTakeTheFusedAndRegionPaths) {
+  const auto photo = Photo(96, 128);
+  std::vector<uint8_t> cmyk(96 * 128 * 4);
+  for (int i = 0; i < 96 * 128; ++i) {
+    for (int ch = 0; ch < 3; ++ch) cmyk[i * 4 + ch] = photo[i * 3 + ch];
+    cmyk[i * 4 + 3] = static_cast<uint8_t>(200 + i % 56);
+  }
+  for (bool ycck : {false, true}) {
+    const std::string jpeg = EncodeCmykJpeg(cmyk, 96, 128, ycck);
+    const std::vector<Spec> resize = {{"decode_image", {}},
+                                      {"resize", {{"size", ParamValue::List{24, 32}}}}};
+    const Compared scaled = Compare(RunSpecs(jpeg, resize, true), RunSpecs(jpeg, resize, false));
+    EXPECT_LE(scaled.mean, 4.0);  // the documented dct_scaling tolerance
+    // A crop shrinking by less than 2x: the region decoder declines CMYK, the bytes are unfused.
+    const std::vector<Spec> crop = {
+        {"decode_image", {}}, {"center_crop", {{"size", 80}}}, {"resize", {{"size", 64}}}};
+    EXPECT_EQ(Bytes(RunSpecs(jpeg, crop, true)), Bytes(RunSpecs(jpeg, crop, false)));
+  }
+}
+
+// --------------------------------------------- a failure leaves the thread's decoders clean
+
+// The issue's repro: a valid JPEG with an unknown marker (0xFFBE) spliced into its header.
+std::string WithBadMarker(const std::string& jpeg) {
+  return jpeg.substr(0, 20) + "\xff\xbe" + jpeg.substr(20);
+}
+
+// A JPEG whose frame header claims `precision`-bit samples (libjpeg-turbo decodes 8 only).
+std::string WithPrecision(const std::string& jpeg, uint8_t precision) {
+  std::string out = jpeg;
+  const size_t sof = out.find("\xff\xc0");
+  EXPECT_NE(sof, std::string::npos);
+  out[sof + 4] = static_cast<char>(precision);
+  return out;
+}
+
+struct ReuseFixture {
+  std::vector<std::string> good;  // JPEG 4:2:0, JPEG 4:4:4 progressive, grey JPEG, PNG, WebP
+  std::vector<std::string> bad;   // each fails in a different place of a decoder
+};
+
+ReuseFixture MakeReuseFixture() {
+  const auto photo = Photo(96, 128);
+  std::vector<uint8_t> gray(96 * 128);
+  for (size_t i = 0; i < gray.size(); ++i) gray[i] = photo[i * 3 + 1];
+  ReuseFixture f;
+  const std::string jpeg = EncodeJpeg(photo, 96, 128, 3, 90, TJSAMP_420);
+  f.good = {jpeg, EncodeJpeg(photo, 96, 128, 3, 85, TJSAMP_444, TJFLAG_PROGRESSIVE),
+            EncodeJpeg(gray, 96, 128, 1, 90), EncodePng(photo, 96, 128, 3),
+            EncodeWebpLossless(photo, 96, 128, 3)};
+  std::string flipped = jpeg;  // entropy-coded data damaged past the middle
+  for (size_t i = flipped.size() * 2 / 3; i < flipped.size() * 2 / 3 + 64; ++i) flipped[i] ^= 0x5A;
+  const std::string& png = f.good[3];
+  std::string bad_png = png;
+  bad_png[png.size() / 2] ^= 0x55;
+  const std::string& webp = f.good[4];
+  f.bad = {WithBadMarker(jpeg),
+           jpeg.substr(0, jpeg.size() / 2),  // truncated: a data warning
+           flipped,
+           WithPrecision(jpeg, 12),  // valid-looking but unsupported
+           WithBadMarker(f.good[1]).substr(0, 300),
+           bad_png,
+           png.substr(0, png.size() / 2),
+           webp.substr(0, webp.size() / 2),
+           "not an image at all"};
+  return f;
+}
+
+// The paths an image goes through: the plain decode in each mode, decode + resize (DCT-scaled),
+// decode + center_crop + resize (the region decoder) and JpegSize. Every output's bytes in order.
+std::vector<std::vector<uint8_t>> DecodeEveryWay(const std::string& file, Status* failure) {
+  const std::vector<std::vector<Spec>> chains = {
+      {{"decode_image", {{"mode", "RGB"}}}},
+      {{"decode_image", {{"mode", "L"}}}},
+      {{"decode_image", {{"mode", "RGBA"}}}},
+      {{"decode_image", {}}, {"resize", {{"size", ParamValue::List{32, 32}}}}},
+      {{"decode_image", {}}, {"center_crop", {{"size", 80}}}, {"resize", {{"size", 64}}}},
+  };
+  std::vector<std::vector<uint8_t>> out;
+  for (const auto& specs : chains) {
+    auto chain = MakeChain(ValueType::Bytes(), specs);
+    EXPECT_TRUE(chain.ok()) << chain.status().ToString();
+    Value value;
+    const Status status =
+        RunChain(*chain, Value::View(ValueKind::kBytes, file.data(), file.size()), &value);
+    if (!status.ok() && failure->ok()) *failure = status;
+    out.push_back(status.ok() ? Bytes(value) : std::vector<uint8_t>{});
+  }
+  int64_t h = 0, w = 0;
+  const bool sized = JpegSize(file, &h, &w);
+  out.push_back({static_cast<uint8_t>(sized), static_cast<uint8_t>(h), static_cast<uint8_t>(w)});
+  return out;
+}
+
+// Runs `body` on a new thread (fresh thread_local decoders) and waits for it.
+template <typename F>
+void OnFreshThread(F body) {
+  std::thread thread(body);
+  thread.join();
+}
+
+TEST(ReuseAfterFailure, EveryFailureIsFollowedByExactGoodDecodesOnTheSameThread) {
+  const ReuseFixture f = MakeReuseFixture();
+  // The reference: each good file decoded on a thread that has never failed.
+  std::vector<std::vector<std::vector<uint8_t>>> reference(f.good.size());
+  for (size_t g = 0; g < f.good.size(); ++g) {
+    OnFreshThread([&] {
+      Status none;
+      reference[g] = DecodeEveryWay(f.good[g], &none);
+      EXPECT_TRUE(none.ok()) << g << ": " << none.ToString();
+    });
+  }
+  // One thread, or two at once: each failing file, then every good file, on the same thread.
+  for (int threads : {1, 2}) {
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        for (size_t b = 0; b < f.bad.size(); ++b) {
+          Status failure;
+          DecodeEveryWay(f.bad[(b + t) % f.bad.size()], &failure);
+          EXPECT_FALSE(failure.ok()) << "bad file " << (b + t) % f.bad.size();
+          for (size_t g = 0; g < f.good.size(); ++g) {
+            Status none;
+            EXPECT_EQ(DecodeEveryWay(f.good[g], &none), reference[g])
+                << "good file " << g << " after bad file " << (b + t) % f.bad.size() << ": "
+                << none.ToString();
+          }
+        }
+      });
+    }
+    for (auto& worker : workers) worker.join();
+  }
+}
+
+TEST(ReuseAfterFailure, TheIssuesRepro) {
+  // [bad, good, good, good] through decode_image + resize([32, 32]) on one thread.
+  const std::string good = EncodeJpeg(Photo(64, 80), 64, 80, 3, 90, TJSAMP_420);
+  const std::vector<std::string> rows = {WithBadMarker(good), good, good, good};
+  OnFreshThread([&] {
+    auto chain = MakeChain(ValueType::Bytes(), {{"decode_image", {}},
+                                                {"resize", {{"size", ParamValue::List{32, 32}}}}});
+    ASSERT_TRUE(chain.ok());
+    std::vector<bool> valid;
+    for (const std::string& row : rows) {
+      Value out;
+      valid.push_back(
+          RunChain(*chain, Value::View(ValueKind::kBytes, row.data(), row.size()), &out).ok());
+    }
+    EXPECT_EQ(valid, (std::vector<bool>{false, true, true, true}));
+  });
+}
+
+TEST(DecodeImage, ValidButUnsupportedFilesAreNotCorrupt) {
+  const std::string jpeg = EncodeJpeg(Photo(32, 48), 32, 48, 3, 90);
+  const Status twelve = DecodeStatus(WithPrecision(jpeg, 12));
+  EXPECT_EQ(GetErrorKind(twelve), ErrorKind::kUnsupportedInput) << twelve.ToString();
+  EXPECT_NE(twelve.message().find("12-bit JPEG"), std::string::npos) << twelve.ToString();
+  std::string lossless = jpeg;  // SOF3: the lossless process
+  lossless[lossless.find("\xff\xc0") + 1] = static_cast<char>(0xC3);
+  const Status sof3 = DecodeStatus(lossless);
+  EXPECT_EQ(GetErrorKind(sof3), ErrorKind::kUnsupportedInput) << sof3.ToString();
+  EXPECT_NE(sof3.message().find("lossless JPEG"), std::string::npos) << sof3.ToString();
+  // The pixel limit refuses a valid image: unsupported, and the message names the parameter.
+  auto chain = MakeChain(ValueType::Bytes(), {{"decode_image", {{"max_pixels", 1000}}}});
+  ASSERT_TRUE(chain.ok());
+  Value out;
+  const Status large =
+      RunChain(*chain, Value::View(ValueKind::kBytes, jpeg.data(), jpeg.size()), &out);
+  EXPECT_EQ(GetErrorKind(large), ErrorKind::kUnsupportedInput) << large.ToString();
+  EXPECT_NE(large.message().find("max_pixels"), std::string::npos) << large.ToString();
+  // Other image formats, by their magic bytes (tests/test_image_cmyk.py decodes real files).
+  const Status gif = DecodeStatus(std::string("GIF89a\x10\x00\x10\x00\x80\x00\x00", 13));
+  EXPECT_EQ(GetErrorKind(gif), ErrorKind::kUnsupportedInput) << gif.ToString();
+  EXPECT_NE(gif.message().find("GIF images are not supported"), std::string::npos);
+  // Damaged files stay corrupt.
+  EXPECT_EQ(GetErrorKind(DecodeStatus(WithBadMarker(jpeg))), ErrorKind::kCorruptFile);
+  EXPECT_EQ(GetErrorKind(DecodeStatus(jpeg.substr(0, jpeg.size() / 2))), ErrorKind::kCorruptFile);
+}
+
+// A lent output slot after a failed row: the failure writes nothing into the previous row's
+// slot, and the next row's bytes are the plain run's, in its own slot or copied from the value.
+TEST(ReuseAfterFailure, LentValueAfterAFailedRow) {
+  const ReuseFixture f = MakeReuseFixture();
+  auto chain = MakeChain(
+      ValueType::Bytes(),
+      {{"decode_image", {}}, {"resize", {{"size", ParamValue::List{16, 16}}}}, {"to_chw", {}}});
+  ASSERT_TRUE(chain.ok());
+  Value plain;
+  ASSERT_OK(
+      RunChain(*chain, Value::View(ValueKind::kBytes, f.good[0].data(), f.good[0].size()), &plain));
+  const std::vector<uint8_t> want = Bytes(plain);
+  std::vector<std::vector<uint8_t>> slots(3, std::vector<uint8_t>(want.size(), 0xAB));
+  Value out;
+  const std::string* rows[3] = {&f.good[0], &f.bad[0], &f.good[0]};
+  for (int r = 0; r < 3; ++r) {
+    out.Lend(slots[r].data(), static_cast<int64_t>(slots[r].size()));
+    const Status status =
+        RunChain(*chain, Value::View(ValueKind::kBytes, rows[r]->data(), rows[r]->size()), &out);
+    out.Lend(nullptr, 0);
+    EXPECT_EQ(status.ok(), r != 1);
+    if (status.ok() && out.data() != slots[r].data()) {
+      std::memcpy(slots[r].data(), out.data(), want.size());
+    }
+  }
+  EXPECT_EQ(slots[0], want);
+  EXPECT_EQ(slots[2], want);
 }
 
 }  // namespace

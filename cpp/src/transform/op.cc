@@ -63,6 +63,10 @@ Status WrongInput(const std::string& op, const std::string& what, const ValueTyp
 
 Status Corrupt(const std::string& reason) { return MakeError(ErrorKind::kCorruptFile, reason); }
 
+Status Unsupported(const std::string& reason) {
+  return MakeError(ErrorKind::kUnsupportedInput, reason);
+}
+
 }  // namespace internal
 
 PhiloxStream RowContext::Stream() const {

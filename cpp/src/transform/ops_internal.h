@@ -50,5 +50,7 @@ Result<std::unique_ptr<Op>> MakeFillNull(ParamReader* params);
 Status WrongInput(const std::string& op, const std::string& what, const ValueType& got);
 /// kCorruptFile with `reason` (the caller names file, row group, row and column).
 Status Corrupt(const std::string& reason);
+/// kUnsupportedInput with `reason`: a valid value stoker does not decode (never call it corrupt).
+Status Unsupported(const std::string& reason);
 
 }  // namespace stoker::transform::internal

@@ -27,6 +27,7 @@ arrow::StatusCode CodeFor(ErrorKind kind) {
     case ErrorKind::kColumnNotFound:
       return arrow::StatusCode::KeyError;
     case ErrorKind::kUnsupportedType:
+    case ErrorKind::kUnsupportedInput:
       return arrow::StatusCode::TypeError;
     default:
       return arrow::StatusCode::Invalid;
@@ -83,6 +84,8 @@ const char* ErrorKindName(ErrorKind kind) {
       return "transform";
     case ErrorKind::kWorkerCrashed:
       return "worker_crashed";
+    case ErrorKind::kUnsupportedInput:
+      return "unsupported_input";
   }
   return "unknown";
 }
