@@ -450,9 +450,9 @@ def test_unreadable_columns_are_left_out_with_a_warning_unless_named(tmp_path):
         make_batch_reader("file://" + str(tmp_path), schema_fields=["id", "price"], seed=1)
 
 
-def _double_mat(df):
-    df["mat"] = df["mat"].map(lambda m: m * 2)
-    return df
+def _double_mat(row):
+    row["mat"] = row["mat"] * 2
+    return row
 
 
 def test_transform_spec_sees_decoded_fields_as_in_petastorm(store, reference):
@@ -469,6 +469,234 @@ def test_transform_spec_sees_decoded_fields_as_in_petastorm(store, reference):
         np.testing.assert_array_equal(row.jpg_rgb, want.jpg_rgb)
 
 
+# ------------------------------------------------- TransformSpec and predicates, per reader
+
+
+def _petastorm_spec(*args, **kwargs):
+    pf.apply_compat()
+    from petastorm.transform import TransformSpec
+
+    return TransformSpec(*args, **kwargs)
+
+
+def _row_function(row):
+    """Petastorm's make_reader contract: one row as a dict of decoded values, edited in place.
+    (On a DataFrame, ``row["mat"] @ ...`` or ``len(row["var"])`` would compute something else.)"""
+    row["mat_sum"] = np.float64(row["mat"].sum())
+    row["var_len"] = len(row["var"])
+    row["mat"] = row["mat"] @ np.ones((4, 2), np.float32)
+    row["label"] = None if row["name"] is None or row["name"] == "nan" else row["name"].upper()
+    del row["png_rgb"]
+    return row
+
+
+_ROW_EDITS = [("mat_sum", np.float64, (), False), ("var_len", np.int64, (), False),
+              ("mat", np.float32, (3, 2), False), ("label", np.str_, (), True)]
+_ROW_FIELDS = ["id", "big", "score", "name", "png_rgb", "png_gray", "mat", "var", "maybe"]
+
+
+def test_make_reader_calls_the_transform_once_per_row_with_a_dict_like_petastorm(store):
+    """The same TransformSpec through Petastorm's make_reader and stoker's: the same rows,
+    value for value and type for type (issue 22, item 3: stoker passed a DataFrame)."""
+    from stoker.petastorm import make_reader
+
+    kwargs = dict(schema_fields=_ROW_FIELDS, shuffle_row_groups=False)
+    want = pf.petastorm_rows(store, transform_spec=_petastorm_spec(
+        _row_function, edit_fields=_ROW_EDITS, removed_fields=["big", "png_rgb"]), **kwargs)
+    with make_reader(store, seed=1, transform_spec=_petastorm_spec(
+            _row_function, edit_fields=_ROW_EDITS, removed_fields=["big", "png_rgb"]),
+            **kwargs) as reader:
+        got = list(reader)
+        schema = reader.schema
+    assert len(got) == len(want) == ROWS
+    # Petastorm's transformed schema: the view less removed and edited fields, then the edits.
+    assert list(schema.fields) == ["id", "score", "name", "png_gray", "var", "maybe", "mat_sum",
+                                   "var_len", "mat", "label"]
+    assert got[0]._fields == tuple(schema.fields)
+    assert schema.fields["mat"].shape == (3, 2) and schema.fields["mat_sum"].codec is None
+    by_id = {int(r.id): r for r in want}
+    for row in got:
+        _assert_row_equal(row, by_id[int(row.id)])
+    row = next(r for r in got if int(r.id) == 3)
+    assert type(row.mat_sum) is np.float64 and type(row.var_len) is int
+    assert row.mat.shape == (3, 2) and np.isnan(row.score)
+
+
+def test_make_reader_transform_and_predicate_in_petastorms_order(store):
+    """The predicate sees the stored values of its fields (before the transform), the function
+    only the rows it kept; removed_fields go even when the function leaves them."""
+    from stoker.petastorm import make_reader
+    from stoker.petastorm.predicates import in_lambda
+
+    seen = []
+
+    def fn(row):
+        seen.append(int(row["id"]))
+        row["id"] = row["id"] * 100
+        return row
+
+    spec = _petastorm_spec(fn, removed_fields=["flag"])
+    with make_reader(store, schema_fields=["id", "flag"], seed=3, transform_spec=spec,
+                     predicate=in_lambda(["id", "flag"], lambda i, f: bool(f) and i < 20)) as r:
+        ids = sorted(int(row.id) for row in r)
+    assert ids == [i * 100 for i in range(1, 20, 2)]
+    assert sorted(seen) == list(range(1, 20, 2))
+
+
+@pytest.mark.parametrize("returned, needle", [
+    (lambda row: {**row, "extra": 1}, "extra extra"),
+    (lambda row: {"id": row["id"]}, "missing flag"),
+    (lambda row: None, "returned NoneType"),
+])
+def test_make_reader_transform_output_must_be_the_schema(store, returned, needle):
+    from stoker.petastorm import TransformSpec, make_reader
+
+    with make_reader(store, schema_fields=["id", "flag"], seed=1,
+                     transform_spec=TransformSpec(returned)) as reader:
+        with pytest.raises(errors.TransformError, match=needle):
+            next(reader)
+
+
+def _plain_store(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 40
+    table = pa.table({
+        "id": pa.array(np.arange(n, dtype=np.int64)),
+        "k": pa.array(np.arange(n, dtype=np.int32) * 3),
+        "i": pa.array([None if i % 6 == 1 else i for i in range(n)], pa.int32()),
+        "f": pa.array([None if i % 5 == 2 else i / 4 for i in range(n)], pa.float32()),
+        "s": pa.array([None if i % 7 == 3 else f"s{i}" for i in range(n)]),
+        "t": pa.array([f"t{i % 3}" for i in range(n)]),
+        "b": pa.array([None if i % 8 == 5 else i % 2 == 0 for i in range(n)]),
+        "bin": pa.array([None if i % 9 == 6 else bytes([i]) * 2 for i in range(n)]),
+        "fix": pa.array([[i, -i] for i in range(n)], pa.list_(pa.int16())),
+    })
+    pq.write_table(table, str(tmp_path / "a.parquet"), row_group_size=10)
+    return "file://" + str(tmp_path)
+
+
+def _frame_function(df):
+    """Petastorm's make_batch_reader contract: one DataFrame per row group (here per batch)."""
+    df["ratio"] = df["k"] / (df["id"] + 1)
+    df["k"] = df["k"] * 2
+    df["i2"] = df["i"] * 2  # float64 with NaN, as the nulls make it in pandas
+    df["upper"] = df["t"].str.upper()
+    df["fix_sum"] = df["fix"].map(lambda v: int(v.sum()))
+    return df
+
+
+def test_make_batch_reader_transform_gets_a_dataframe_like_petastorm(tmp_path):
+    from stoker.petastorm import make_batch_reader
+
+    url = _plain_store(tmp_path)
+    edits = [("ratio", np.float64, (), False), ("k", np.float32, (), False),
+             ("i2", np.float64, (), True), ("upper", np.str_, (), False),
+             ("fix_sum", np.int64, (), False)]
+    fields = ["id", "k", "i", "f", "t", "fix"]
+    want = pf.petastorm_batches(url, schema_fields=fields, shuffle_row_groups=False,
+                                transform_spec=_petastorm_spec(_frame_function, edits, ["t"]))
+    with make_batch_reader(url, schema_fields=fields, seed=2, transform_spec=_petastorm_spec(
+            _frame_function, edits, ["t"])) as reader:
+        got = list(reader)
+        schema = reader.schema
+    assert schema is None  # plain Parquet: no Unischema, as before
+    assert set(got[0]._fields) == set(want[0]._fields) == {
+        "id", "k", "i", "f", "fix", "ratio", "i2", "upper", "fix_sum"}
+    a = {n: np.concatenate([getattr(b, n) for b in got]) for n in got[0]._fields}
+    b = {n: np.concatenate([np.asarray(getattr(x, n)) for x in want]) for n in got[0]._fields}
+    order, ref = np.argsort(a["id"]), np.argsort(b["id"])
+    for name in a:
+        x, y = a[name][order], b[name][ref]
+        if name == "upper":  # Petastorm 0.13.1 on pandas 3 returns a pandas string array here
+            assert x.dtype.kind == "U"
+            y = y.astype(str)
+        # No cast to edit_fields' numpy_dtype, as in Petastorm: k stays what pandas made it.
+        assert x.dtype == y.dtype, (name, x.dtype, y.dtype)
+        np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+def test_make_batch_reader_transform_output_must_be_the_schema(tmp_path):
+    from stoker.petastorm import TransformSpec, make_batch_reader
+
+    url = _plain_store(tmp_path)
+    with make_batch_reader(url, schema_fields=["id", "k"], seed=1, transform_spec=TransformSpec(
+            lambda df: df.assign(extra=1))) as reader:
+        with pytest.raises(errors.TransformError, match="extra extra"):
+            next(reader)
+    with make_batch_reader(url, schema_fields=["id", "k"], seed=1, transform_spec=TransformSpec(
+            lambda df: df.to_dict())) as reader:
+        with pytest.raises(errors.TransformError, match="returned dict"):
+            next(reader)
+
+
+def test_make_batch_reader_predicate_gets_a_dataframe_like_petastorm(tmp_path):
+    """Petastorm's batch reader passes the predicate a DataFrame; a vectorized in_lambda
+    works, and stoker's own predicates evaluate it row by row."""
+    from stoker.petastorm import make_batch_reader, make_reader
+    from stoker.petastorm.predicates import in_lambda, in_negate, in_reduce, in_set
+
+    url = _plain_store(tmp_path)
+    seen = []
+
+    def vectorized(ids):
+        seen.append(type(ids).__name__)
+        return ids.isin([1, 4, 9, 16, 25, 36])
+
+    with make_batch_reader(url, schema_fields=["id", "t"], seed=1,
+                           predicate=in_lambda(["id"], vectorized)) as reader:
+        ids = sorted(np.concatenate([b.id for b in reader]).tolist())
+    assert ids == [1, 4, 9, 16, 25, 36] and set(seen) == {"Series"}
+    predicate = in_reduce([in_set(["t1"], "t"), in_negate(in_set([4, 7], "id"))], all)
+    with make_batch_reader(url, schema_fields=["id", "t"], seed=1, predicate=predicate) as r:
+        batch_ids = sorted(np.concatenate([b.id for b in r]).tolist())
+    with make_reader(url, schema_fields=["id", "t"], seed=1, predicate=predicate) as r:
+        row_ids = sorted(int(row.id) for row in r)
+    assert batch_ids == row_ids == [i for i in range(40) if i % 3 == 1 and i not in (4, 7)]
+    with make_batch_reader(url, schema_fields=["id"], seed=1,
+                           predicate=in_lambda(["id"], lambda ids: True)) as reader:
+        with pytest.raises(errors.TransformError, match="one bool per row"):
+            next(reader)
+
+
+def test_stokers_predicates_keep_the_rows_petastorms_keep(store):
+    """Each of Petastorm's predicates, Petastorm's class in Petastorm's make_reader and
+    stoker's in stoker's: the same rows (in_pseudorandom_split hashes like Petastorm)."""
+    pf.apply_compat()
+    import petastorm.predicates as theirs
+
+    import stoker.petastorm.predicates as ours
+
+    def cases(p):
+        return {
+            "in_set": p.in_set({3, 5, 11, 12}, "id"),
+            "in_intersection": p.in_intersection([0, 12, 36], "var"),
+            "in_lambda": p.in_lambda(["id", "score"], lambda i, s: i % 3 == 0 or s > 0.5),
+            "in_negate": p.in_negate(p.in_set({3, 5}, "id")),
+            "in_reduce": p.in_reduce([p.in_set({1, 2, 3, 4}, "id"),
+                                      p.in_lambda(["flag"], lambda f: bool(f))], all),
+            "split_id": p.in_pseudorandom_split([0.3, 0.3, 0.4], 1, "id"),
+            "split_name": p.in_pseudorandom_split([0.5, 0.5], 0, "name"),
+            "split_score": p.in_pseudorandom_split([0.6, 0.4], 1, "score"),
+        }
+
+    fields = ["id", "score", "flag", "name", "var"]
+    for name, predicate in cases(ours).items():
+        got = sorted(int(r.id) for r in _rows(store, schema_fields=fields, predicate=predicate))
+        want = sorted(int(r.id) for r in pf.petastorm_rows(
+            store, schema_fields=fields, shuffle_row_groups=False,
+            predicate=cases(theirs)[name]))
+        if name == "split_name":  # Petastorm hashes its null strings as 'nan'; stoker's are None
+            want = [i for i in want if i % 7 != 4]
+            got = [i for i in got if i % 7 != 4]
+        assert got == want, name
+        assert 0 < len(got) < ROWS, name
+    for text in ["", "row-1", "nan", "None", "日本語", str(np.float32(0.1)), str(2 ** 70)]:
+        assert ours._string_to_bucket(text, 2 ** 63 - 1) == \
+            theirs._string_to_bucket(text, 2 ** 63 - 1)
+
+
 def test_loader_transform_on_a_petastorm_store_gets_arrays(store, reference):
     seen = []
 
@@ -482,3 +710,44 @@ def test_loader_transform_on_a_petastorm_store_gets_arrays(store, reference):
         got = {int(i): float(s) for b in loader for i, s in zip(b["id"], b["mat_sum"])}
     assert set(seen) == {np.ndarray}
     assert got == pytest.approx({i: float(r.mat.sum()) for i, r in reference.items()})
+
+
+def test_strings_and_nulls_are_what_the_migration_doc_says(tmp_path):
+    """docs/migrating-from-petastorm.md, "Strings and nulls": each case as Petastorm 0.13.1
+    gives it, but for one deliberate difference: a null string is None (Petastorm: 'nan')."""
+    from stoker.petastorm import make_batch_reader, make_reader
+
+    url = _plain_store(tmp_path)
+    fields = ["id", "i", "f", "s", "t", "b", "bin"]
+    with make_reader(url, schema_fields=fields, seed=0) as reader:
+        ours = {int(r.id): r for r in reader}
+    theirs = {int(r.id): r for r in pf.petastorm_rows(url, schema_fields=fields,
+                                                       shuffle_row_groups=False)}
+    for i, row in ours.items():
+        want = theirs[i]
+        for name in fields:
+            a, b = getattr(row, name), getattr(want, name)
+            if name == "s" and i % 7 == 3:
+                assert a is None and b == "nan"  # the one difference
+                continue
+            assert type(a) is type(b), (i, name, a, b)
+            assert pf.value_key(a) == pf.value_key(b), (i, name, a, b)
+    assert type(ours[0].s) is np.str_ and type(ours[0].bin) is np.bytes_  # numpy_dtype(value)
+    assert ours[1].i is None and ours[5].b is None and ours[6].bin is None  # null int/bool/bytes
+    assert type(ours[2].f) is np.float32 and np.isnan(ours[2].f)  # null float: NaN of its type
+
+    with make_batch_reader(url, schema_fields=fields, seed=0, shuffle_row_groups=False) as r:
+        got = list(r)
+    want = pf.petastorm_batches(url, schema_fields=fields, shuffle_row_groups=False)
+    a = {n: np.concatenate([getattr(x, n) for x in got]) for n in fields}
+    b = {n: np.concatenate([getattr(x, n) for x in want]) for n in fields}
+    order, ref = np.argsort(a["id"]), np.argsort(b["id"])
+    for name in fields:
+        x, y = a[name][order], b[name][ref]
+        if name == "s":  # with nulls: object with None (Petastorm: '<U' with 'nan')
+            assert x.dtype == object and [v is None for v in x] == [i % 7 == 3 for i in range(40)]
+            x = np.array(["nan" if v is None else v for v in x])
+        assert x.dtype == y.dtype, (name, x.dtype, y.dtype)
+        assert [pf.value_key(v) for v in x] == [pf.value_key(v) for v in y], name
+    assert a["t"].dtype.kind == "U" and a["i"].dtype == np.float64  # ints with nulls: NaN
+    assert a["b"].dtype == object and a["bin"].dtype == object

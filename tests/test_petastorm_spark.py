@@ -195,3 +195,87 @@ def test_every_example_in_the_migration_doc_runs(datasets):
             source = f.read()
         for line in block.splitlines():
             assert line.strip() in source, (name, line)
+
+
+def _spec(module, func, edits=None, removed=None):
+    return module.TransformSpec(func, edit_fields=edits, removed_fields=removed)
+
+
+def _row_fn(row):
+    """A make_reader TransformSpec function as Petastorm documents it: one row, a dict."""
+    row["gray_mean"] = np.float32(row["png_gray"].mean())
+    row["mat"] = row["mat"].T.copy()
+    row["cloud_rows"] = len(row["cloud"])
+    row["name"] = "?" if row["name"] is None or row["name"] == "nan" else row["name"] + "!"
+    return row
+
+
+def test_make_reader_transform_spec_and_predicates_equal_petastorms(datasets):
+    """Spark-written store: the same TransformSpec (Petastorm's class) and the same predicates
+    (Petastorm's in Petastorm, stoker.petastorm.predicates in stoker) give the same rows, value
+    for value and type for type."""
+    pf.apply_compat()
+    import petastorm.predicates as theirs
+    import petastorm.transform as transform
+
+    import stoker.petastorm.predicates as ours
+    from stoker.petastorm import make_reader
+
+    url = datasets["everything"]
+    fields = ["id", "score", "flag", "name", "png_gray", "jpg_rgb", "mat", "cloud", "maybe"]
+    edits = [("gray_mean", np.float32, (), False), ("mat", np.float32, (4, 3), False),
+             ("cloud_rows", np.int64, (), False)]
+
+    def rows(reader_module, predicates):
+        kwargs = dict(schema_fields=fields,
+                      transform_spec=_spec(transform, _row_fn, edits, ["jpg_rgb"]),
+                      predicate=predicates.in_reduce([
+                          predicates.in_pseudorandom_split([0.7, 0.3], 0, "id"),
+                          predicates.in_negate(predicates.in_set({5, 6}, "id"))], all))
+        if reader_module is None:
+            return pf.petastorm_rows(url, shuffle_row_groups=False, **kwargs)
+        with reader_module(url, seed=5, **kwargs) as reader:
+            return list(reader)
+
+    want, got = rows(None, theirs), rows(make_reader, ours)
+    assert 3 < len(got) == len(want) < ROWS
+    assert sorted(got[0]._fields) == sorted(want[0]._fields)
+    assert "jpg_rgb" not in got[0]._fields and got[0]._fields[-3:] == ("gray_mean", "mat",
+                                                                      "cloud_rows")
+    by_id = {int(r.id): r for r in want}
+    for row in got:
+        for name in row._fields:
+            a, b = getattr(row, name), getattr(by_id[int(row.id)], name)
+            assert type(a) is type(b) and pf.value_key(a) == pf.value_key(b), (name, a, b)
+
+
+def test_make_batch_reader_transform_spec_equals_petastorms(datasets):
+    pf.apply_compat()
+    import petastorm.transform as transform
+
+    from stoker.petastorm import make_batch_reader
+
+    def fn(df):
+        df["big_k"] = df["big"] // 1000
+        df["score2"] = df["score"] * 2
+        df["id"] = df["id"] + 1
+        return df
+
+    url = datasets["everything"]
+    fields = ["id", "big", "score", "flag"]
+    # Declared int32; Petastorm does not cast, so what pandas made (int64) is what it returns.
+    edits = [("big_k", np.int32, (), False), ("score2", np.float64, (), True)]
+    want = pf.petastorm_batches(url, schema_fields=fields,
+                                transform_spec=_spec(transform, fn, edits, ["big"]))
+    with make_batch_reader(url, schema_fields=fields, seed=4,
+                           transform_spec=_spec(transform, fn, edits, ["big"])) as reader:
+        got = list(reader)
+    assert set(got[0]._fields) == set(want[0]._fields) == {"id", "score", "flag", "big_k",
+                                                             "score2"}
+    a = {n: np.concatenate([getattr(b, n) for b in got]) for n in got[0]._fields}
+    b = {n: np.concatenate([getattr(x, n) for x in want]) for n in got[0]._fields}
+    order, ref = np.argsort(a["id"]), np.argsort(b["id"])
+    assert a["id"][order].tolist() == list(range(1, ROWS + 1))
+    for name in a:
+        assert a[name].dtype == b[name].dtype, name
+        np.testing.assert_array_equal(a[name][order], b[name][ref], err_msg=name)

@@ -184,3 +184,211 @@ def test_an_unreadable_common_metadata_warns_and_the_dataset_reads_as_plain(tmp_
     with pytest.warns(UserWarning, match="_common_metadata is not Parquet metadata"):
         loader = stoker.Loader(folder, batch_size=8, shuffle=False)
     assert next(iter(loader))["id"].tolist() == list(range(8))
+
+
+# ------------------------------------------------------------------------------ pickle bombs
+# The allowlist blocks code, but allowed classes are called with the pickle's arguments and
+# pickle's opcodes grow containers: each bomb below is refused within the budget. They run in a
+# child process under an address-space limit (so a bomb that is not refused cannot take the
+# machine's memory) and a timeout (a hash or repr bomb hangs instead).
+
+def _long(n):
+    data = pickle.encode_long(n)
+    return pickle.LONG1 + bytes([len(data)]) + data
+
+
+def _global(module, name):
+    return pickle.GLOBAL + f"{module}\n{name}\n".encode()
+
+
+def _get(i):
+    return pickle.LONG_BINGET + i.to_bytes(4, "little")
+
+
+def _shared_tuples(depth, memo=0):
+    """A tuple of two references to the previous level, ``depth`` levels (memo ``memo``...),
+    left on the stack: str(), repr(), hash() and == walk 2**depth leaves."""
+    out = pickle.EMPTY_TUPLE + pickle.MEMOIZE + pickle.POP
+    for level in range(depth):
+        out += _get(memo + level) + _get(memo + level) + pickle.TUPLE2 + pickle.MEMOIZE
+        out += pickle.POP
+    return out + _get(memo + depth)
+
+
+def _nested_dtype_pickle(depth):
+    d = np.dtype("u1")
+    for _ in range(depth):
+        new = np.dtype(f"V{2 * d.itemsize}")
+        new.__setstate__((3, "|", None, ("a", "b"), {"a": (d, 0), "b": (d, d.itemsize)},
+                          2 * d.itemsize, 1, 16))
+        d = new
+    return pickle.dumps(d, protocol=4)
+
+
+def _bombs():
+    P4 = pickle.PROTO + b"\x04"
+    floats = pickle.MARK + pickle.BINFLOAT + b"\x3f\xf0" + b"\x00" * 6 + pickle.MEMOIZE
+    floats += _get(0) * 1999 + pickle.LIST + pickle.MEMOIZE + pickle.POP  # memo 1: [1.0] * 2000
+    floats += pickle.MARK + _get(1) * 2000 + pickle.LIST + pickle.MEMOIZE + pickle.POP  # 4M
+    floats += pickle.MARK + _get(2) * 16 + pickle.LIST  # 64M floats: 512 MiB as float64
+    return {
+        # The issue's 35-byte pickle: bytearray(2**31).
+        "bytearray_2gib": b"\x80\x02" + _global("__builtin__", "bytearray") + _long(2 ** 31)
+                          + pickle.TUPLE1 + pickle.REDUCE + pickle.STOP,
+        "bytes_new_2gib": b"\x80\x02" + _global("builtins", "bytes") + _long(2 ** 31)
+                          + pickle.TUPLE1 + pickle.NEWOBJ + pickle.STOP,
+        "numpy_void_2gib": b"\x80\x02" + _global("numpy", "void") + _long(2 ** 31)
+                           + pickle.TUPLE1 + pickle.REDUCE + pickle.STOP,
+        "numpy_float64_of_a_shared_list": b"\x80\x02" + _global("numpy", "float64") + floats
+                                          + pickle.TUPLE1 + pickle.REDUCE + pickle.STOP,
+        "str_of_a_shared_tuple": P4 + _global("builtins", "str") + pickle.MEMOIZE
+                                 + _shared_tuples(26, memo=1) + pickle.TUPLE1 + pickle.REDUCE
+                                 + pickle.STOP,
+        "codec_of_a_shared_tuple": P4 + _global("petastorm.codecs", "CompressedImageCodec")
+                                   + pickle.MEMOIZE + _shared_tuples(26, memo=1)
+                                   + pickle.TUPLE1 + pickle.REDUCE + pickle.STOP,
+        "dict_key_hash": P4 + pickle.EMPTY_DICT + _shared_tuples(64) + pickle.NONE
+                         + pickle.SETITEM + pickle.STOP,
+        "frozenset_member_hash": P4 + pickle.MARK + _shared_tuples(64) + pickle.FROZENSET
+                                 + pickle.STOP,
+        "nested_dtype_repr": _nested_dtype_pickle(24),
+        "appends_of_empty_sets": P4 + pickle.EMPTY_LIST + pickle.MARK
+                                 + pickle.EMPTY_SET * 3_000_000 + pickle.APPENDS + pickle.STOP,
+        "memo_entries": P4 + (pickle.EMPTY_TUPLE + pickle.MEMOIZE + pickle.POP) * 3_000_000
+                        + pickle.NONE + pickle.STOP,
+    }
+
+
+_BOMB_CHILD = r"""
+import json, os, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+folder, names = sys.argv[2], sys.argv[3:]
+from stoker import errors
+from stoker._unischema import loads_unischema
+
+def status_kib(key):
+    with open("/proc/self/status") as f:
+        return [int(line.split()[1]) for line in f if line.startswith(key + ":")][0]
+
+def reset_peak():
+    try:  # Linux >= 4.0: "5" resets the peak RSS (VmHWM) to the current RSS
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+limit = status_kib("VmSize") * 1024 + (1 << 30)  # 1 GiB beyond what is mapped now
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+for name in names:
+    print(json.dumps({"start": name}), flush=True)
+    path = os.path.join(folder, name, "_common_metadata")
+    with open(os.path.join(folder, name + ".pickle"), "rb") as f:
+        data = f.read()
+    reset_peak()
+    base = status_kib("VmRSS")
+    started = time.monotonic()
+    try:
+        loads_unischema(data, path)
+        error, message = None, ""
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        error, message = type(e).__name__, str(e)
+    print(json.dumps({"name": name, "error": error, "message": message[:500],
+                      "peak_growth_mib": (status_kib("VmHWM") - base) / 1024,
+                      "seconds": time.monotonic() - started}), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def bomb_results(tmp_path_factory):
+    """Each bomb loaded in a child process; a hung child is recorded and the rest rerun."""
+    import json
+    import subprocess
+    import sys
+
+    folder = tmp_path_factory.mktemp("bombs")
+    bombs = _bombs()
+    for name, data in bombs.items():
+        (folder / f"{name}.pickle").write_bytes(data)
+    src = os.path.join(pf.REPO, "python")
+    results, todo = {}, list(bombs)
+    while todo:
+        try:
+            out = subprocess.run([sys.executable, "-c", _BOMB_CHILD, src, str(folder), *todo],
+                                 capture_output=True, text=True, timeout=120).stdout
+            hung = None
+        except subprocess.TimeoutExpired as expired:
+            out = (expired.stdout or b"").decode() if isinstance(expired.stdout, bytes) \
+                else (expired.stdout or "")
+            hung = "timeout"
+        started = None
+        for line in out.splitlines():
+            record = json.loads(line)
+            if "start" in record:
+                started = record["start"]
+            else:
+                results[record["name"]] = record
+                started = None
+        if started is None and hung is None:
+            missing = [n for n in todo if n not in results]
+            for name in missing:
+                results[name] = {"name": name, "error": "child died", "message": out[-500:]}
+            break
+        if started is not None:
+            results[started] = {"name": started, "error": hung or "child died",
+                                "message": "no answer (hung or killed)"}
+            todo = todo[todo.index(started) + 1:]
+        else:
+            todo = []
+    return results
+
+
+@pytest.mark.parametrize("name", list(_bombs()))
+def test_pickle_bombs_are_refused_within_the_budget(bomb_results, name):
+    result = bomb_results[name]
+    assert result["error"] == "UnsafeMetadataError", result
+    assert f"bombs/{name}/_common_metadata" in result["message"] or \
+        f"{name}/_common_metadata" in result["message"], result
+    # The budget is 64 MiB of estimated objects (a bomb stopped at it grows RSS by ~85 MiB).
+    assert result["peak_growth_mib"] < 160, result
+
+
+def test_a_big_real_unischema_fits_the_budget():
+    """Petastorm's own pickle of a 2,000-field schema loads (the budget is far above it)."""
+    pf_missing = pf.missing()
+    if pf_missing:
+        pytest.skip(pf_missing)
+    pf.apply_compat()
+    from petastorm.codecs import CompressedImageCodec, NdarrayCodec, ScalarCodec
+    from petastorm.unischema import Unischema, UnischemaField
+    from pyspark.sql import types as T
+
+    fields = []
+    for i in range(2000):
+        kind = i % 3
+        fields.append(
+            UnischemaField(f"f{i}", np.float32, (), ScalarCodec(T.FloatType()), False) if kind == 0
+            else UnischemaField(f"f{i}", np.int16, (4, i % 7 + 1), NdarrayCodec(), True)
+            if kind == 1 else
+            UnischemaField(f"f{i}", np.uint8, (8, 8, 3), CompressedImageCodec("jpeg", 90), False))
+    loaded = loads_unischema(pickle.dumps(Unischema("Wide", fields)))
+    assert list(loaded.fields) == [f.name for f in fields]
+    assert loaded.fields["f1"].shape == (4, 2) and loaded.fields["f2"].codec.image_codec == "jpeg"
+
+
+@pytest.mark.parametrize("payload, needle", [
+    # A class's state set through BUILD would change it for the whole process.
+    (b"\x80\x02" + _global("collections", "OrderedDict") + pickle.NONE + pickle.EMPTY_DICT
+     + pickle.BINUNICODE + b"\x01\x00\x00\x00x" + pickle.NONE + pickle.SETITEM + pickle.TUPLE2
+     + pickle.BUILD + pickle.STOP, "sets the state of collections.OrderedDict"),
+    # Stand-ins keep their own names: a pickle cannot replace a codec's kind.
+    (pickle.PROTO + b"\x04" + _global("petastorm.codecs", "NdarrayCodec") + pickle.EMPTY_TUPLE
+     + pickle.NEWOBJ + pickle.EMPTY_DICT + pickle.SHORT_BINUNICODE + b"\x04kind"
+     + pickle.SHORT_BINUNICODE + b"\x03npz" + pickle.SETITEM + pickle.BUILD + pickle.STOP,
+     "NdarrayCodec sets 'kind'"),
+    (b"\x80\x03" + _global("builtins", "str") + pickle.SHORT_BINBYTES + b"\x01x"
+     + pickle.BINUNICODE + b"\x08\x00\x00\x00punycode" + pickle.TUPLE2 + pickle.REDUCE
+     + pickle.STOP, "encoding 'punycode'"),
+])
+def test_odd_but_small_pickles_are_refused_by_name(payload, needle):
+    with pytest.raises((errors.UnsafeMetadataError, errors.CorruptFileError), match=needle):
+        loads_unischema(payload, "ds/_common_metadata")

@@ -47,6 +47,20 @@ void RegisterLoader(nb::module_& m) {
       .def_ro("inner_shape", &ColumnInfo::inner_shape)
       .def_ro("annotation", &ColumnInfo::annotation)
       .def_ro("mask_levels", &ColumnInfo::mask_levels)
+      .def(
+          "_replace",
+          // A copy with what Python changes after the engine (Petastorm's [H, W] gray images,
+          // fields decoded in the consumer): loader.columns describes the batches it yields.
+          [](const ColumnInfo& c, ColumnKind kind, const std::string& dtype,
+             std::vector<int64_t> inner_shape, std::string annotation) {
+            ColumnInfo out = c;
+            if (!ParseDType(dtype, &out.dtype)) throw nb::value_error(dtype.c_str());
+            out.kind = kind;
+            out.inner_shape = std::move(inner_shape);
+            out.annotation = std::move(annotation);
+            return out;
+          },
+          nb::arg("kind"), nb::arg("dtype"), nb::arg("inner_shape"), nb::arg("annotation"))
       .def("__repr__", [](nb::handle self) {
         // ColumnInfo(name='ts', kind='dense', dtype='float64', shape=(), arrow_type=...).
         return nb::str(

@@ -20,7 +20,7 @@ from ._unischema import Field, Schema, read_unischema
 from .errors import InvalidOptionError, UnsupportedTypeError
 
 __all__ = ["PetastormStore", "detect", "field_chain", "plan_columns", "decode_variable",
-           "DECODE_OPS"]
+           "column_infos", "DECODE_OPS"]
 
 # Ops that take encoded bytes: a user chain that starts with one replaces the codec's decode.
 DECODE_OPS = ("decode_image", "decode_npy", "decode_npz", "reinterpret")
@@ -230,6 +230,31 @@ def plan_columns(store: PetastormStore, columns: Optional[Sequence[str]],
         if shape is not None and not user:
             reshape[name] = shape
     return out, reshape, variable
+
+
+def column_infos(columns: Dict[str, Any], reshape: Mapping[str, Tuple[int, ...]],
+                 variable: Mapping[str, Tuple[str, Field]]) -> Dict[str, Any]:
+    """The engine's ColumnInfos with the fields the Loader finishes in Python described as it
+    delivers them: reshaped ones (gray images: ``[H, W]``, not the op's ``[H, W, 1]``), and
+    arrays decoded in the consumer (ragged or padded by ``lists``, of the field's dtype, each
+    row shaped like the field's dimensions after the first), so ``loader.columns`` says what the
+    batches hold."""
+    from . import _stoker
+
+    out = dict(columns)
+    for name, shape in reshape.items():
+        info = out.get(name)
+        if info is not None:
+            out[name] = info._replace(kind=info.kind, dtype=info.dtype,
+                                      inner_shape=list(shape), annotation=info.annotation)
+    for name, (mode, field) in variable.items():
+        info = out.get(name)
+        if info is not None:
+            kind = _stoker.ColumnKind.ragged if mode == "ragged" else _stoker.ColumnKind.padded
+            out[name] = info._replace(kind=kind, dtype=np.dtype(field.numpy_dtype).name,
+                                      inner_shape=[int(d) for d in tuple(field.shape)[1:]],
+                                      annotation="")
+    return out
 
 
 def decode_variable(name: str, column: Any, mask: Any, mode: str, field: Field,

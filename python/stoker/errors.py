@@ -113,7 +113,9 @@ class WorkerCrashedError(TransformError):
 
 class UnsafeMetadataError(StokerError, ValueError):
     """A dataset's metadata (a Petastorm ``_common_metadata`` pickle) names a class or function
-    stoker does not unpickle; the message names it (``module.name``). Nothing was run."""
+    stoker does not unpickle, or would make the allowed ones build more than a Unischema needs
+    (a budget of memory, small keys and dtypes); the message names the file and what it asked
+    for. Nothing was run, nothing beyond the budget was built."""
 
 
 class InternalError(StokerError, RuntimeError):

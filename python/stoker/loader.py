@@ -435,6 +435,10 @@ class Loader:
                 self._augment = AugmentStage(self._runner, python_workers or 2)
             self._engine = _stoker.Engine.open(opts)
             self._columns = {info.name: info for info in self._engine.columns()}
+            if self._reshape or self._variable:  # Petastorm fields finished in Python
+                from ._petastorm import column_infos
+
+                self._columns = column_infos(self._columns, self._reshape, self._variable)
             self._check_output_names()
             for info in self._columns.values():
                 if str(info.dtype) == "bfloat16" and output != "torch":

@@ -13,11 +13,17 @@ would. docs/migrating-from-petastorm.md has the table.
 Order: with a ``seed`` the order is a pure function of (dataset, options, seed, epoch, shard), the
 same for any ``workers_count``; every row is delivered exactly once per epoch across the
 ``shard_count`` shards.
+
+``transform_spec`` and ``predicate`` follow Petastorm per reader: ``make_reader`` evaluates the
+predicate on a dict of each row's predicate fields and calls the spec's function once per row
+with a dict (petastorm/py_dict_reader_worker.py); ``make_batch_reader`` passes both a pandas
+``DataFrame`` (petastorm/arrow_reader_worker.py). Predicates: :mod:`stoker.petastorm.predicates`.
 """
 
 from __future__ import annotations
 
 import collections
+import collections.abc
 import keyword
 import re
 import warnings
@@ -27,10 +33,11 @@ import numpy as np
 
 from .._petastorm import PetastormStore, codec_kind, decode_value, detect, field_chain
 from .._unischema import Field, Schema
-from ..errors import InvalidOptionError, LoaderClosedError, NullValueError, UnsupportedTypeError
+from ..errors import (InvalidOptionError, LoaderClosedError, NullValueError, TransformError,
+                      UnsupportedTypeError)
 from ..loader import Loader
 
-__all__ = ["make_reader", "make_batch_reader", "Reader", "TransformSpec"]
+__all__ = ["make_reader", "make_batch_reader", "Reader", "TransformSpec", "predicates"]
 
 _WARNED: set = set()
 # numpy's C long long types and the np.int64 / np.uint64 of the same size (where they differ).
@@ -50,15 +57,92 @@ def _warn_once(names: Sequence[str], why: str) -> None:
 
 def TransformSpec(func=None, edit_fields=None, removed_fields=None,  # noqa: N802
                   selected_fields=None):
-    """Petastorm's ``TransformSpec``: stoker's own when present (``stoker.TransformSpec``)."""
-    import stoker
+    """Petastorm's ``TransformSpec(func, edit_fields, removed_fields, selected_fields)``.
 
-    spec = getattr(stoker, "TransformSpec", None)
-    if spec is None:
-        raise InvalidOptionError(
-            "transform_spec: this stoker has no TransformSpec (Loader(transform=...)) yet")
-    return spec(func, edit_fields=edit_fields, removed_fields=removed_fields,
+    ``func`` gets one row as a dict from ``make_reader`` and one batch as a pandas DataFrame
+    from ``make_batch_reader``, as in Petastorm. ``edit_fields`` are ``(name, numpy_dtype,
+    shape, nullable)`` tuples (or UnischemaFields); ``reader.schema`` shows the result."""
+    from .._user_transform import TransformSpec as Spec
+
+    return Spec(func, edit_fields=edit_fields, removed_fields=removed_fields,
                 selected_fields=selected_fields)
+
+
+def _edit_field(field: Any) -> tuple:
+    """An ``edit_fields`` entry -> (name, numpy_dtype, shape, nullable), as given."""
+    if isinstance(field, Field) or (hasattr(field, "numpy_dtype") and hasattr(field, "name")):
+        entry = (field.name, field.numpy_dtype, field.shape, getattr(field, "nullable", False))
+    elif isinstance(field, (tuple, list)) and len(field) == 4:
+        entry = tuple(field)
+    else:
+        raise InvalidOptionError(
+            f"TransformSpec edit_fields entries are (name, numpy_dtype, shape, nullable) tuples "
+            f"or UnischemaFields, got {field!r}")
+    name, dtype, shape, nullable = entry
+    if not isinstance(name, str):
+        raise InvalidOptionError(f"TransformSpec edit_fields: field name {name!r} is not a str")
+    if shape is not None and (not isinstance(shape, (tuple, list)) or not all(
+            d is None or (isinstance(d, int) and d >= 0) for d in shape)):
+        raise InvalidOptionError(f"TransformSpec edit_fields[{name!r}]: shape {shape!r} is not a "
+                                 "tuple of sizes (int or None)")
+    return name, dtype, tuple(shape) if shape is not None else (), bool(nullable)
+
+
+class _Spec:
+    """A TransformSpec (stoker's or Petastorm's) as the reader applies it: Petastorm's
+    transform_schema (petastorm/transform.py) gives the output fields and their order."""
+
+    def __init__(self, spec: Any, view: Sequence[str], fields: Dict[str, Field],
+                 schema_name: str) -> None:
+        if not all(hasattr(spec, n) for n in ("func", "edit_fields", "removed_fields",
+                                               "selected_fields")):
+            raise InvalidOptionError(
+                f"transform_spec must be a TransformSpec (func, edit_fields, removed_fields, "
+                f"selected_fields), got {type(spec).__name__}")
+        if spec.func is not None and not callable(spec.func):
+            raise InvalidOptionError(f"TransformSpec func must be callable, got {spec.func!r}")
+        self.func = spec.func
+        self.removed = list(spec.removed_fields or [])
+        self.selected = list(spec.selected_fields) if spec.selected_fields is not None else None
+        edits = [_edit_field(f) for f in (spec.edit_fields or [])]
+        if len({e[0] for e in edits}) != len(edits):
+            raise InvalidOptionError("TransformSpec edit_fields names a field twice")
+        unknown = set(self.removed) - set(view)
+        if unknown:
+            warnings.warn('remove_fields specified some field names that are not part of the '
+                          f'schema. These field names will be ignored "{", ".join(unknown)}". ',
+                          UserWarning, stacklevel=5)
+        excluded = {e[0] for e in edits} | set(self.removed)
+        self.fields: Dict[str, Field] = {n: fields.get(n, Field(n, None, (), None, False))
+                                         for n in view if n not in excluded}
+        for name, dtype, shape, nullable in edits:
+            self.fields[name] = Field(name, dtype, shape, None, nullable)
+        if self.selected is not None:
+            unknown = set(self.selected) - set(self.fields)
+            if unknown:
+                warnings.warn('selected_fields specified some field names that are not part of '
+                              f'the schema. These field names will be ignored '
+                              f'"{", ".join(unknown)}". ', UserWarning, stacklevel=5)
+            order = self.selected
+            self.fields = {n: self.fields[n] for n in sorted(
+                (n for n in self.fields if n in order), key=order.index)}
+        self.names = list(self.fields)
+        self.schema = Schema(schema_name + "_transformed")
+        self.schema._fields = collections.OrderedDict(self.fields)
+
+    def check_names(self, got: Sequence[Any], reader: str) -> None:
+        """The function's output (after removed_fields) must be the schema's fields, as
+        Petastorm requires (it raises TypeError or ValueError there)."""
+        extra = [str(n) for n in got if n not in self.fields]
+        missing = [n for n in self.names if n not in set(got)]
+        if extra or missing:
+            raise TransformError(
+                f"{reader}: the TransformSpec's function returned fields that are not the "
+                f"reader's schema: {'extra ' + ', '.join(extra) if extra else ''}"
+                f"{'; ' if extra and missing else ''}"
+                f"{'missing ' + ', '.join(missing) if missing else ''} (the schema is the "
+                "dataset's fields less removed_fields, plus edit_fields, restricted to "
+                "selected_fields; declare new fields in edit_fields)")
 
 
 def _url_to_source(url: Any) -> List[str]:
@@ -121,10 +205,6 @@ def _python_decoder(field: Field) -> Callable[[bytes], Any]:
 
 
 
-# Keys a column adds beside its own: masks, lengths, on_error flags, per level for lists.
-_EXTRA_KEY = re.compile(r"(.+)_(?:mask|lengths|valid)(?:_\d+)?")
-
-
 def _refuse_nulls_inside_lists(batch: Dict[str, Any], name: str, mask: Any) -> None:
     """The reader masks nullable columns to give None for null rows, as Petastorm does; the
     element masks that null_mask adds to list columns have no Petastorm form, so a null inside
@@ -145,7 +225,10 @@ def _refuse_nulls_inside_lists(batch: Dict[str, Any], name: str, mask: Any) -> N
 class _Plan:
     """How each selected field is read: the Loader's transforms, and the fields decoded here."""
 
-    def __init__(self, store: Optional[PetastormStore], names: Sequence[str]) -> None:
+    def __init__(self, store: Optional[PetastormStore], names: Sequence[str],
+                 types: Dict[str, Any]) -> None:
+        import pyarrow as pa
+
         self.transforms: Dict[str, list] = {}
         self.reshape: Dict[str, tuple] = {}
         self.python: Dict[str, Callable[[bytes], Any]] = {}
@@ -156,6 +239,15 @@ class _Plan:
         for name in names:
             field = fields.get(name)
             if field is None:
+                # Plain Parquet: Petastorm infers np.str_ / np.bytes_ for these and returns
+                # numpy_dtype(value), as for a Unischema's scalar fields.
+                arrow = types.get(name)
+                if arrow is not None and (pa.types.is_string(arrow) or
+                                          pa.types.is_large_string(arrow)):
+                    self.scalar_type[name] = np.str_
+                elif arrow is not None and (pa.types.is_binary(arrow) or
+                                            pa.types.is_large_binary(arrow)):
+                    self.scalar_type[name] = np.bytes_
                 continue
             if field.nullable:
                 self.nullable.append(name)
@@ -234,8 +326,8 @@ class Reader:
             available = [n for n in available if n not in self._unsupported]
             _warn_once(sorted(self._unsupported),
                        "their types cannot become arrays (name them in schema_fields to see why)")
-        self._fields = _select_fields(available, schema_fields)
-        read = list(self._fields)
+        self._view = _select_fields(available, schema_fields)
+        read = list(self._view)
         if predicate is not None:
             for name in predicate.get_fields():
                 if name not in available:
@@ -244,28 +336,26 @@ class Reader:
                 if name not in read:
                     read.append(name)
         self._read = read
-        self._plan = _Plan(self._store, read)
+        # Rows get numpy_dtype(value) for plain Parquet's strings too; batches keep what pandas
+        # gives (bytes objects: np.bytes_ would drop trailing NULs).
+        self._plan = _Plan(self._store, read, {} if batched else types)
         self.schema = self._view_schema()
+        # The transform runs here, after the decode and the predicate, per reader as Petastorm
+        # runs it (rows: a dict each; batches: a DataFrame): the Loader delivers the fields.
+        self._spec = None if transform_spec is None else _Spec(
+            transform_spec, self._view, self._store.fields if self._store is not None else {},
+            self.schema.name if self.schema is not None else "inferred_schema")
+        self._fields = self._spec.names if self._spec is not None else list(self._view)
+        if self._spec is not None and self.schema is not None:
+            self.schema = self._spec.schema
         self.batched_output = batched
         self.is_batched_reader = batched
         self.ngram = None
         self.last_row_consumed = False
 
-        options: Dict[str, Any] = {"petastorm": False}
-        if transform_spec is not None:
-            import inspect
-
-            if "transform" not in inspect.signature(Loader.__init__).parameters:
-                raise InvalidOptionError(
-                    "transform_spec needs Loader(transform=...), which this stoker lacks")
-            # The Loader decodes the codec fields before the spec's function (as Petastorm does)
-            # and delivers what it returns: no codec ops or Python decoding here.
-            options.update(transform=transform_spec, transform_columns=list(read),
-                           petastorm=self._store is not None)
-            self._plan = _Plan(None, read)
         rows_per_rank = -(-dataset_rows // world)
         self._loader = Loader(
-            sources, columns=None if transform_spec is not None else read, batch_size=max(1, min(batch_size, rows_per_rank)),
+            sources, columns=read, batch_size=max(1, min(batch_size, rows_per_rank)),
             shuffle=shuffle, seed=seed,
             # Petastorm shuffles the row-group order; rows move only with shuffle_rows.
             shuffle_window=65536 if shuffle_rows else 1,
@@ -275,11 +365,9 @@ class Reader:
             transforms=self._plan.transforms or None,
             lists=self._lists_choice(sources, read, storage_options),
             null_mask=self._nullable_columns(sources, read, storage_options) or False,
-            **options)
+            petastorm=False)
         self.seed = self._loader.seed
         self._row_type = _row_type(self.schema.name if self.schema else "Row", self._fields)
-        self._transformed = transform_spec is not None
-        self._fields_from_batch = False
         self._epochs_done = 0
         self._it: Optional[Iterator[Any]] = None
         self._stopped = False
@@ -331,7 +419,7 @@ class Reader:
             return None
         view = Schema(self._store.schema.name)
         view._fields = collections.OrderedDict(
-            (n, self._store.fields[n]) for n in self._fields)
+            (n, self._store.fields[n]) for n in self._view)
         return view
 
     # ------------------------------------------------------------------------------ iteration
@@ -340,14 +428,6 @@ class Reader:
         """One engine batch -> {field: array or list} of the kept rows (padding and predicate
         rows dropped); None when no row is kept."""
         keep = ~np.asarray(batch["__padding__"])
-        if self._transformed and not self._fields_from_batch:
-            # A transform_spec decides the output fields (edit/remove): take them from the batch.
-            extra = {k for k in batch
-                     if (m := _EXTRA_KEY.fullmatch(k)) is not None and m.group(1) in batch}
-            self._fields = [k for k in batch if k != "__padding__" and k not in extra]
-            self._read = list(self._fields)
-            self._row_type = _row_type(self.schema.name if self.schema else "Row", self._fields)
-            self._fields_from_batch = True
         out: Dict[str, Any] = {}
         for name in self._read:
             value = batch[name]
@@ -383,28 +463,125 @@ class Reader:
                 else:
                     value = [v if ok else None for v, ok in zip(list(value), mask)]
             out[name] = value
-        if self._predicate is not None:
-            names = list(self._predicate.get_fields())
-            for i in np.flatnonzero(keep):
-                values = {n: out[n][i] for n in names}
-                if not self._predicate.do_include(values):
-                    keep[i] = False
-        if not keep.any():
-            return None
         if not keep.all():
-            index = np.flatnonzero(keep)
-            out = {n: (v[index] if isinstance(v, np.ndarray) else [v[i] for i in index])
-                   for n, v in out.items()}
-        return {n: out[n] for n in self._fields}
+            out = _take(out, np.flatnonzero(keep))
+        if self._predicate is not None and len(keep):
+            chosen = self._predicate_mask(out, int(keep.sum()))
+            if not chosen.all():
+                out = _take(out, np.flatnonzero(chosen))
+        if not out or not len(next(iter(out.values()))):
+            return None
+        return {n: out[n] for n in self._view}
 
-    def _column_batches(self) -> Iterator[Dict[str, Any]]:
-        """Column batches over the remaining epochs (shared by the rows, batches and loaders)."""
+    def _predicate_mask(self, out: Dict[str, Any], rows: int) -> np.ndarray:
+        """Which rows the predicate keeps: make_reader asks once per row with a dict of its
+        predicate fields, make_batch_reader once per batch with a DataFrame of them (one bool
+        per row back), as Petastorm's readers do."""
+        names = sorted(self._predicate.get_fields())
+        if self._batched:
+            frame = self._frame(out, names)
+            result = self._predicate.do_include(frame)
+            mask = np.asarray(result)
+            if mask.shape != (rows,) or mask.dtype.kind not in "bO":
+                raise TransformError(
+                    f"make_batch_reader: the predicate's do_include returned "
+                    f"{type(result).__name__} {getattr(mask, 'dtype', '')} of shape "
+                    f"{mask.shape} for a DataFrame of {rows} rows; it gets the batch's "
+                    "predicate fields as a DataFrame (as in Petastorm) and must return one bool "
+                    "per row (e.g. in_lambda(['id'], lambda ids: ids % 2 == 0))")
+            return mask.astype(bool)
+        return np.fromiter((bool(self._predicate.do_include({n: out[n][i] for n in names}))
+                            for i in range(rows)), dtype=bool, count=rows)
+
+    def _frame(self, columns: Dict[str, Any], names: Sequence[str]) -> Any:
+        """Columns as the pandas DataFrame Petastorm's batch reader builds (Arrow's
+        ``to_pandas()``: integers with nulls as float64 NaN, strings and bools with nulls as
+        objects); decoded codec fields and tensors hold one array per cell."""
+        import pandas as pd
+        import pyarrow as pa
+
+        data = {}
+        for name in names:
+            value = columns[name]
+            arrow = (self._types or {}).get(name)
+            codec = self._store is not None and name in self._store.fields and \
+                codec_kind(self._store.fields[name]) != "scalar"
+            if isinstance(value, np.ndarray) and value.ndim == 1:
+                data[name] = pd.Series(value)
+                continue
+            cells = list(value)
+            if arrow is not None and not codec and not isinstance(value, np.ndarray):
+                try:
+                    data[name] = pa.array(cells, type=arrow, from_pandas=True).to_pandas()
+                    continue
+                except (pa.ArrowException, TypeError, ValueError):
+                    pass
+            column = np.empty(len(cells), dtype=object)
+            for i, cell in enumerate(cells):  # element-wise: equal shapes must not broadcast
+                column[i] = cell
+            data[name] = pd.Series(column)
+        return pd.DataFrame(data)
+
+    def _raw_batches(self) -> Iterator[Dict[str, Any]]:
+        """Column batches of the schema view over the remaining epochs (after the predicate)."""
         while self._num_epochs is None or self._epochs_done < self._num_epochs:
             for batch in self._loader:
                 columns = self._columns(batch)
                 if columns is not None:
                     yield columns
             self._epochs_done += 1
+
+    def _column_batches(self) -> Iterator[Dict[str, Any]]:
+        """Column batches of the output fields (shared by the rows, batches and loaders)."""
+        if self._spec is None:
+            yield from self._raw_batches()
+        elif self._batched:
+            for columns in self._raw_batches():
+                yield self._transform_frame(columns)
+        else:
+            for columns in self._raw_batches():
+                yield self._transform_rows(columns)
+
+    def _transform_rows(self, columns: Dict[str, Any]) -> Dict[str, Any]:
+        """make_reader: the spec's function once per row, with a dict of the row's decoded
+        values; removed_fields deleted from what it returns (petastorm/py_dict_reader_worker)."""
+        spec = self._spec
+        out: Dict[str, List[Any]] = {n: [] for n in spec.names}
+        for values in zip(*(list(columns[n]) for n in self._view)):
+            row = dict(zip(self._view, values))
+            if spec.func is not None:
+                row = spec.func(row)
+            if not isinstance(row, collections.abc.MutableMapping):
+                raise TransformError(
+                    f"make_reader: the TransformSpec's function returned "
+                    f"{type(row).__name__}; make_reader calls it once per row with a dict and "
+                    "it must return the row's dict (make_batch_reader passes a DataFrame)")
+            for name in spec.removed:
+                if name in row:
+                    del row[name]
+            spec.check_names(list(row), "make_reader")
+            for name in spec.names:
+                out[name].append(row[name])
+        return out
+
+    def _transform_frame(self, columns: Dict[str, Any]) -> Dict[str, Any]:
+        """make_batch_reader: the spec's function on a DataFrame of the batch; removed_fields
+        dropped; each column back as Petastorm converts it (petastorm/arrow_reader_worker)."""
+        import pandas as pd
+
+        spec = self._spec
+        frame = self._frame(columns, self._view)
+        result = spec.func(frame) if spec.func is not None else frame
+        if not isinstance(result, pd.DataFrame):
+            raise TransformError(
+                f"make_batch_reader: the TransformSpec's function returned "
+                f"{type(result).__name__}; make_batch_reader calls it with a pandas DataFrame "
+                "and it must return one (make_reader passes one row as a dict)")
+        for name in set(result.columns) & set(spec.removed):
+            del result[name]
+        spec.check_names(list(result.columns), "make_batch_reader")
+        return {name: _from_frame_column(name, result[name], spec.fields[name])
+                for name in spec.names}
 
     def _rows(self) -> Iterator[Any]:
         for columns in self._column_batches():
@@ -468,18 +645,75 @@ class Reader:
         self.join()
 
 
+def _take(columns: Dict[str, Any], index: np.ndarray) -> Dict[str, Any]:
+    return {n: (v[index] if isinstance(v, np.ndarray) else [v[i] for i in index])
+            for n, v in columns.items()}
+
+
+def _from_frame_column(name: str, column: Any, field: Field) -> Any:
+    """A column of what a make_batch_reader TransformSpec returned -> the batch's array, as
+    Petastorm converts it (Arrow from pandas, then numpy): fields of two or more dimensions
+    must hold arrays of exactly their shape and are stacked; lists of one length are stacked;
+    strings become a ``<U`` array (object with None where null)."""
+    import pyarrow as pa
+
+    shape = tuple(field.shape or ())
+    if len(shape) > 1:
+        cells = list(column)
+        for i, cell in enumerate(cells):
+            if not isinstance(cell, np.ndarray):
+                raise TransformError(f"make_batch_reader: TransformSpec field {name!r} must "
+                                     f"hold numpy arrays (row {i} holds {type(cell).__name__})")
+            if None in shape or cell.shape != shape:
+                raise TransformError(f"make_batch_reader: TransformSpec field {name!r} must be "
+                                     f"the shape {shape} (row {i} is {cell.shape})")
+        if not cells:
+            return np.empty((0,) + shape)
+        return np.stack(cells)
+    try:
+        array = pa.Array.from_pandas(column)
+    except (pa.ArrowException, TypeError, ValueError) as error:
+        raise TransformError(f"make_batch_reader: TransformSpec field {name!r} cannot become "
+                             f"a column: {error}") from error
+    values = array.to_pandas()
+    values = values.to_numpy() if hasattr(values, "to_numpy") else np.asarray(values)
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        if array.null_count:
+            out = np.empty(len(array), dtype=object)
+            out[:] = array.to_pylist()
+            return out
+        return np.asarray(array.to_pylist(), dtype=np.str_).reshape(len(array))
+    if pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or \
+            pa.types.is_fixed_size_list(array.type):
+        cells = list(values)
+        if cells and all(isinstance(c, np.ndarray) for c in cells) and \
+                len({c.shape for c in cells}) == 1:
+            return np.vstack(cells)
+        out = np.empty(len(cells), dtype=object)  # rows of different lengths, or None
+        for i, cell in enumerate(cells):
+            out[i] = cell
+        return out
+    return values
+
+
 def _as_batch_array(value: Any) -> Any:
     """A column of a batch as Petastorm's batch reader gives it (from pandas): numbers with nulls
-    become float64 with NaN, strings a ``<U`` array, equal-shaped arrays one stacked array."""
+    become float64 with NaN, strings a ``<U`` array (object with None where null; Petastorm
+    gives the string 'nan' there), bytes and bools with nulls an object array, equal-shaped
+    arrays one stacked array."""
     if isinstance(value, np.ndarray):
         return value
     values = list(value)
     present = [v for v in values if v is not None]
-    if present and len(present) == len(values) and \
-            all(isinstance(v, (str, bytes)) for v in present):
-        return np.array(values)
-    if present and all(isinstance(v, (np.number, np.bool_, int, float)) for v in present):
+    if present and len(present) == len(values) and all(isinstance(v, str) for v in present):
+        return np.array(values, dtype=np.str_)
+    if present and all(isinstance(v, (np.number, int, float)) and
+                       not isinstance(v, (bool, np.bool_)) for v in present):
         return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    if present and all(isinstance(v, (bool, np.bool_)) for v in present):
+        out = np.empty(len(values), dtype=object)  # pandas' object column of bools and None
+        out[:] = [None if v is None else bool(v) for v in values]
+        return out
     if values and len(present) == len(values) and all(isinstance(v, np.ndarray) for v in values) \
             and len({v.shape for v in values}) == 1:
         return np.stack(values)
