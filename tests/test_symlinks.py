@@ -110,13 +110,19 @@ def test_folder_and_a_link_to_it_are_read_once(tmp_path, data):
         assert _files(sources) == [str(data / "a.parquet")]
 
 
-def test_two_links_to_one_folder_are_read_once(tmp_path):
-    shared = tmp_path / "shared"
+def _links_to_a_folder(tmp_path, *names):
+    """tmp_path/root holding only links `names` to one folder elsewhere (100 ids in s.parquet)."""
+    shared = tmp_path / "elsewhere"
     _write(str(shared / "s.parquet"), 0)
     root = tmp_path / "root"
     os.makedirs(root)
-    os.symlink(shared, root / "x")
-    os.symlink(shared, root / "y")
+    for name in names:
+        os.symlink(shared, root / name)
+    return root
+
+
+def test_two_links_to_one_folder_are_read_once(tmp_path):
+    root = _links_to_a_folder(tmp_path, "x", "y")
     np.testing.assert_array_equal(_ids(str(root)), np.arange(100))
     assert _files(str(root)) == [str(root / "x" / "s.parquet")]
 
@@ -142,11 +148,7 @@ def test_links_pointing_outside_the_folder_are_followed(tmp_path, data):
 
 
 def test_hive_folders_come_from_the_path_through_the_link(tmp_path):
-    real = tmp_path / "elsewhere"
-    _write(str(real / "f.parquet"), 0)
-    root = tmp_path / "table"
-    os.makedirs(root)
-    os.symlink(real, root / "part=7")
+    root = _links_to_a_folder(tmp_path, "part=7")
     got = _open(str(root), columns=("id", "part"))
     np.testing.assert_array_equal(got["part"], np.full(100, 7))
     np.testing.assert_array_equal(got["id"], np.arange(100))
