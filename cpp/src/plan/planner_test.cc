@@ -191,7 +191,7 @@ TEST(Planner, DropLastUnderShuffleDropsAUniformlyPlacedSet) {
   EXPECT_NEAR(static_cast<double>(overlap) / kSeeds, expected, 0.2 * expected);
 }
 
-TEST(Planner, DropLastKeepsEveryOtherRowOnceWithEqualRanks) {
+TEST(Planner, DropLastKeepsTheOtherRowsOnceWithEqualRanks) {
   const auto groups = Groups({10, 33, 7, 50, 21, 5, 64, 1});
   for (int world = 1; world <= 4; ++world) {
     for (uint64_t seed = 0; seed < 20; ++seed) {
