@@ -16,9 +16,11 @@
 #include <chrono>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 
 #include "io/block_cache.h"
 #include "io/filesystem.h"
+#include "io/local_listing.h"
 #include "io/prefetched_file.h"
 #include "util/hash.h"
 
@@ -56,6 +58,7 @@ struct ListedFile {
   int64_t size;
   std::shared_ptr<arrow::fs::FileSystem> fs;
   int64_t mtime_ns = 0;
+  std::string real_path;  // the file once symbolic links are resolved (remote: `display`)
 };
 
 // Column names become Python str: a name that is not UTF-8 is a corrupt footer, not a crash of
@@ -186,34 +189,54 @@ Status ListSource(const std::string& raw_source, const LoaderOptions& options,
   if (info.type() == arrow::fs::FileType::NotFound) {
     return MakeError(ErrorKind::kNotFound, "no such file or directory: '" + source + "'");
   }
+  const bool local = !IsRemote(*fs);
   if (info.type() == arrow::fs::FileType::File && pattern.empty()) {
-    out->push_back({path, display(path), "", info.size(), fs, MtimeNs(info)});
+    out->push_back({path, display(path), "", info.size(), fs, MtimeNs(info),
+                    local ? RealPath(path) : display(path)});
     return Status::OK();
   }
 
-  arrow::fs::FileSelector selector;
-  selector.base_dir = base;
-  selector.recursive = true;
-  auto listed = fs->GetFileInfo(selector);
-  if (!listed.ok()) {
-    return MakeError(ErrorKind::kStorage,
-                     "cannot list '" + display(base) + "': " + listed.status().message());
-  }
-  const size_t before = out->size();
-  for (const auto& entry : *listed) {
-    if (entry.type() != arrow::fs::FileType::File) continue;
-    const std::string& file = entry.path();
+  // A file under the source is read when its path below the folder has no hidden component and
+  // it matches the pattern (a glob) or has a Parquet extension (a folder).
+  auto selected = [&](const std::string& file) {
     const std::string relative =
         file.size() > base.size() ? file.substr(base.empty() ? 0 : base.size() + 1) : file;
-    if (HasHiddenComponent(relative)) continue;
-    if (!pattern.empty()) {
-      // `**` may cross folders; a single `*` stays inside one.
-      const int flags = pattern.find("**") == std::string::npos ? FNM_PATHNAME : 0;
-      if (fnmatch(pattern.c_str(), file.c_str(), flags) != 0) continue;
-    } else if (!IsParquetName(file)) {
-      continue;
+    if (HasHiddenComponent(relative)) return false;
+    if (pattern.empty()) return IsParquetName(file);
+    // `**` may cross folders; a single `*` stays inside one.
+    const int flags = pattern.find("**") == std::string::npos ? FNM_PATHNAME : 0;
+    return fnmatch(pattern.c_str(), file.c_str(), flags) == 0;
+  };
+  const size_t before = out->size();
+  if (local) {
+    // Arrow's listing would follow a link back to a parent folder until ELOOP (io/local_listing.h).
+    auto entries = ListLocalTree(base);
+    if (!entries.ok()) return entries.status();
+    for (const LocalEntry& entry : *entries) {
+      if (!selected(entry.path)) continue;
+      if (entry.broken_link) {
+        return MakeError(ErrorKind::kNotFound, "'" + display(entry.path) + "' under '" + source +
+                                                   "' is a broken symbolic link (to '" +
+                                                   entry.link_target +
+                                                   "'): its target does not exist");
+      }
+      out->push_back(
+          {entry.path, display(entry.path), base, entry.size, fs, entry.mtime_ns, entry.real_path});
     }
-    out->push_back({file, display(file), base, entry.size(), fs, MtimeNs(entry)});
+  } else {
+    arrow::fs::FileSelector selector;
+    selector.base_dir = base;
+    selector.recursive = true;
+    auto listed = fs->GetFileInfo(selector);
+    if (!listed.ok()) {
+      return MakeError(ErrorKind::kStorage,
+                       "cannot list '" + display(base) + "': " + listed.status().message());
+    }
+    for (const auto& entry : *listed) {
+      if (entry.type() != arrow::fs::FileType::File || !selected(entry.path())) continue;
+      out->push_back({entry.path(), display(entry.path()), base, entry.size(), fs, MtimeNs(entry),
+                      display(entry.path())});
+    }
   }
   if (out->size() == before) {
     return MakeError(ErrorKind::kEmptyDataset,
@@ -519,13 +542,18 @@ Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& s
   }
   std::vector<ListedFile> listed;
   for (const auto& source : sources) STOKER_RETURN_NOT_OK(ListSource(source, options, &listed));
-  // The same file reached through two sources is read once.
+  // The same file reached through two sources or two links is read once, under the first of
+  // its paths in sorted order (the name messages, hive folders and the fingerprint use).
   std::sort(listed.begin(), listed.end(),
             [](const ListedFile& a, const ListedFile& b) { return a.display < b.display; });
-  listed.erase(
-      std::unique(listed.begin(), listed.end(),
-                  [](const ListedFile& a, const ListedFile& b) { return a.display == b.display; }),
-      listed.end());
+  std::unordered_set<std::string> seen;
+  size_t kept = 0;
+  for (size_t i = 0; i < listed.size(); ++i) {
+    if (!seen.insert(listed[i].real_path).second) continue;
+    if (kept != i) listed[kept] = std::move(listed[i]);
+    ++kept;
+  }
+  listed.resize(kept);
 
   auto catalog = std::make_shared<Catalog>();
   catalog->files_.resize(listed.size());

@@ -44,11 +44,22 @@ Plan MakePlan(const std::vector<RowGroupRef>& row_groups, const PlanOptions& opt
   plan.rank_rows = shape.rank_rows;
   plan.num_batches = shape.num_batches;
 
+  // drop_last under shuffling: the ranks' stretches start at a random row `first` of the
+  // sequence and wrap around, so the rows dropped (those just before `first`) are a uniformly
+  // placed stretch: every row is dropped with the same probability, and each epoch drops another
+  // set. The tail dropped by a fixed start would always be the end of the last row group.
+  const int64_t dropped = options.drop_last ? total - shape.rank_rows * options.world_size : 0;
+  int64_t first = 0;
+  if (options.shuffle && dropped > 0) {
+    PhiloxStream stream(options.seed, RandomPurpose::kItemOrder, static_cast<uint64_t>(epoch), 1);
+    first = static_cast<int64_t>(stream.Below(static_cast<uint64_t>(total)));
+  }
+
   // Walk this rank's stretch [begin, begin + rank_rows) of the (wrapping) global sequence.
-  int64_t position = static_cast<int64_t>(options.rank) * shape.rank_rows;
+  int64_t position = first + static_cast<int64_t>(options.rank) * shape.rank_rows;
   int64_t remaining = shape.rank_rows;
   while (remaining > 0) {
-    const bool padding = position >= total;
+    const bool padding = position - first >= total;
     const int64_t global = position % total;
     const int slot =
         static_cast<int>(std::upper_bound(starts.begin(), starts.end(), global) - starts.begin()) -

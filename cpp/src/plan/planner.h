@@ -2,9 +2,11 @@
 //
 // The epoch's global row sequence is the row groups in a seeded order (or natural order without
 // shuffle). Each rank takes one contiguous stretch of M rows of it, where M is the same on every
-// rank: drop_last=true drops the tail so M is a multiple of batch_size; drop_last=false wraps
-// around to the start of the sequence (those rows are marked as padding). The stretch is cut into
-// segments (a row group or a slice of one) and segments are grouped into shuffle windows.
+// rank: drop_last=true drops fewer than world_size * batch_size rows so M is a multiple of
+// batch_size (under shuffling the stretches start at a seeded row and wrap, so the dropped rows
+// are a uniformly placed stretch; without shuffle, the tail); drop_last=false wraps around to the
+// start of the sequence (those rows are marked as padding). The stretch is cut into segments (a
+// row group or a slice of one) and segments are grouped into shuffle windows.
 // Nothing here depends on threads, caches or time.
 #pragma once
 

@@ -230,6 +230,9 @@ uint64_t LoaderOptions::Fingerprint(bool with_shard) const {
   hash.AddInt(shuffle_window_rows);
   hash.AddInt(shuffle_window_bytes);
   hash.AddInt(drop_last);
+  // Only with drop_last and shuffle, whose plans changed (the dropped rows are a randomly placed
+  // stretch, not the tail): a resume state saved before must not match. Others are unchanged.
+  if (drop_last && shuffle) hash.Add("drop-at-random-start");
   hash.AddInt(padding_mask);
   hash.Add(padding_name);
   if (with_shard) {
