@@ -14,7 +14,8 @@ struct Registered {
   internal::OpFactory factory;
   // Every parameter the factory reads, in stoker.ops' order: the list an unknown parameter's
   // error gives, whatever else is wrong (a factory stops at its first problem, so what it has
-  // read by then is no list). OpTest.DeclaredParametersAreTheFactorysOwn keeps them in step.
+  // read by then is no list). op_test.cc OpRegistry.DeclaredParametersAreTheFactorysOwn keeps them
+  // in step.
   const char* parameters;
 };
 
