@@ -27,7 +27,7 @@ constexpr Registered kOps[] = {
     {"center_crop", internal::MakeCenterCrop, "size"},
     {"clip", internal::MakeClip, "min, max"},
     {"decode_image", internal::MakeDecodeImage,
-     "mode, exif, draft, shape, max_pixels, dct_scaling"},
+     "mode, exif, draft, shape, dct_scaling, max_pixels"},
     {"decode_npy", internal::MakeDecodeNpy, "dtype, shape"},
     {"decode_npz", internal::MakeDecodeNpz, "dtype, shape, key"},
     {"fill_null", internal::MakeFillNull, "value"},
