@@ -1,4 +1,6 @@
-"""`stoker cache stats DIR` and `stoker cache clear DIR`."""
+"""`stoker cache stats DIR` and `stoker cache clear DIR`.
+
+`stats` writes nothing; both refuse a folder that is not a stoker cache (stoker.cache)."""
 
 from __future__ import annotations
 

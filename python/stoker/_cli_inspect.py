@@ -140,7 +140,12 @@ def _warnings(r: Dict[str, Any]) -> List[str]:
         if c.get("needs_lists"):
             out.append(f"column {name!r} is a variable-length list: pass lists='padded' (dense "
                        f"[B, L] + {name}_lengths) or lists='ragged' (values + offsets).")
-        if c["nulls"] and c["nulls_known"]:
+        if c["nulls"] and c["nulls_known"] and (c.get("needs_lists") or
+                                                c.get("kind") in ("strings", "padded", "ragged")):
+            # fill_null does not apply to strings and lists.
+            out.append(f"column {name!r} has {c['nulls']:,} null(s): pass null_mask=[{name!r}], "
+                       "otherwise reading it fails.")
+        elif c["nulls"] and c["nulls_known"]:
             out.append(f"column {name!r} has {c['nulls']:,} null(s): pass fill_null={{{name!r}: 0}} "
                        f"or null_mask=[{name!r}], otherwise reading it fails.")
         slow = SLOW_CODECS & set(c["compression"])

@@ -1,24 +1,22 @@
 """How stoker shows a source in any text it writes: through the engine's own redaction.
 
-``redact_uri`` is ``RedactUri`` (``cpp/include/stoker/redact.h``, the function every engine
-message uses): user info (``KEY:SECRET@``) and the query string (``?secret_key=...``) are
-removed. ``redact_text`` applies it to every URI inside a longer text (an error, a log line, a
-report field) and then replaces known secret strings with ``***``. There is no second,
-Python-side implementation of the rules.
+``redact_uri`` is ``RedactUri`` and ``redact_text`` is ``RedactSecrets``
+(``cpp/include/stoker/redact.h``, the functions every engine message uses): user info
+(``KEY:SECRET@``) and query strings (``?secret_key=...``) of URIs are removed, the values of
+credential parameters (``secret_key=``, ``X-Amz-Signature=``, ``'session_token': '...'``) become
+``***``, and so does each known secret where it stands as a whole token (never inside another word:
+a secret ``"b"`` leaves ``bucket`` alone). There is no second, Python-side implementation of the
+rules.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Iterable
 
 from . import _stoker
 
 __all__ = ["redact_uri", "redact_text", "redact_value"]
-
-# A URI inside free text: scheme://, then anything up to white space, a quote, or a table bar.
-_URI_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>|`]+")
 
 
 def redact_uri(uri: "str | os.PathLike[str]") -> str:
@@ -28,11 +26,9 @@ def redact_uri(uri: "str | os.PathLike[str]") -> str:
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with every URI in it redacted and each non-empty string of ``secrets`` replaced
-    by ``***``."""
-    text = _URI_IN_TEXT.sub(lambda match: _stoker.redact_uri(match.group(0)), text)
-    secrets = [s for s in secrets if s]
-    return _stoker.redact_secrets(text, secrets) if secrets else text
+    """``text`` with every URI in it redacted, credential parameters' values and each non-empty
+    string of ``secrets`` (where it stands as a whole token) replaced by ``***``."""
+    return _stoker.redact_secrets(text, [s for s in secrets if s])
 
 
 def redact_value(value: Any, secrets: Iterable[str] = ()) -> Any:

@@ -468,6 +468,10 @@ class Loader:
                 f"padding_mask=True adds {self._options.padding_name!r}, which is also a column")
         for info in self._columns.values():
             extra = []
+            # How to do without each added key, for the clash's message.
+            without = {info.name + "_lengths": f"lists={{{info.name!r}: 'ragged'}}",
+                       info.name + "_mask": f"leave {info.name!r} out of null_mask",
+                       info.name + "_valid": f"leave {info.name!r} out of on_error"}
             if info.kind == _stoker.ColumnKind.padded:
                 extra.append(info.name + "_lengths")
             opts = _column_options_of(self._options, info.name)
@@ -486,9 +490,10 @@ class Loader:
                 extra.append(info.name + "_valid")
             for key in extra:
                 if key in names:
+                    instead = without.get(key, f"leave {info.name!r} out of null_mask")
                     raise InvalidOptionError(
                         f"output key {key!r} for column {info.name!r} clashes with a column of "
-                        "that name; rename one of them")
+                        f"that name; leave {key!r} out of columns, or {instead}")
                 names.add(key)
 
     # ----------------------------------------------------------------------------------- facts

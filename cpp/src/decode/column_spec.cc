@@ -381,6 +381,33 @@ bool NullsCovered(const ColumnSpec& spec) {
           (spec.options.on_error_zero || spec.chain->op(0).AcceptsNull()));
 }
 
+std::string NullAdvice(const ColumnSpec& spec) {
+  const std::string& name = spec.Field();
+  const std::string fill = "fill_null={'" + name + "': value}";
+  if (!spec.feature_group.empty()) {
+    // A stacked feature has no mask of its own: the group's mask has one column per feature.
+    return "; pass " + fill + " to replace them or null_mask=['" + spec.feature_group +
+           "'] to get the group's validity mask ('" + spec.feature_group + "_mask')";
+  }
+  if (spec.group >= 0) {
+    // Several outputs of one column take no null_mask (ResolveOutputs).
+    return "; start each of its transforms with ops.fill_null(value) to replace them, or pass "
+           "on_error={'" +
+           name + "': 'zero'}";
+  }
+  if (spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList) {
+    return "; pass null_mask=['" + name +
+           "'] to get a validity mask (fill_null does not apply to strings and lists)";
+  }
+  if (spec.chain) {
+    // Its ops see the values first: neither fill_null= nor null_mask= reaches them.
+    return "; start its transforms with ops.fill_null(value) to replace them, or pass "
+           "on_error={'" +
+           name + "': 'zero'} to get zeros there, false in '" + name + "_valid'";
+  }
+  return "; pass " + fill + " to replace them or null_mask=['" + name + "'] to get a validity mask";
+}
+
 int ElementMaskLevels(const ColumnSpec& spec) {
   if (!spec.options.null_mask) return 0;
   if (spec.layout == SourceLayout::kList) {
@@ -980,11 +1007,25 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       if (spec.layout == SourceLayout::kList) {
         STOKER_RETURN_NOT_OK(CheckOptionValues(spec));
         if (spec.options.on_error_zero) {
+          // The advice names the other requested columns whose chains can take it.
+          std::string others;
+          for (const auto& [other, unused] : options.transforms) {
+            const int index = schema.GetFieldIndex(other);
+            if (other == name || index < 0 ||
+                std::find(columns.begin(), columns.end(), other) == columns.end()) {
+              continue;
+            }
+            const arrow::Type::type id = schema.field(index)->type()->id();
+            if (id == arrow::Type::LIST || id == arrow::Type::LARGE_LIST) continue;
+            others += (others.empty() ? "'" : ", '") + other + "': 'zero'";
+          }
           return MakeError(ErrorKind::kInvalidOption,
                            "on_error='zero' for column '" + name +
                                "': its transforms give a list per row, whose length varies, so "
-                               "there is no zero tensor to substitute; give on_error per column "
-                               "(on_error={'image': 'zero'}) for the columns that need it");
+                               "there is no zero tensor to substitute; " +
+                               (others.empty() ? "leave on_error unset"
+                                               : "give on_error per column, without '" + name +
+                                                     "': on_error={" + others + "}"));
         }
       }
     }
@@ -1064,7 +1105,7 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
       problems.push_back(MakeError(ErrorKind::kInvalidOption,
                                    dtype_option +
                                        "='bfloat16' is not supported; stack the features as "
-                                       "float32 (or float16) and cast on the device"));
+                                       "float32 and cast on the device"));
       continue;
     }
     // A group of the dict form must not share a name with any column of the dataset (the
@@ -1093,8 +1134,22 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
         return MakeError(ErrorKind::kInvalidOption,
                          "column '" + name + "' is listed twice in features");
       }
+      if (const int index = schema.GetFieldIndex(name); index >= 0) {
+        const arrow::Type::type id = schema.field(index)->type()->id();
+        if (id == arrow::Type::LIST || id == arrow::Type::LARGE_LIST) {
+          // Before the lookup, whose advice (lists=) would not make a list stack.
+          return MakeError(ErrorKind::kUnsupportedType,
+                           "feature column '" + name + "' has type " +
+                               schema.field(index)->type()->ToString() +
+                               "; features must be scalar numeric or bool columns, and a list "
+                               "has a length per row: move '" +
+                               name + "' from features to columns, with lists={'" + name +
+                               "': 'padded'} for a [B, max_len] tensor plus lengths");
+        }
+      }
       ColumnSpec spec;
       STOKER_RETURN_NOT_OK(lookup(name, &spec));
+      spec.feature_group = group.name;
       if (spec.options.on_error_zero && spec.explicit_options) {
         return MakeError(ErrorKind::kInvalidOption,
                          "on_error={'" + name + "': 'zero'}: feature column '" + name +
@@ -1219,8 +1274,16 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
   if (!lossy_at.empty()) {
     // Every lossy column of every group, each with the one suggestion that fixes them all.
     std::string fix;
-    if (all_fixable && single) {
-      fix = "features_dtype='" + std::string(DTypeName(fixed_dtypes.begin()->second)) + "', or ";
+    // One dtype for every group (the string form, which a dict of groups takes too) when the
+    // groups that need a fix agree and the others already stack into it.
+    const DType first_fix = all_fixable ? fixed_dtypes.begin()->second : DType::kFloat64;
+    bool shared = all_fixable;
+    for (const auto& group : feature_groups) {
+      auto fixed = fixed_dtypes.find(group.name);
+      shared = shared && (fixed == fixed_dtypes.end() ? group.dtype : fixed->second) == first_fix;
+    }
+    if (all_fixable && (single || shared)) {
+      fix = "features_dtype='" + std::string(DTypeName(first_fix)) + "', or ";
     } else if (all_fixable) {
       fix = "features_dtype={";
       for (const auto& group : feature_groups) {
@@ -1245,18 +1308,10 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
         if (spec.layout == SourceLayout::kPartition || NullsCovered(spec)) continue;
         const std::string missing = catalog.MissingIn(spec.Field());
         if (missing.empty()) continue;
-        const bool variable_length =
-            spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
-        problems.push_back(MakeError(
-            ErrorKind::kNullValues,
-            "column '" + spec.Field() + "' is not in '" + missing +
-                "' (files without it are read as nulls)" +
-                (variable_length ? "; pass null_mask=['" + spec.Field() +
-                                       "'] to get a validity mask (fill_null does not apply to "
-                                       "strings and lists)"
-                                 : "; pass fill_null={'" + spec.Field() +
-                                       "': value} to replace them or null_mask=['" + spec.Field() +
-                                       "'] to get a validity mask")));
+        problems.push_back(MakeError(ErrorKind::kNullValues,
+                                     "column '" + spec.Field() + "' is not in '" + missing +
+                                         "' (files without it are read as nulls)" +
+                                         NullAdvice(spec)));
       }
     }
   }
@@ -1270,18 +1325,11 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
           if (spec.layout == SourceLayout::kPartition || NullsCovered(spec)) continue;
           const int64_t nulls = FooterNullCount(catalog, spec.Field());
           if (nulls <= 0) continue;
-          // Strings and lists take only the mask; stacked features only a fill value.
-          const bool variable_length =
-              spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
-          const std::string fill = "fill_null={'" + spec.name + "': value}";
-          const std::string mask = "null_mask=['" + spec.name + "']";
           problems.push_back(MakeError(ErrorKind::kNullValues,
                                        std::string(features ? "feature column '" : "column '") +
                                            spec.name + "' has " + std::to_string(nulls) +
-                                           " null(s) by the footers' statistics; pass " +
-                                           (features          ? fill
-                                            : variable_length ? mask
-                                                              : fill + " or " + mask)));
+                                           " null(s) by the footers' statistics" +
+                                           NullAdvice(spec)));
         }
       }
     }

@@ -90,6 +90,9 @@ struct ColumnSpec {
   /// A categorical column (LoaderOptions::categories): its strings become these int64 ids in
   /// the decoder (a partition column: in Decoder::Assemble); null otherwise.
   std::shared_ptr<const Vocabulary> vocabulary;
+  /// The stacked feature group this column is read into (empty for a column of `columns`):
+  /// masks of features are per group, so advice names the group (NullAdvice).
+  std::string feature_group;
 };
 
 /// One stacked feature group: OutputSpec::features[first, first + count).
@@ -137,6 +140,12 @@ bool FillNullApplies(const ColumnSpec& spec);
 /// Whether the column's options (null_mask, fill_null for scalar values, a chain that takes nulls
 /// or on_error="zero") say what its null rows become.
 bool NullsCovered(const ColumnSpec& spec);
+
+/// What to pass so that the null rows of `spec` are accepted, as the end of an error message
+/// ("; pass fill_null={'x': value} to replace them or null_mask=['x'] to get a validity mask"):
+/// only options that work for this column (a feature's mask is its group's; strings and lists
+/// take only the mask; a column with transforms, a fill_null op or on_error='zero').
+std::string NullAdvice(const ColumnSpec& spec);
 
 /// How many element-validity masks (`<name>_mask_1`, `<name>_mask_2`...) the column's batches
 /// carry: one per level below the rows when the column is in null_mask and is a list (a list of

@@ -61,11 +61,6 @@ std::shared_ptr<arrow::DataType> ArrowType(DType dtype) {
   return arrow::uint8();
 }
 
-std::string NullAdvice(const std::string& column) {
-  return "; pass fill_null={'" + column + "': value} to replace them or null_mask=['" + column +
-         "'] to get a validity mask";
-}
-
 // Nulls among `length` items of `level` from absolute index `begin` (its offset included).
 int64_t NullsIn(const arrow::ArrayData& level, int64_t begin, int64_t length) {
   if (length <= 0 || level.GetNullCount() == 0 || !level.buffers[0]) return 0;
@@ -799,18 +794,18 @@ Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std:
 Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
                               const std::shared_ptr<arrow::Array>& array, ColumnSource* out) const {
   const RowGroupRef& rg = catalog_->row_groups()[segment.row_group];
-  // A numeric fill value cannot stand for a missing string or list: those need the mask.
-  const bool variable_length =
-      spec.layout == SourceLayout::kString || spec.layout == SourceLayout::kList;
+  // Counts below are of the segment's rows: say which rows when that is not the whole row group.
+  const std::string where = segment.row_begin == 0 && segment.num_rows == rg.num_rows
+                                ? catalog_->Where(rg)
+                                : "rows " + std::to_string(segment.row_begin) + "-" +
+                                      std::to_string(segment.row_begin + segment.num_rows - 1) +
+                                      " of " + catalog_->Where(rg) + " (" +
+                                      std::to_string(rg.num_rows) + " rows)";
   if (array->null_count() > 0 && !NullsCovered(spec)) {
-    const std::string advice =
-        variable_length ? "; pass null_mask=['" + spec.name +
-                              "'] to get a validity mask (fill_null does not apply to strings "
-                              "and lists)"
-                        : NullAdvice(spec.name);
-    return MakeError(ErrorKind::kNullValues, "column '" + spec.name + "' has " +
-                                                 std::to_string(array->null_count()) +
-                                                 " null(s) in " + catalog_->Where(rg) + advice);
+    return MakeError(ErrorKind::kNullValues,
+                     std::string(spec.feature_group.empty() ? "column '" : "feature column '") +
+                         spec.name + "' has " + std::to_string(array->null_count()) +
+                         " null(s) in " + where + NullAdvice(spec));
   }
   if (array->null_count() > 0 && FillNullApplies(spec) &&
       !IsRepresentable(spec.options.fill_null, spec.dtype)) {
@@ -818,10 +813,9 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
     value.precision(17);
     value << spec.options.fill_null;
     return MakeError(ErrorKind::kInvalidOption,
-                     "column '" + spec.name + "' has nulls in " + catalog_->Where(rg) +
-                         " and fill_null=" + value.str() + " cannot be stored exactly as " +
-                         DTypeName(spec.dtype) + "; pass fill_null={'" + spec.name +
-                         "': value} with a value it holds");
+                     "column '" + spec.name + "' has nulls in " + where + " and fill_null=" +
+                         value.str() + " cannot be stored exactly as " + DTypeName(spec.dtype) +
+                         "; pass fill_null={'" + spec.name + "': value} with a value it holds");
   }
   out->array = array;
   const arrow::ArrayData& data = *array->data();
@@ -829,7 +823,6 @@ Status Decoder::PrepareSource(const ColumnSpec& spec, const Segment& segment,
     out->validity = data.buffers[0]->data();
     out->validity_offset = data.offset;
   }
-  const std::string where = catalog_->Where(rg);
   switch (spec.layout) {
     case SourceLayout::kFixed:
     case SourceLayout::kBool: {

@@ -12,35 +12,71 @@ namespace {
 struct Registered {
   const char* name;
   internal::OpFactory factory;
+  // Every parameter the factory reads, in stoker.ops' order: the list an unknown parameter's
+  // error gives, whatever else is wrong (a factory stops at its first problem, so what it has
+  // read by then is no list). op_test.cc OpRegistry.DeclaredParametersAreTheFactorysOwn keeps them
+  // in step.
+  const char* parameters;
 };
 
 // An explicit table rather than self-registering static objects: stoker_core is a static library,
 // and the linker drops object files that nothing references, registrars included.
 constexpr Registered kOps[] = {
-    {"bucketize", internal::MakeBucketize},
-    {"cast", internal::MakeCast},
-    {"center_crop", internal::MakeCenterCrop},
-    {"clip", internal::MakeClip},
-    {"decode_image", internal::MakeDecodeImage},
-    {"decode_npy", internal::MakeDecodeNpy},
-    {"decode_npz", internal::MakeDecodeNpz},
-    {"fill_null", internal::MakeFillNull},
-    {"hash_bucket", internal::MakeHashBucket},
-    {"horizontal_flip", internal::MakeHorizontalFlip},
-    {"log1p", internal::MakeLog1p},
-    {"min_max", internal::MakeMinMax},
-    {"normalize", internal::MakeNormalize},
-    {"pad", internal::MakePad},
-    {"random_crop", internal::MakeRandomCrop},
-    {"random_resized_crop", internal::MakeRandomResizedCrop},
-    {"reinterpret", internal::MakeReinterpret},
-    {"resize", internal::MakeResize},
-    {"shape", internal::MakeShape},
-    {"standardize", internal::MakeStandardize},
-    {"to_chw", internal::MakeToChw},
-    {"vertical_flip", internal::MakeVerticalFlip},
-    {"vocabulary", internal::MakeVocabulary},
+    {"bucketize", internal::MakeBucketize, "boundaries"},
+    {"cast", internal::MakeCast, "dtype, lossy"},
+    {"center_crop", internal::MakeCenterCrop, "size"},
+    {"clip", internal::MakeClip, "min, max"},
+    {"decode_image", internal::MakeDecodeImage,
+     "mode, exif, draft, shape, dct_scaling, max_pixels"},
+    {"decode_npy", internal::MakeDecodeNpy, "dtype, shape"},
+    {"decode_npz", internal::MakeDecodeNpz, "dtype, shape, key"},
+    {"fill_null", internal::MakeFillNull, "value"},
+    {"hash_bucket", internal::MakeHashBucket, "num_buckets"},
+    {"horizontal_flip", internal::MakeHorizontalFlip, "p"},
+    {"log1p", internal::MakeLog1p, ""},
+    {"min_max", internal::MakeMinMax, "min, max, clip"},
+    {"normalize", internal::MakeNormalize, "mean, std, scale, dtype"},
+    {"pad", internal::MakePad, "padding, fill, mode"},
+    {"random_crop", internal::MakeRandomCrop, "size"},
+    {"random_resized_crop", internal::MakeRandomResizedCrop,
+     "size, scale, ratio, interpolation, antialias"},
+    {"reinterpret", internal::MakeReinterpret, "dtype, shape"},
+    {"resize", internal::MakeResize, "size, interpolation, antialias"},
+    {"shape", internal::MakeShape, ""},
+    {"standardize", internal::MakeStandardize, "mean, std"},
+    {"to_chw", internal::MakeToChw, ""},
+    {"vertical_flip", internal::MakeVerticalFlip, "p"},
+    {"vocabulary", internal::MakeVocabulary, "vocabulary, oov_id"},
 };
+
+std::vector<std::string> SplitParameters(const char* list) {
+  std::vector<std::string> out;
+  std::string name;
+  for (const char* c = list;; ++c) {
+    if (*c == ',' || *c == '\0') {
+      if (!name.empty()) out.push_back(name);
+      name.clear();
+      if (*c == '\0') break;
+    } else if (*c != ' ') {
+      name += *c;
+    }
+  }
+  return out;
+}
+
+// The first parameter of `params` that `entry` does not take, as an error listing those it does.
+Status CheckParameterNames(const Registered& entry, const Params& params) {
+  const std::vector<std::string> known = SplitParameters(entry.parameters);
+  for (const auto& [name, value] : params) {
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    const std::string takes = known.empty() ? std::string("it takes no parameters")
+                                            : "parameters: " + std::string(entry.parameters);
+    return MakeError(
+        ErrorKind::kInvalidOption,
+        "op '" + std::string(entry.name) + "': unknown parameter '" + name + "' (" + takes + ")");
+  }
+  return Status::OK();
+}
 
 void CopyValue(const Value& in, Value* out) {
   if (in.is_null()) {
@@ -89,15 +125,16 @@ Result<std::unique_ptr<Op>> MakeOp(const std::string& name, const Params& params
     if (name == entry.name) {
       ParamReader reader(name, params);
       auto op = entry.factory(&reader);
+      // A misspelt parameter is the likelier cause of a missing one: name it first.
+      const Status unknown = CheckParameterNames(entry, params);
       if (!op.ok()) {
-        // A misspelt parameter is the likelier cause of a missing one: name it first.
-        const Status unknown = reader.Finish();
         if (!unknown.ok()) {
           return MakeError(ErrorKind::kInvalidOption,
                            unknown.message() + "; " + op.status().message());
         }
         return op.status();
       }
+      STOKER_RETURN_NOT_OK(unknown);
       STOKER_RETURN_NOT_OK(reader.Finish());
       return op;
     }
@@ -113,6 +150,13 @@ std::vector<std::string> OpNames() {
   std::vector<std::string> names;
   for (const Registered& entry : kOps) names.emplace_back(entry.name);
   return names;
+}
+
+std::vector<std::string> OpParameters(const std::string& name) {
+  for (const Registered& entry : kOps) {
+    if (name == entry.name) return SplitParameters(entry.parameters);
+  }
+  return {};
 }
 
 Result<Chain> Chain::Make(std::string column, const ValueType& input,

@@ -104,6 +104,9 @@ Result<std::unique_ptr<Op>> MakeOp(const std::string& name, const Params& params
 /// The registered op names, sorted.
 std::vector<std::string> OpNames();
 
+/// Every parameter op `name` takes, in stoker.ops' order (empty for an unknown op).
+std::vector<std::string> OpParameters(const std::string& name);
+
 /// The ops of one column, in order. Thread safety: after `Make`, every method is const and safe to
 /// call from many threads at once.
 ///

@@ -165,9 +165,11 @@ Status ParamReader::Finish() const {
       for (const auto& [used_name, unused] : used_) {
         known += (known.empty() ? "" : ", ") + used_name;
       }
+      // MakeOp names unknown parameters from the registry first; this is the backstop.
       return MakeError(ErrorKind::kInvalidOption,
-                       "op '" + op_ + "': unknown parameter '" + name +
-                           "' (parameters: " + (known.empty() ? "none" : known) + ")");
+                       "op '" + op_ + "': unknown parameter '" + name + "' (" +
+                           (known.empty() ? "it takes no parameters" : "parameters: " + known) +
+                           ")");
     }
   }
   return Status::OK();
