@@ -4,6 +4,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
+#include <pthread.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -44,7 +45,16 @@ struct AbandonedOpens {
   int running = 0;  // GUARDED_BY(mutex)
 };
 AbandonedOpens& Abandoned() {
-  static auto* abandoned = new AbandonedOpens();
+  static auto* abandoned = [] {
+    auto* created = new AbandonedOpens();
+    // The exit hook takes the lock in a fork()ed child too, where the parent's opens do not run.
+    pthread_atfork([] { Abandoned().mutex.lock(); }, [] { Abandoned().mutex.unlock(); },
+                   [] {
+                     Abandoned().running = 0;
+                     Abandoned().mutex.unlock();
+                   });
+    return created;
+  }();
   return *abandoned;
 }
 

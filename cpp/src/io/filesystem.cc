@@ -7,6 +7,7 @@
 #include <arrow/util/io_util.h>
 #include <arrow/util/thread_pool.h>
 #include <arrow/util/uri.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -266,7 +267,17 @@ struct RemoteCalls {
 };
 
 RemoteCalls& Calls() {
-  static RemoteCalls* calls = new RemoteCalls();
+  static RemoteCalls* calls = [] {
+    auto* created = new RemoteCalls();
+    // A fork while a thread holds the lock would leave it held in the child, whose exit hook
+    // takes it; and the parent's calls in progress do not exist in the child.
+    pthread_atfork([] { Calls().mutex.lock(); }, [] { Calls().mutex.unlock(); },
+                   [] {
+                     Calls().in_progress = 0;
+                     Calls().mutex.unlock();
+                   });
+    return created;
+  }();
   return *calls;
 }
 
