@@ -12,6 +12,9 @@ For the S3 suites (tests/s3_fixtures.py has the servers):
 
 - ``proxy``: a FaultProxy in front of the module's ``moto`` fixture (a MotoServer, e.g. from
   ``s3_fixtures.dataset_server``), closed after the test.
+- ``s3_process``: moto and a FaultProxy in their own process (s3_fixtures.S3ServerProcess),
+  serving the module's ``s3_data`` fixture (from ``s3_fixtures.dataset_folder``); one per test,
+  killed after it. For shutdown and exit tests: it can stall, freeze or be killed (SIGKILL).
 - ``hermetic_aws_env``: nothing from the machine's AWS environment or files reaches the SDK; a
   module turns it on with ``pytest.mark.usefixtures("hermetic_aws_env")``.
 """
@@ -97,6 +100,18 @@ def proxy(moto):
     p = FaultProxy(moto.host, moto.port)
     yield p
     p.close()
+
+
+@pytest.fixture
+def s3_process(s3_data, tmp_path):
+    """moto + a fault proxy in their own process, serving the module's ``s3_data``; killed after
+    the test. Its stderr goes to ``s3-server.log`` in the test's tmp_path."""
+    from s3_fixtures import S3ServerProcess
+
+    server = S3ServerProcess(s3_data.local_dir, s3_data.bucket, s3_data.prefix,
+                             log_path=str(tmp_path / "s3-server.log"))
+    yield server
+    server.close()
 
 
 @pytest.fixture

@@ -1,25 +1,39 @@
 """Loopback S3 for tests: a moto server and a fault-injecting HTTP proxy in front of it.
 
-Everything binds 127.0.0.1 on an ephemeral port and runs in daemon threads of the test process
-(the AWS SDK is not fork-safe). Objects are uploaded with boto3 straight to moto; the loader under
-test talks to the proxy, which forwards each request on a fresh upstream connection and can
-instead answer 503 SlowDown / 403 / 500, drop the connection, or delay, for the next N matching
-requests. Every request is recorded (method, path, Range header, status) so tests can count.
+Everything binds 127.0.0.1 on an ephemeral port. Objects are uploaded with boto3 straight to moto;
+the loader under test talks to the proxy, which forwards each request on a fresh upstream
+connection and can instead answer 503 SlowDown / 403 / 500, drop the connection, delay, or freeze
+(read the request, never answer), for the next N matching requests (optionally after letting the
+first M pass). Every request is recorded (method, path, Range header, status) so tests can count.
+
+Two ways to run them:
+
+- in daemon threads of the test process (MotoServer, FaultProxy; the AWS SDK is not fork-safe, so
+  never fork after a loader ran): cheap, for tests that only look at what the loader does;
+- in their own process (S3ServerProcess: this file run as a script, controlled over a small HTTP
+  endpoint): for tests of shutdown and exit, where the server must outlive, stall or die
+  independently of the process under test (an in-process server stops with it, first).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
+import select
+import signal
 import socket
 import socketserver
 import struct
+import subprocess
+import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -101,10 +115,11 @@ def serving_dir(local_dir: str, bucket: str, prefix: str) -> Iterator[MotoServer
 
 @dataclass
 class Fault:
-    kind: str  # "503", "500", "403", "404", "drop", "drop_body", "delay"
+    kind: str  # "503", "500", "403", "404", "drop", "drop_body", "delay", "freeze"
     remaining: int  # requests still to affect; < 0: every matching request
     match: Callable[[str, str, str], bool]
     delay_s: float = 0.0
+    after: int = 0  # matching requests still to let through untouched first
 
 
 @dataclass
@@ -173,6 +188,7 @@ class FaultProxy:
         self.requests: List[Request] = []
         self._in_flight = 0
         self.max_in_flight = 0  # most requests handled at once since the last clear()
+        self._generation = 0  # clear() counts up: frozen requests see it and end
         proxy = self
 
         class Handler(socketserver.BaseRequestHandler):
@@ -193,21 +209,30 @@ class FaultProxy:
     # ------------------------------------------------------------------ control from tests
 
     def inject(self, kind: str, count: int = 1, path: str = "", method: str = "",
-               delay_s: float = 0.0) -> None:
+               delay_s: float = 0.0, after: int = 0) -> None:
         """Applies `kind` to the next `count` requests (count < 0: all) whose path contains
-        `path` and whose method is `method` (empty: any)."""
+        `path` and whose method is `method` (empty: any), once `after` such requests have
+        passed untouched. "delay" forwards after `delay_s` (an error kind answers after it);
+        "freeze" reads the request and never answers (until the client hangs up, or clear())."""
 
         def match(m: str, p: str, _range: str) -> bool:
             return (not method or m == method) and path in p
 
         with self._lock:
-            self._faults.append(Fault(kind, count, match, delay_s))
+            self._faults.append(Fault(kind, count, match, delay_s, after))
 
     def clear(self) -> None:
+        """Removes every fault (frozen requests are let go), the log and the peak."""
         with self._lock:
             self._faults.clear()
             self.requests.clear()
             self.max_in_flight = 0
+            self._generation += 1
+
+    def in_flight(self) -> int:
+        """Requests received and not answered yet (delayed and frozen ones included)."""
+        with self._lock:
+            return self._in_flight
 
     def log(self) -> List[Request]:
         with self._lock:
@@ -224,10 +249,31 @@ class FaultProxy:
         with self._lock:
             for fault in self._faults:
                 if fault.remaining != 0 and fault.match(method, path, rng):
+                    if fault.after > 0:
+                        fault.after -= 1
+                        continue
                     if fault.remaining > 0:
                         fault.remaining -= 1
                     return fault
         return None
+
+    def _hold(self, client: socket.socket) -> None:
+        """A frozen request: keeps the connection open, unanswered, until the client hangs up
+        or clear() is called."""
+        with self._lock:
+            generation = self._generation
+        while True:
+            readable, _, _ = select.select([client], [], [], 0.2)
+            if readable:
+                try:
+                    if not client.recv(1, socket.MSG_PEEK):
+                        return  # the client gave up
+                except OSError:
+                    return
+                time.sleep(0.2)  # bytes of a request we never read: keep polling slowly
+            with self._lock:
+                if self._generation != generation:
+                    return
 
     def _record(self, request: Request) -> None:
         with self._lock:
@@ -288,6 +334,7 @@ class FaultProxy:
         self._record(record)  # now, so a request the client gave up on is still counted
         if fault is not None and fault.kind in ("503", "500", "403", "404"):
             record.status = int(fault.kind)
+            time.sleep(fault.delay_s)  # a slow error, like a loaded store's
             finish()
             try:
                 client.sendall(_error_response(int(fault.kind), method))
@@ -298,6 +345,9 @@ class FaultProxy:
             finish()
             # RST instead of FIN so the client sees a reset connection.
             client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            return
+        if fault is not None and fault.kind == "freeze":
+            self._hold(client)
             return
         if fault is not None and fault.kind == "delay":
             time.sleep(fault.delay_s)
@@ -368,3 +418,176 @@ def dataset_server(bucket: str, prefix: str, write: Callable[[str], Any]):
             yield server
 
     return moto
+
+
+# ------------------------------------------------------------------ S3 in its own process
+
+_CONTROL_TIMEOUT_S = 10.0
+_START_TIMEOUT_S = 90.0
+
+
+class S3ServerProcess:
+    """moto and a FaultProxy in a child process (this file run as a script), serving every file
+    below `local_dir` at s3://bucket/prefix/. The loader talks to ``endpoint`` (the proxy); the
+    test steers the proxy over an HTTP control endpoint: inject(), clear(), log(), in_flight().
+    kill() ends the server with SIGKILL (connections reset, nothing answers after). The child
+    also exits when the test process goes away (it watches its stdin)."""
+
+    def __init__(self, local_dir: str, bucket: str, prefix: str,
+                 log_path: Optional[str] = None) -> None:
+        env = dict(os.environ, AWS_EC2_METADATA_DISABLED="true", PYTHONUNBUFFERED="1")
+        self.log_path = log_path
+        stderr = open(log_path, "w") if log_path else subprocess.DEVNULL
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "serve", local_dir, bucket, prefix],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env)
+        finally:
+            if log_path:
+                stderr.close()
+        self.pid = self._proc.pid
+        ready, _, _ = select.select([self._proc.stdout], [], [], _START_TIMEOUT_S)
+        line = self._proc.stdout.readline() if ready else b""
+        if not line:
+            self.kill()
+            raise RuntimeError(f"the S3 server process did not start; see {log_path}")
+        info = json.loads(line)
+        self.host, self.port = "127.0.0.1", info["proxy_port"]
+        self.endpoint = f"{self.host}:{self.port}"  # the proxy: what loaders use
+        self.moto_endpoint = f"127.0.0.1:{info['moto_port']}"  # no faults
+        self.keys: List[str] = info["keys"]
+        self.local_dir = local_dir
+        self._control = f"http://127.0.0.1:{info['control_port']}"
+
+    def _call(self, path: str, body: Optional[dict] = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self._control + path, data=data,
+                                         method="GET" if body is None else "POST")
+        with urllib.request.urlopen(request, timeout=_CONTROL_TIMEOUT_S) as response:
+            return json.loads(response.read() or b"null")
+
+    def inject(self, kind: str, count: int = 1, path: str = "", method: str = "",
+               delay_s: float = 0.0, after: int = 0) -> None:
+        """See FaultProxy.inject."""
+        self._call("/inject", dict(kind=kind, count=count, path=path, method=method,
+                                   delay_s=delay_s, after=after))
+
+    def clear(self) -> None:
+        self._call("/clear", {})
+
+    def log(self) -> List[Request]:
+        return [Request(**entry) for entry in self._call("/log")]
+
+    def in_flight(self) -> int:
+        return self._call("/state")["in_flight"]
+
+    def wait_in_flight(self, at_least: int = 1, timeout: float = 30.0) -> bool:
+        """Whether `at_least` requests were in flight at once within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.in_flight() >= at_least:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the server dies at once, with its open connections."""
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGKILL)
+        self._proc.wait(timeout=30)
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.stdin.close()  # the child exits at EOF
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        self._proc.stdout.close()
+
+
+@dataclass
+class DatasetFolder:
+    local_dir: str
+    bucket: str
+    prefix: str
+
+    def source(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+def dataset_folder(bucket: str, prefix: str, write: Callable[[str], Any]):
+    """A module-scoped fixture (assign it to ``s3_data``): ``write(folder)`` writes a dataset into
+    a fresh temporary folder, to be served at s3://bucket/prefix/ by conftest.py's
+    ``s3_process`` fixture (a server in its own process, one per test)."""
+
+    @pytest.fixture(scope="module")
+    def s3_data(tmp_path_factory):
+        local = str(tmp_path_factory.mktemp(bucket) / prefix)
+        write(local)
+        return DatasetFolder(local, bucket, prefix)
+
+    return s3_data
+
+
+def _serve(local_dir: str, bucket: str, prefix: str) -> None:
+    """The child of S3ServerProcess: moto + proxy + control endpoint, until stdin closes."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    logging.basicConfig(level=logging.ERROR)
+    moto = MotoServer()
+    moto.create_bucket(bucket)
+    keys = moto.upload_dir(local_dir, bucket, prefix)
+    fault_proxy = FaultProxy(moto.host, moto.port)
+
+    class Control(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:  # quiet
+            pass
+
+        def _reply(self, value: Any) -> None:
+            body = json.dumps(value).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path == "/log":
+                self._reply([asdict(r) for r in fault_proxy.log()])
+            elif self.path == "/state":
+                self._reply(dict(in_flight=fault_proxy.in_flight(),
+                                 max_in_flight=fault_proxy.max_in_flight))
+            else:
+                self.send_error(404)
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body: Dict[str, Any] = json.loads(self.rfile.read(length) or b"{}")
+            if self.path == "/inject":
+                fault_proxy.inject(**body)
+            elif self.path == "/clear":
+                fault_proxy.clear()
+            else:
+                self.send_error(404)
+                return
+            self._reply(None)
+
+    control = ThreadingHTTPServer(("127.0.0.1", 0), Control)
+    control.daemon_threads = True
+    threading.Thread(target=control.serve_forever, daemon=True).start()
+    print(json.dumps(dict(proxy_port=fault_proxy.port, moto_port=moto.port,
+                          control_port=control.server_address[1], keys=keys)), flush=True)
+    sys.stdin.buffer.read()  # returns when the test process closes the pipe or dies
+    os._exit(0)  # no teardown: handler threads may be frozen or sleeping
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "serve":
+        _serve(*sys.argv[2:])
+    else:
+        sys.exit("usage: s3_fixtures.py serve LOCAL_DIR BUCKET PREFIX")

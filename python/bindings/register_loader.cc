@@ -1,8 +1,15 @@
+#include <arrow/util/cancel.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
+#include <pthread.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include "register.h"
 #include "stoker/loader.h"
@@ -12,6 +19,130 @@ namespace nb = nanobind;
 
 namespace stoker::python {
 namespace {
+
+// How often Engine.open checks for signals while Loader::Open runs, and how long an interrupted
+// open may take to wind down before it is left to finish on its own.
+constexpr auto kSignalPoll = std::chrono::milliseconds(50);
+constexpr auto kInterruptGrace = std::chrono::milliseconds(200);
+
+// One Loader::Open running on a helper thread (see OpenInterruptibly).
+struct PendingOpen {
+  explicit PendingOpen(const LoaderOptions& caller_options) : options(caller_options) {}
+  const LoaderOptions options;  // a copy: the caller's is gone once it has been interrupted
+  arrow::StopSource stop;
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;                       // GUARDED_BY(mutex)
+  bool abandoned = false;                  // GUARDED_BY(mutex) the caller was interrupted
+  Result<std::unique_ptr<Loader>> result;  // GUARDED_BY(mutex)
+};
+
+// Interrupted opens still running (their requests end at the next retry or their timeout).
+// Never destroyed: such a thread may end while exit() destroys static objects.
+struct AbandonedOpens {
+  std::mutex mutex;
+  std::condition_variable cv;
+  int running = 0;  // GUARDED_BY(mutex)
+};
+AbandonedOpens& Abandoned() {
+  static auto* abandoned = [] {
+    auto* created = new AbandonedOpens();
+    // The exit hook takes the lock in a fork()ed child too, where the parent's opens do not run.
+    pthread_atfork([] { Abandoned().mutex.lock(); }, [] { Abandoned().mutex.unlock(); },
+                   [] {
+                     Abandoned().running = 0;
+                     Abandoned().mutex.unlock();
+                   });
+    return created;
+  }();
+  return *abandoned;
+}
+
+void RunOpen(std::shared_ptr<PendingOpen> pending) {
+  auto result = Loader::Open(pending->options, pending->stop.token());
+  {
+    std::lock_guard<std::mutex> lock(pending->mutex);
+    if (!pending->abandoned) {
+      pending->result = std::move(result);
+      pending->done = true;
+      pending->cv.notify_all();
+      return;  // the caller joins this thread, then owns `pending` alone
+    }
+  }
+  if (pending->options.user_transform) {
+    // The user transform may hold the last reference to a Python object, which only a thread
+    // holding the GIL may drop, and this thread must not ask for the GIL while the interpreter
+    // exits. Leaked on purpose: a few bytes once per interrupted open.
+    new std::shared_ptr<PendingOpen>(std::move(pending));
+    new Result<std::unique_ptr<Loader>>(std::move(result));
+  } else {
+    result = Status::Cancelled("interrupted");  // drops a Loader opened anyway (no threads yet)
+    pending.reset();
+  }
+  AbandonedOpens& abandoned = Abandoned();
+  std::lock_guard<std::mutex> lock(abandoned.mutex);
+  if (--abandoned.running == 0) abandoned.cv.notify_all();
+}
+
+// Loader::Open on a helper thread while this one waits with the GIL released, checking for
+// signals every kSignalPoll: Python runs signal handlers only in a thread that comes back to it,
+// so a blocking Open would defer Ctrl-C until the store's retries ran out. On a signal whose
+// handler raises (KeyboardInterrupt), the open is stopped (io/filesystem.h RemoteStopScope),
+// given kInterruptGrace to end, and the exception is raised; an open still waiting for a request
+// already sent is left to end on its own (at that request's timeout).
+std::unique_ptr<Loader> OpenInterruptibly(const LoaderOptions& options) {
+  auto pending = std::make_shared<PendingOpen>(options);
+  std::thread helper(RunOpen, pending);
+  while (true) {
+    bool done = false;
+    {
+      ReleaseGil release;
+      std::unique_lock<std::mutex> lock(pending->mutex);
+      done = pending->cv.wait_for(lock, kSignalPoll, [&] { return pending->done; });
+    }
+    if (done) break;
+    if (PyErr_CheckSignals() == 0) continue;
+    pending->stop.RequestStop();
+    {
+      ReleaseGil release;
+      std::unique_lock<std::mutex> lock(pending->mutex);
+      done = pending->cv.wait_for(lock, kInterruptGrace, [&] { return pending->done; });
+      if (done) {
+        lock.unlock();
+        helper.join();
+        pending->result = Status::Cancelled("interrupted");  // drops a Loader opened anyway
+      } else {
+        pending->abandoned = true;
+        {
+          std::lock_guard<std::mutex> count_lock(Abandoned().mutex);
+          ++Abandoned().running;
+        }
+        helper.detach();
+      }
+    }
+    throw nb::python_error();  // the exception the signal handler raised
+  }
+  {
+    ReleaseGil release;
+    helper.join();
+  }
+  ThrowIfError(pending->result.status());
+  return std::move(pending->result).ValueUnsafe();
+}
+
+// The atexit hook's second half (after every loader is closed, before pyarrow finalises S3):
+// remote requests still running stop and are waited for, as are interrupted opens.
+bool StopRemoteRequestsAtExit() {
+  ReleaseGil release;
+  const auto start = std::chrono::steady_clock::now();
+  bool idle = StopRemoteRequestsForExit();
+  AbandonedOpens& abandoned = Abandoned();
+  std::unique_lock<std::mutex> lock(abandoned.mutex);
+  // Their requests are stopped now: what is left of them is quick.
+  idle &= abandoned.cv.wait_until(lock, start + std::chrono::seconds(2),
+                                  [&] { return abandoned.running == 0; });
+  return idle;
+}
 
 // A stats struct (anything with ForEachField), a vector of them, or a plain value -> Python.
 template <typename T>
@@ -39,6 +170,10 @@ nb::object StatsToPython(const T& value) {
 void RegisterLoader(nb::module_& m) {
   m.def("usable_cpus", &UsableCpus,
         "CPUs this process may use: its affinity mask, capped by its cgroup's CPU quota.");
+  m.def("_stop_remote_requests", &StopRemoteRequestsAtExit,
+        "atexit: stops every remote request of the process and waits for those in flight "
+        "(bounded by the stores' timeouts); True when none is left. Remote sources are unusable "
+        "afterwards.");
   nb::class_<ColumnInfo>(m, "ColumnInfo")
       .def_ro("name", &ColumnInfo::name)
       .def_ro("arrow_type", &ColumnInfo::arrow_type)
@@ -72,12 +207,7 @@ void RegisterLoader(nb::module_& m) {
       });
 
   nb::class_<Loader>(m, "Engine")
-      .def_static(
-          "open",
-          [](const LoaderOptions& options) {
-            return Blocking([&] { return Loader::Open(options); });
-          },
-          nb::arg("options"))
+      .def_static("open", &OpenInterruptibly, nb::arg("options"))
       .def(
           "start_epoch",
           [](Loader& self, int64_t epoch, int64_t start_batch) {

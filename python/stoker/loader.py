@@ -47,6 +47,9 @@ import pyarrow.fs  # noqa: E402,F401
 def _stop_all_at_exit() -> None:
     for loader in list(_LIVE_ENGINES):
         loader.close()
+    # Requests still under way (fetch-ahead reads of closed loaders, interrupted opens) stop
+    # retrying; wait for them (bounded) while Arrow's S3 state and memory pools still exist.
+    _stoker._stop_remote_requests()
 
 
 atexit.register(_stop_all_at_exit)

@@ -15,6 +15,8 @@
 // and Stop() and the destructor leave the parent's threads alone.
 #pragma once
 
+#include <arrow/util/cancel.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +33,12 @@ namespace stoker {
 class Loader {
  public:
   static Result<std::unique_ptr<Loader>> Open(const LoaderOptions& options);
+  /// Open that another thread can cancel (the Python binding does on Ctrl-C): once `stop` is
+  /// requested, remote listing, footer and data requests stop retrying at their next step (a
+  /// backoff sleep ends at once; a request already sent runs until the store answers or its
+  /// request_timeout passes) and Open returns a kStorage error.
+  static Result<std::unique_ptr<Loader>> Open(const LoaderOptions& options,
+                                              const arrow::StopToken& stop);
   ~Loader();
 
   /// Starts delivering `epoch` at batch `start_batch` (0 for a fresh epoch). Stops any epoch in
@@ -92,5 +100,12 @@ class Loader {
   explicit Loader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+/// For process exit, before S3 is finalised (Python: stoker's atexit hook; C++ programs get it
+/// from std::atexit): every remote request of the process stops retrying at its next step and
+/// later ones fail at once; then waits for those in progress, at most `timeout_s` (negative:
+/// the longest connect + request timeout of the stores opened so far, plus 1 s). Returns
+/// whether none is left. Remote sources cannot be read afterwards.
+bool StopRemoteRequestsForExit(double timeout_s = -1);
 
 }  // namespace stoker

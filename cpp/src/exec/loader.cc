@@ -104,6 +104,14 @@ PlanOptions MakePlanOptions(const LoaderOptions& options, int64_t shuffle_window
 }  // namespace
 
 Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options) {
+  return Open(options, arrow::StopToken::Unstoppable());
+}
+
+Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
+                                             const arrow::StopToken& stop) {
+  // Remote filesystems opened here (listing, footers, auto vocabularies) give up once `stop` is
+  // requested, also on the catalog's footer threads.
+  const RemoteStopScope stop_scope(stop);
   STOKER_RETURN_NOT_OK(options.Validate());
   if (options.pin_memory) STOKER_RETURN_NOT_OK(CudaHostAvailable());
   auto impl = std::make_unique<Impl>();
@@ -393,6 +401,10 @@ LoaderStats Loader::Stats() const {
   stats.consumer_wait_s = static_cast<double>(c.consumer_wait_ns.load()) * 1e-9;
   stats.peak_inflight_bytes = c.peak_inflight_bytes;
   return stats;
+}
+
+bool StopRemoteRequestsForExit(double timeout_s) {
+  return StopRemoteRequests(timeout_s < 0 ? RemoteRequestDrainSeconds() : timeout_s);
 }
 
 }  // namespace stoker

@@ -13,6 +13,11 @@ namespace {
 
 // Batches that may be assembled or waiting for Next() beyond one per worker.
 constexpr int kExtraBatches = 2;
+// Stop() waits at most this long for the fetch stage's requests that are already sent (they
+// stop retrying at once, but an attempt under way lasts until the store answers or its
+// request_timeout passes). One still running after that keeps what it uses alive and ends on
+// its own; process exit waits for it (io/filesystem.h StopRemoteRequests).
+constexpr double kStopWaitSeconds = 1.0;
 
 void UpdatePeak(std::atomic<int64_t>* peak, int64_t value) {
   int64_t seen = peak->load();
@@ -93,6 +98,10 @@ void Pipeline::Stop() {
     if (thread.joinable()) thread.join();
   }
   threads_.clear();
+  if (!requests_waited_) {
+    requests_waited_ = true;
+    requests_->WaitIdle(kStopWaitSeconds);
+  }
 }
 
 void Pipeline::FailSegment(int s, size_t task, const Status& status) {

@@ -107,6 +107,9 @@ class Pipeline {
   /// Waits up to timeout_ms. Sets *out to the next batch, or *done at the end of the epoch;
   /// neither on a timeout.
   Status Next(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* done);
+  /// Stops every thread and joins it; the fetch stage's requests stop retrying, those not
+  /// started are dropped, and those already sent are waited for up to 1 s (kStopWaitSeconds;
+  /// one still running keeps what it uses alive and finishes on its own).
   void Stop();
 
  private:
@@ -199,6 +202,7 @@ class Pipeline {
   int64_t error_batch_ = INT64_MAX;   // GUARDED_BY(mutex_)
   std::mutex join_mutex_;             // one Stop() joins; concurrent callers wait for it
   std::vector<std::thread> threads_;  // GUARDED_BY(join_mutex_) after Start()
+  bool requests_waited_ = false;      // GUARDED_BY(join_mutex_) Stop() waited for requests
 };
 
 }  // namespace stoker

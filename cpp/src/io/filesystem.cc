@@ -5,7 +5,9 @@
 #include <arrow/io/caching.h>
 #include <arrow/io/interfaces.h>
 #include <arrow/util/io_util.h>
+#include <arrow/util/thread_pool.h>
 #include <arrow/util/uri.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -241,6 +244,74 @@ Result<std::shared_ptr<FileSystem>> OpenS3(const std::string& uri, const LoaderO
   return std::static_pointer_cast<FileSystem>(*fs);
 }
 
+// ---- stopping remote calls ------------------------------------------------------------------
+
+// How often a call waiting for a backoff sleep or a request_concurrency slot checks whether it
+// should stop (its stop token, or the process exiting: neither can wake a condition variable).
+constexpr double kStopPollSeconds = 0.05;
+// The AWS SDK's timeouts where S3Options::connect_timeout / request_timeout are not given.
+constexpr double kSdkConnectTimeoutSeconds = 1.0;
+constexpr double kSdkRequestTimeoutSeconds = 3.0;
+
+// Every remote call in progress in the process (any filesystem, any thread), so that exit can
+// wait for them. Never destroyed: threads of Arrow's I/O pool may still use it while the
+// process's static objects are being destroyed.
+struct RemoteCalls {
+  std::mutex mutex;
+  std::condition_variable idle_cv;
+  int64_t in_progress = 0;  // GUARDED_BY(mutex)
+  // GUARDED_BY(mutex) connect + request timeout, the longest of the filesystems opened so far.
+  double longest_timeout_s = kSdkConnectTimeoutSeconds + kSdkRequestTimeoutSeconds;
+  bool exit_hook = false;            // GUARDED_BY(mutex) registered with std::atexit
+  std::atomic<bool> exiting{false};  // StopRemoteRequests() was called
+};
+
+RemoteCalls& Calls() {
+  static RemoteCalls* calls = [] {
+    auto* created = new RemoteCalls();
+    // A fork while a thread holds the lock would leave it held in the child, whose exit hook
+    // takes it; and the parent's calls in progress do not exist in the child.
+    pthread_atfork([] { Calls().mutex.lock(); }, [] { Calls().mutex.unlock(); },
+                   [] {
+                     Calls().in_progress = 0;
+                     Calls().mutex.unlock();
+                   });
+    return created;
+  }();
+  return *calls;
+}
+
+// Counts one remote call in progress for its lifetime.
+class CallInProgress {
+ public:
+  CallInProgress() {
+    std::lock_guard<std::mutex> lock(Calls().mutex);
+    ++Calls().in_progress;
+  }
+  ~CallInProgress() {
+    RemoteCalls& calls = Calls();
+    std::lock_guard<std::mutex> lock(calls.mutex);
+    if (--calls.in_progress == 0) calls.idle_cv.notify_all();
+  }
+  CallInProgress(const CallInProgress&) = delete;
+  CallInProgress& operator=(const CallInProgress&) = delete;
+};
+
+// A program that never calls StopRemoteRequests (C++ without Python) still stops its remote
+// calls at exit, before the static objects that an I/O thread would touch are destroyed (those
+// constructed before this registration: Arrow's I/O pool, memory pools, S3 state).
+void RegisterExitHook(double timeout_s) {
+  RemoteCalls& calls = Calls();
+  std::lock_guard<std::mutex> lock(calls.mutex);
+  calls.longest_timeout_s = std::max(calls.longest_timeout_s, timeout_s);
+  if (calls.exit_hook) return;
+  calls.exit_hook = true;
+  std::atexit([] { StopRemoteRequests(RemoteRequestDrainSeconds()); });
+}
+
+// The stop token of this thread's RemoteStopScope; filesystems opened on the thread keep it.
+thread_local arrow::StopToken scoped_stop = arrow::StopToken::Unstoppable();
+
 // ---- retrying wrapper ---------------------------------------------------------------------
 
 struct Shared {
@@ -248,6 +319,8 @@ struct Shared {
   std::string prefix;
   std::vector<std::string> secrets;
   int max_concurrency = 0;
+  // Requested: every call gives up at its next step (RemoteStopScope, for an interrupted open).
+  arrow::StopToken stop = arrow::StopToken::Unstoppable();
 
   std::mutex mutex;
   std::condition_variable cv;
@@ -258,22 +331,33 @@ struct Shared {
   std::atomic<int64_t> failures{0};
   std::atomic<int64_t> backoff_ns{0};
 
-  // Sleeps between retries wait on this, so InterruptRetryWaits can cut them short.
+  // Sleeps between retries wait on this, so InterruptRetryWaits can cut them short. A call
+  // notes `interrupts` when it starts: a later interrupt stops it at its next step.
   std::mutex wait_mutex;
   std::condition_variable wait_cv;
-  uint64_t interrupts = 0;
+  std::atomic<uint64_t> interrupts{0};
 
-  // True when the full delay passed; false when interrupted.
-  bool Sleep(double seconds) {
+  // True when the full delay passed; false as soon as `stopped()` (checked at least every
+  // kStopPollSeconds, and at once on an interrupt).
+  template <typename Stopped>
+  bool Sleep(double seconds, Stopped&& stopped) {
+    using Clock = std::chrono::steady_clock;
+    const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(seconds));
+    const auto poll = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(kStopPollSeconds));
     std::unique_lock<std::mutex> lock(wait_mutex);
-    const uint64_t seen = interrupts;
-    return !wait_cv.wait_for(lock, std::chrono::duration<double>(seconds),
-                             [&] { return interrupts != seen; });
+    while (!stopped()) {
+      const auto now = Clock::now();
+      if (now >= end) return true;
+      wait_cv.wait_for(lock, std::min(end - now, poll));
+    }
+    return false;
   }
   void Interrupt() {
     {
       std::lock_guard<std::mutex> lock(wait_mutex);
-      ++interrupts;
+      interrupts.fetch_add(1);
     }
     wait_cv.notify_all();
   }
@@ -281,11 +365,17 @@ struct Shared {
   std::mutex sizes_mutex;
   std::unordered_map<std::string, int64_t> sizes;  // from listings: opens need no HEAD
 
-  void Acquire() {
-    if (max_concurrency <= 0) return;
+  // Takes a request_concurrency slot; false (no slot taken) once `stopped()`.
+  template <typename Stopped>
+  bool Acquire(Stopped&& stopped) {
+    if (max_concurrency <= 0) return true;
     std::unique_lock<std::mutex> lock(mutex);
-    cv.wait(lock, [&] { return in_flight < max_concurrency; });
+    while (in_flight >= max_concurrency) {
+      if (stopped()) return false;
+      cv.wait_for(lock, std::chrono::duration<double>(kStopPollSeconds));
+    }
     ++in_flight;
+    return true;
   }
   void Release() {
     if (max_concurrency <= 0) return;
@@ -322,19 +412,39 @@ std::string Fmt(double seconds) {
 
 // Runs `call` until it succeeds, fails permanently, or max_retries transient failures have
 // been retried. `what` is e.g. "read bytes [0, 100) of"; `path` is the filesystem's path.
+// Gives up at its next step (before an attempt, in a backoff sleep, waiting for a slot) once
+// `stop` or the filesystem's stop token is requested, InterruptRetryWaits is called, or the
+// process exits (StopRemoteRequests); an attempt under way is never cut short.
 template <typename Call>
-auto WithRetries(Shared& shared, const std::string& what, const std::string& path, Call&& call)
+auto WithRetries(Shared& shared, const std::string& what, const std::string& path, Call&& call,
+                 const arrow::StopToken& stop = arrow::StopToken::Unstoppable())
     -> decltype(call()) {
+  const CallInProgress counted;
   const auto start = std::chrono::steady_clock::now();
+  const uint64_t interrupts = shared.interrupts.load();
+  auto stopped = [&] {
+    return Calls().exiting.load(std::memory_order_relaxed) || stop.IsStopRequested() ||
+           shared.stop.IsStopRequested() || shared.interrupts.load() != interrupts;
+  };
+  std::string message;  // the last error
+  auto stopped_error = [&] {
+    shared.failures.fetch_add(1, std::memory_order_relaxed);
+    return MakeError(
+        ErrorKind::kStorage,
+        "cannot " + what + " '" + shared.prefix + path + "': " +
+            (message.empty() ? "stopped before the request was sent (the loader was closed "
+                               "or interrupted, or the process is exiting)"
+                             : "stopped while waiting to retry; last error: " + message));
+  };
   for (int attempt = 0;; ++attempt) {
-    shared.Acquire();
+    if (stopped() || !shared.Acquire(stopped)) return stopped_error();
     auto result = call();
     shared.Release();
     shared.requests.fetch_add(1, std::memory_order_relaxed);
     if (result.ok()) return result;
     const Status& st = result.status();
     const std::string object = "'" + shared.prefix + path + "'";
-    const std::string message = RedactSecrets(st.message(), shared.secrets);
+    message = RedactSecrets(st.message(), shared.secrets);
     const StorageFailure failure = ClassifyStorageError(st);
     if (failure != StorageFailure::kTransient || attempt >= shared.policy.max_retries) {
       shared.failures.fetch_add(1, std::memory_order_relaxed);
@@ -364,12 +474,7 @@ auto WithRetries(Shared& shared, const std::string& what, const std::string& pat
     const double delay = BackoffDelay(shared.policy, attempt, UnitRandom());
     shared.retries.fetch_add(1, std::memory_order_relaxed);
     shared.backoff_ns.fetch_add(static_cast<int64_t>(delay * 1e9), std::memory_order_relaxed);
-    if (!shared.Sleep(delay)) {
-      shared.failures.fetch_add(1, std::memory_order_relaxed);
-      return MakeError(ErrorKind::kStorage,
-                       "cannot " + what + " " + object +
-                           ": stopped while waiting to retry; last error: " + message);
-    }
+    if (!shared.Sleep(delay, stopped)) return stopped_error();
   }
 }
 
@@ -410,7 +515,34 @@ class RetryingFile : public arrow::io::RandomAccessFile {
   Status WillNeed(const std::vector<arrow::io::ReadRange>& ranges) override {
     return base_->WillNeed(ranges);
   }
-  // ReadAsync keeps the base class version: it runs our ReadAt on the I/O pool.
+  // Runs the read with its retries on the context's executor (Arrow's I/O pool), like the base
+  // class, but the retries stop with the context's stop token: a pipeline that stops gets its
+  // requests back within one attempt instead of after every retry.
+  arrow::Future<std::shared_ptr<arrow::Buffer>> ReadAsync(const arrow::io::IOContext& context,
+                                                          int64_t position,
+                                                          int64_t nbytes) override {
+    return ReadAsync(context, position, nbytes, /*allow_short_read=*/true);
+  }
+  arrow::Future<std::shared_ptr<arrow::Buffer>> ReadAsync(const arrow::io::IOContext& context,
+                                                          int64_t position, int64_t nbytes,
+                                                          bool allow_short_read) override {
+    auto self = std::dynamic_pointer_cast<RetryingFile>(shared_from_this());
+    const arrow::StopToken stop = context.stop_token();
+    return arrow::DeferNotOk(context.executor()->Submit(
+        stop,
+        [self, position, nbytes, allow_short_read,
+         stop]() -> Result<std::shared_ptr<arrow::Buffer>> {
+          ARROW_ASSIGN_OR_RAISE(auto buffer,
+                                WithRetries(
+                                    *self->shared_, Range(position, nbytes), self->path_,
+                                    [&] { return self->base_->ReadAt(position, nbytes); }, stop));
+          if (!allow_short_read && buffer->size() != nbytes) {
+            return Status::IOError("File too short: expected to be able to read ", nbytes,
+                                   " bytes, got ", buffer->size());
+          }
+          return buffer;
+        }));
+  }
 
  private:
   static std::string Range(int64_t position, int64_t nbytes) {
@@ -604,6 +736,30 @@ void InterruptRetryWaits(const FileSystem& fs) {
   if (retrying != nullptr) retrying->shared().Interrupt();
 }
 
+RemoteStopScope::RemoteStopScope(arrow::StopToken stop) { scoped_stop = std::move(stop); }
+
+RemoteStopScope::~RemoteStopScope() { scoped_stop = arrow::StopToken::Unstoppable(); }
+
+bool StopRemoteRequests(double timeout_s) {
+  RemoteCalls& calls = Calls();
+  calls.exiting = true;
+  std::unique_lock<std::mutex> lock(calls.mutex);
+  return calls.idle_cv.wait_for(lock, std::chrono::duration<double>(std::max(0.0, timeout_s)),
+                                [&] { return calls.in_progress == 0; });
+}
+
+double RemoteRequestDrainSeconds() {
+  RemoteCalls& calls = Calls();
+  std::lock_guard<std::mutex> lock(calls.mutex);
+  return calls.longest_timeout_s + 1.0;
+}
+
+int64_t RemoteCallsInProgress() {
+  RemoteCalls& calls = Calls();
+  std::lock_guard<std::mutex> lock(calls.mutex);
+  return calls.in_progress;
+}
+
 std::shared_ptr<FileSystem> MakeRetryingFileSystem(std::shared_ptr<FileSystem> base,
                                                    RetryPolicy policy, std::string display_prefix,
                                                    std::vector<std::string> secrets,
@@ -613,6 +769,7 @@ std::shared_ptr<FileSystem> MakeRetryingFileSystem(std::shared_ptr<FileSystem> b
   shared->prefix = std::move(display_prefix);
   shared->secrets = std::move(secrets);
   shared->max_concurrency = max_concurrency;
+  shared->stop = scoped_stop;
   return std::make_shared<RetryingFileSystem>(std::move(base), std::move(shared));
 }
 
@@ -662,6 +819,13 @@ Result<std::shared_ptr<FileSystem>> OpenFileSystem(const std::string& uri_or_pat
   }
   if (!IsRemote(*fs)) return fs;
   STOKER_ASSIGN_OR_RAISE(const int concurrency, ParseConcurrency(options.storage_options));
+  double timeout_s = kSdkConnectTimeoutSeconds + kSdkRequestTimeoutSeconds;
+  if (const auto* s3 = dynamic_cast<const arrow::fs::S3FileSystem*>(fs.get())) {
+    const arrow::fs::S3Options& o = s3->options();
+    timeout_s = (o.connect_timeout > 0 ? o.connect_timeout : kSdkConnectTimeoutSeconds) +
+                (o.request_timeout > 0 ? o.request_timeout : kSdkRequestTimeoutSeconds);
+  }
+  RegisterExitHook(timeout_s);
   RetryPolicy policy;
   policy.max_retries = options.max_retries;
   policy.base_delay_s = options.retry_base_delay_s;

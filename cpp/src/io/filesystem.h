@@ -8,6 +8,7 @@
 #pragma once
 
 #include <arrow/filesystem/filesystem.h>
+#include <arrow/util/cancel.h>
 #include <parquet/properties.h>
 
 #include <memory>
@@ -46,10 +47,40 @@ void SetReaderProperties(const arrow::fs::FileSystem& fs, parquet::ArrowReaderPr
 /// Contains no names or settings, so it is safe to show in stats.
 std::optional<StorageStats> GetStorageStats(const arrow::fs::FileSystem& fs);
 
-/// Wakes every thread of `fs` that sleeps between retries; each gives up at once with a
-/// kStorage error. For a pipeline that stops: its workers then exit without waiting out a
-/// backoff. Later calls on `fs` retry as usual. No effect on local filesystems.
+/// Stops every call of `fs` in progress at its next step: one sleeping between retries gives up
+/// at once, one whose request is under way gives up when that attempt fails instead of retrying
+/// (both with a kStorage error). For a pipeline that stops: its workers then exit without
+/// waiting out a backoff or more attempts. Calls started later retry as usual. No effect on
+/// local filesystems.
 void InterruptRetryWaits(const arrow::fs::FileSystem& fs);
+
+/// While alive, the remote filesystems that OpenFileSystem opens on this thread stop once `stop`
+/// is requested: their calls, on any thread, give up at the next step (before an attempt, in a
+/// backoff sleep, waiting for a request_concurrency slot) and later calls fail at once. For
+/// Loader::Open, whose caller may cancel an open that waits for a stalled store. Scopes do not
+/// nest.
+class RemoteStopScope {
+ public:
+  explicit RemoteStopScope(arrow::StopToken stop);
+  ~RemoteStopScope();
+  RemoteStopScope(const RemoteStopScope&) = delete;
+  RemoteStopScope& operator=(const RemoteStopScope&) = delete;
+};
+
+/// For process exit: makes every remote call of the process give up at its next step and every
+/// later call fail at once, then waits up to `timeout_s` for the calls in progress to return
+/// (an attempt already sent ends only when the store answers or its request_timeout passes).
+/// Returns whether none is left. Must run before S3 is finalised and before static objects are
+/// destroyed: a retry woken after that would run in Arrow's and the AWS SDK's torn-down state.
+/// Remote filesystems are unusable afterwards.
+bool StopRemoteRequests(double timeout_s);
+
+/// How long StopRemoteRequests may need to wait: the longest connect + request timeout of the
+/// remote filesystems opened so far (the AWS SDK's 1 s + 3 s where not given), plus 1 s.
+double RemoteRequestDrainSeconds();
+
+/// Remote calls (with their retries) in progress in the process, for tests.
+int64_t RemoteCallsInProgress();
 
 // ---- exposed for tests -----------------------------------------------------------------
 

@@ -1,12 +1,16 @@
 #include "io/filesystem.h"
 
 #include <arrow/filesystem/localfs.h>
+#include <arrow/io/interfaces.h>
+#include <arrow/util/cancel.h>
 #include <arrow/util/io_util.h>
+#include <arrow/util/thread_pool.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 
@@ -67,11 +71,30 @@ TEST(Redaction, DropsUserInfoAndQuery) {
   EXPECT_EQ(RedactSecrets("a sekret and sekret", {"sekret", ""}), "a *** and ***");
 }
 
-// A filesystem whose files fail `failures` times before working, to count attempts.
+// A filesystem whose files fail `failures` times before working, to count attempts. While
+// `gate` is closed an attempt waits before answering (a request under way); `entered` counts
+// attempts that started.
+struct Gate {
+  std::atomic<bool> open{true};
+  std::atomic<int> entered{0};
+  void Pass() {
+    ++entered;
+    while (!open.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // Waits (bounded) until `n` attempts started.
+  bool WaitEntered(int n) {
+    for (int i = 0; i < 10000 && entered.load() < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return entered.load() >= n;
+  }
+};
+
 class FlakyFile : public arrow::io::RandomAccessFile {
  public:
-  FlakyFile(std::shared_ptr<std::atomic<int>> failures, Status error)
-      : failures_(std::move(failures)), error_(std::move(error)) {}
+  FlakyFile(std::shared_ptr<std::atomic<int>> failures, Status error,
+            std::shared_ptr<Gate> gate = std::make_shared<Gate>())
+      : failures_(std::move(failures)), error_(std::move(error)), gate_(std::move(gate)) {}
   Status Close() override { return Status::OK(); }
   bool closed() const override { return false; }
   Result<int64_t> Tell() const override { return 0; }
@@ -80,11 +103,13 @@ class FlakyFile : public arrow::io::RandomAccessFile {
   Result<int64_t> Read(int64_t n, void* out) override { return ReadAt(0, n, out); }
   Result<std::shared_ptr<arrow::Buffer>> Read(int64_t n) override { return ReadAt(0, n); }
   Result<int64_t> ReadAt(int64_t, int64_t n, void* out) override {
+    gate_->Pass();
     if (failures_->fetch_sub(1) > 0) return error_;
     std::memset(out, 'x', n);
     return n;
   }
   Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t, int64_t n) override {
+    gate_->Pass();
     if (failures_->fetch_sub(1) > 0) return error_;
     return arrow::Buffer::FromString(std::string(n, 'x'));
   }
@@ -92,6 +117,7 @@ class FlakyFile : public arrow::io::RandomAccessFile {
  private:
   std::shared_ptr<std::atomic<int>> failures_;
   Status error_;
+  std::shared_ptr<Gate> gate_;
 };
 
 class FlakyFs : public arrow::fs::LocalFileSystem {
@@ -100,14 +126,27 @@ class FlakyFs : public arrow::fs::LocalFileSystem {
       : failures_(std::make_shared<std::atomic<int>>(failures)), error_(std::move(error)) {}
   std::string type_name() const override { return "flaky"; }
   Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenInputFile(const std::string&) override {
-    return std::make_shared<FlakyFile>(failures_, error_);
+    return std::make_shared<FlakyFile>(failures_, error_, gate);
   }
   int remaining() const { return failures_->load(); }
+
+  const std::shared_ptr<Gate> gate = std::make_shared<Gate>();
 
  private:
   std::shared_ptr<std::atomic<int>> failures_;
   Status error_;
 };
+
+bool Contains(const Status& status, const char* text) {
+  return status.message().find(text) != std::string::npos;
+}
+
+// Waits until Arrow's I/O pool has run every task, before the test drops what they use.
+void WaitForIoPool() {
+  auto* pool =
+      dynamic_cast<arrow::internal::ThreadPool*>(arrow::io::default_io_context().executor());
+  if (pool != nullptr) pool->WaitForIdle();
+}
 
 TEST(RetryingFileSystem, RetriesTransientErrorsThenSucceeds) {
   auto base = std::make_shared<FlakyFs>(3, Aws("SLOW_DOWN"));
@@ -184,6 +223,105 @@ TEST(RetryingFileSystem, InterruptCutsABackoffShort) {
   EXPECT_EQ(GetErrorKind(status), ErrorKind::kStorage);
   EXPECT_NE(status.message().find("stopped while waiting to retry"), std::string::npos);
   InterruptRetryWaits(arrow::fs::LocalFileSystem());  // no effect, no crash
+}
+
+TEST(RetryingFileSystem, InterruptStopsACallWhoseRequestIsUnderWay) {
+  // A loader that stops while its request waits for the store: that attempt ends on its own,
+  // then the call gives up instead of retrying (issue 23.1).
+  auto base = std::make_shared<FlakyFs>(100, Aws("SLOW_DOWN"));
+  RetryPolicy policy{5, 0.001, 0.01};
+  auto fs = MakeRetryingFileSystem(base, policy, "s3://", {}, 0);
+  STOKER_TEST_ASSIGN(file, fs->OpenInputFile("b/k"));
+  base->gate->open = false;
+  Status status;
+  std::thread reader([&] { status = file->ReadAt(0, 4).status(); });
+  ASSERT_TRUE(base->gate->WaitEntered(1));
+  InterruptRetryWaits(*fs);
+  base->gate->open = true;
+  reader.join();
+  EXPECT_EQ(base->remaining(), 99);  // one attempt, no retry
+  EXPECT_EQ(GetErrorKind(status), ErrorKind::kStorage);
+  EXPECT_TRUE(Contains(status, "stopped while waiting to retry")) << status.ToString();
+  EXPECT_TRUE(Contains(status, "SLOW_DOWN")) << status.ToString();
+  // A call started after the interrupt retries as usual.
+  auto again = file->ReadAt(0, 4);
+  EXPECT_TRUE(Contains(again.status(), "after 5 retries")) << again.status().ToString();
+}
+
+TEST(RetryingFileSystem, ReadAsyncStopsRetryingWithTheContextsStopToken) {
+  // The fetch stage's reads run on Arrow's I/O pool with the pipeline's stop token: once it is
+  // requested, a read whose attempt fails gives up instead of retrying.
+  auto base = std::make_shared<FlakyFs>(100, Aws("SLOW_DOWN"));
+  RetryPolicy policy{3, 0.001, 0.01};
+  auto fs = MakeRetryingFileSystem(base, policy, "s3://", {}, 0);
+  STOKER_TEST_ASSIGN(file, fs->OpenInputFile("b/k"));
+  arrow::StopSource stop;
+  base->gate->open = false;
+  auto read =
+      file->ReadAsync(arrow::io::IOContext(arrow::default_memory_pool(), stop.token()), 0, 4);
+  ASSERT_TRUE(base->gate->WaitEntered(1));
+  stop.RequestStop();
+  base->gate->open = true;
+  const auto& result = read.result();
+  EXPECT_EQ(base->remaining(), 99);
+  EXPECT_TRUE(Contains(result.status(), "stopped while waiting to retry"))
+      << result.status().ToString();
+  WaitForIoPool();
+}
+
+TEST(RetryingFileSystem, FilesystemsOpenedInAStopScopeStopWithItsToken) {
+  auto base = std::make_shared<FlakyFs>(100, Aws("SLOW_DOWN"));
+  RetryPolicy policy{5, 30.0, 30.0};  // a retry would sleep 15 to 30 s
+  arrow::StopSource stop;
+  std::shared_ptr<arrow::fs::FileSystem> fs;
+  {
+    RemoteStopScope scope(stop.token());
+    fs = MakeRetryingFileSystem(base, policy, "s3://", {}, 0);
+  }
+  auto unaffected = MakeRetryingFileSystem(base, RetryPolicy{0, 0.001, 0.01}, "s3://", {}, 0);
+  STOKER_TEST_ASSIGN(file, fs->OpenInputFile("b/k"));
+  Status status;
+  std::thread reader([&] { status = file->ReadAt(0, 4).status(); });  // on another thread
+  ASSERT_TRUE(base->gate->WaitEntered(1));
+  while (base->remaining() == 100) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  stop.RequestStop();  // during the backoff sleep
+  reader.join();
+  EXPECT_EQ(base->remaining(), 99);
+  EXPECT_TRUE(Contains(status, "stopped while waiting to retry")) << status.ToString();
+  // Later calls fail at once, without a request; other filesystems are not concerned.
+  auto later = file->ReadAt(0, 4);
+  EXPECT_TRUE(Contains(later.status(), "stopped before the request was sent"))
+      << later.status().ToString();
+  EXPECT_EQ(base->remaining(), 99);
+  STOKER_TEST_ASSIGN(other, unaffected->OpenInputFile("b/k"));
+  EXPECT_TRUE(Contains(other->ReadAt(0, 4).status(), "SLOW_DOWN"));
+  EXPECT_EQ(base->remaining(), 98);
+}
+
+TEST(StopRemoteRequestsDeathTest, StopsEveryCallAndWaitsForThoseUnderWay) {
+  // It makes every remote filesystem of the process unusable: run it in a child process.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto child = [] {
+    auto base = std::make_shared<FlakyFs>(100, Aws("SLOW_DOWN"));
+    auto fs = MakeRetryingFileSystem(base, RetryPolicy{5, 30.0, 30.0}, "s3://", {}, 0);
+    auto file = *fs->OpenInputFile("b/k");
+    base->gate->open = false;
+    // Two calls whose requests are under way; each would then sleep 15 to 30 s and retry.
+    std::thread first([&] { (void)file->ReadAt(0, 4); });
+    std::thread second([&] { (void)file->ReadAt(8, 4); });
+    base->gate->WaitEntered(2);
+    std::thread releaser([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      base->gate->open = true;  // the store answers (SLOW_DOWN)
+    });
+    const bool idle = StopRemoteRequests(20);  // returns once both gave up, not after 15 s
+    first.join();
+    second.join();
+    releaser.join();
+    const bool fails_at_once = !file->ReadAt(0, 4).ok() && base->remaining() == 98;
+    std::_Exit(idle && fails_at_once && RemoteCallsInProgress() == 0 ? 0 : 1);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(ReaderProperties, PreBufferOnlyForRemote) {

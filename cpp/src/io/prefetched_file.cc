@@ -245,6 +245,7 @@ void RequestQueue::StartMore(std::unique_lock<std::mutex>* lock) {
         std::unique_lock<std::mutex> relock(self->mutex_);
         --self->running_;
         self->StartMore(&relock);
+        if (self->running_ == 0) self->idle_cv_.notify_all();
       }
       out.MarkFinished(result);
     });
@@ -261,6 +262,12 @@ void RequestQueue::Cancel() {
   for (auto& pending : dropped) {
     pending.out.MarkFinished(arrow::Status::Cancelled("the loader is stopping"));
   }
+}
+
+bool RequestQueue::WaitIdle(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return idle_cv_.wait_for(lock, std::chrono::duration<double>(std::max(0.0, timeout_s)),
+                           [&] { return running_ == 0; });
 }
 
 PrefetchScope::PrefetchScope(const void* key, std::shared_ptr<arrow::io::RandomAccessFile> file) {

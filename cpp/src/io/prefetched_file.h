@@ -22,6 +22,7 @@
 #include <arrow/util/future.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -43,6 +44,11 @@ class RequestQueue : public std::enable_shared_from_this<RequestQueue> {
       std::shared_ptr<arrow::io::RandomAccessFile> file, int64_t offset, int64_t length);
   /// Fails every request not started yet with a Cancelled status.
   void Cancel();
+  /// Waits until no request is running (every read started has finished, successfully or not),
+  /// at most `timeout_s`; returns whether none is. Requests give up at their next retry once the
+  /// context's stop token is requested, but one already sent runs until the store answers or
+  /// its request_timeout passes.
+  bool WaitIdle(double timeout_s);
   const arrow::io::IOContext& context() const { return context_; }
 
  private:
@@ -57,8 +63,9 @@ class RequestQueue : public std::enable_shared_from_this<RequestQueue> {
   const int max_;
   const arrow::io::IOContext context_;
   std::mutex mutex_;
-  std::deque<Pending> queue_;  // GUARDED_BY(mutex_)
-  int running_ = 0;            // GUARDED_BY(mutex_)
+  std::condition_variable idle_cv_;  // running_ dropped to 0
+  std::deque<Pending> queue_;        // GUARDED_BY(mutex_)
+  int running_ = 0;                  // GUARDED_BY(mutex_)
 };
 
 /// Queues `ranges` of `base` (any order, may overlap) on `queue`. Once the queue's stop token is

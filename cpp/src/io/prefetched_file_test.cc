@@ -145,8 +145,15 @@ TEST_F(FileSystemPrefetchTest, StopFailsQueuedRequestsAndWakesWaitingReads) {
   stopper.join();
   EXPECT_TRUE(waiting.status().IsCancelled()) << waiting.status().ToString();
   EXPECT_TRUE(first->ReadAt(0, 100).status().IsCancelled());  // gives up waiting
-  base->open = true;  // the running read finishes on the I/O pool; wait for it (bytes_ dies)
-  WaitForIoPool();
+  // A stopping pipeline then waits (bounded) for the request already sent, never the dropped.
+  EXPECT_FALSE(queue->WaitIdle(0.05));
+  base->open = true;
+  EXPECT_TRUE(queue->WaitIdle(60));
+  {
+    std::lock_guard<std::mutex> lock(base->mutex);
+    EXPECT_EQ(base->started.size(), 1u);
+  }
+  WaitForIoPool();  // the read's task may still hold the base file (bytes_ dies)
 }
 
 TEST_F(FileSystemPrefetchTest, ScopeAnswersOnlyForItsKeyOnItsThread) {
