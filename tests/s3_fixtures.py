@@ -189,6 +189,9 @@ class FaultProxy:
         self._in_flight = 0
         self.max_in_flight = 0  # most requests handled at once since the last clear()
         self._generation = 0  # clear() counts up: frozen requests see it and end
+        # Every object's modification time, in listings and HEAD answers, is reported as one
+        # fixed time: as real S3 (whole seconds) does for objects replaced within a second.
+        self.freeze_times = False
         proxy = self
 
         class Handler(socketserver.BaseRequestHandler):
@@ -365,6 +368,8 @@ class FaultProxy:
             record.status = 502
             finish()
             return  # upstream gone: the client sees a closed connection
+        if self.freeze_times:
+            response = _freeze_times(response)
         status_line = response.split(b"\r\n", 1)[0].split(b" ")
         record.status = int(status_line[1]) if len(status_line) > 1 else 0
         finish()
@@ -382,6 +387,22 @@ class FaultProxy:
             client.sendall(response)
         except OSError:
             pass
+
+
+def _freeze_times(response: bytes) -> bytes:
+    """The same response with every Last-Modified time replaced by a fixed one of the same
+    length (so Content-Length stays right)."""
+    fixed = {24: b"2020-01-01T00:00:00.000Z", 20: b"2020-01-01T00:00:00Z"}
+
+    def in_xml(match: "re.Match[bytes]") -> bytes:
+        value = match.group(1)
+        return b"<LastModified>" + fixed.get(len(value), value) + b"</LastModified>"
+
+    head, sep, body = response.partition(b"\r\n\r\n")
+    head = re.sub(rb"(?im)^(last-modified:\s*).*$",
+                  lambda m: m.group(1) + b"Wed, 01 Jan 2020 00:00:00 GMT", head)
+    body = re.sub(rb"<LastModified>([^<]*)</LastModified>", in_xml, body)
+    return head + sep + body
 
 
 def isolate_aws_env(monkeypatch, tmp_path) -> None:

@@ -53,6 +53,21 @@ struct CacheStats {
   /// full (the disk was slower than decoding), the loader closed first, or the write failed.
   /// A later epoch decodes those row groups again (and may store them then).
   int64_t write_skipped = 0;
+  /// Operations that ran without the cache because its folder could not be used (removed and
+  /// not recreatable, no permission, a file where a folder goes, an I/O error): a miss, or an
+  /// entry not stored. The first one prints a warning.
+  int64_t unavailable = 0;
+  /// Times this process recreated the cache folder's structure after it had been removed.
+  int64_t recreated = 0;
+  /// Files at an entry's path that are not regular files (FIFO, socket, directory, symlink):
+  /// treated as absent and removed when possible.
+  int64_t foreign = 0;
+  /// Entries that eviction left in place because a process had them mapped (their space would
+  /// not have come back until unmapped).
+  int64_t kept_in_use = 0;
+  /// Ready-tensor hits served after hashing the column chunks read from the file (files without
+  /// a trusted identity, or changed since the loader opened them; docs/cache.md).
+  int64_t content_checks = 0;
 
   template <typename F>
   void ForEachField(F&& f) const {
@@ -66,6 +81,11 @@ struct CacheStats {
     f("bytes_written", bytes_written);
     f("waits", waits);
     f("write_skipped", write_skipped);
+    f("unavailable", unavailable);
+    f("recreated", recreated);
+    f("foreign", foreign);
+    f("kept_in_use", kept_in_use);
+    f("content_checks", content_checks);
   }
 };
 

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/uio.h>
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <new>
@@ -172,6 +174,13 @@ class GuardedFd {
   GuardedFd(const GuardedFd&) = delete;
   GuardedFd& operator=(const GuardedFd&) = delete;
   int get() const { return fd_; }
+  /// Hands the (still registered) descriptor to the caller, who closes it with
+  /// ForkRegistry::Instance().Close().
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
 
  private:
   int fd_;
@@ -264,6 +273,8 @@ struct ScannedEntry {
   timespec used;
   int64_t size;
   std::string path;
+  dev_t dev;
+  ino_t ino;
 };
 
 // Every committed entry: <dir>/<namespace>/<2 hex>/<32 hex>. Anything else is not ours.
@@ -287,7 +298,8 @@ Status ScanEntries(const std::string& dir, std::vector<ScannedEntry>* out) {
           return StorageError(path, "cannot stat", errno);
         }
         if (!S_ISREG(st.st_mode)) continue;
-        out->push_back({st.st_mtim, static_cast<int64_t>(st.st_size), std::move(path)});
+        out->push_back(
+            {st.st_mtim, static_cast<int64_t>(st.st_size), std::move(path), st.st_dev, st.st_ino});
       }
     }
   }
@@ -320,13 +332,112 @@ void UnlockByte(int fd, off_t offset) {
   (void)fcntl(fd, F_OFD_SETLK, &lock);
 }
 
-// Maps a whole file read-only. The mapping outlives unlink() and close().
-Result<std::shared_ptr<const void>> MapFile(int fd, int64_t size, const std::string& path) {
+// Entry files are locked on byte 0: a reader's read lock for as long as it maps the entry, an
+// evictor's write lock while it removes the file (see Mapping and EvictEntry).
+constexpr off_t kEntryLockOffset = 0;
+
+// Takes a read (shared) or write lock on an entry file without waiting. 1: taken; 0: another
+// open file holds a conflicting lock; -1: locks do not work here (another error).
+int TryLockEntry(int fd, bool write) {
+  struct flock lock = {};
+  lock.l_type = write ? F_WRLCK : F_RDLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = kEntryLockOffset;
+  lock.l_len = 1;
+  while (fcntl(fd, F_OFD_SETLK, &lock) != 0) {
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EACCES ? 0 : -1;
+  }
+  return 1;
+}
+
+// Descriptors (with their read locks) that one process keeps for entries it maps. Beyond this
+// many, a mapping is not protected from eviction (its space then comes back only once it is
+// unmapped): a process holding many small entries must not run out of descriptors.
+int MaxHeldEntryFds() {
+  static const int cap = [] {
+    rlimit limit;
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 256;
+    return static_cast<int>(std::clamp<rlim_t>(limit.rlim_cur / 4, 16, 4096));
+  }();
+  return cap;
+}
+std::atomic<int> held_entry_fds{0};
+
+// A read-only mapping of a whole file; it outlives unlink() and close(). While `Hold` keeps the
+// entry's descriptor with a read lock on it, eviction (in any process) leaves the file in place:
+// unlinking a mapped file would not give its space back, so the free-space floor would count on
+// bytes that are still taken.
+class Mapping {
+ public:
+  Mapping(void* base, size_t size) : base_(base), size_(size) {}
+  ~Mapping() {
+    munmap(base_, size_);
+    if (fd_ < 0) return;
+    ForkRegistry::Instance().Close(fd_);  // releases the read lock
+    held_entry_fds.fetch_sub(1, std::memory_order_relaxed);
+  }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  const uint8_t* data() const { return static_cast<const uint8_t*>(base_); }
+
+  // Takes `fd` (registered with ForkRegistry, read-locked) until unmapped, or closes it at once
+  // when the process already holds MaxHeldEntryFds().
+  void Hold(int fd) {
+    if (held_entry_fds.fetch_add(1, std::memory_order_relaxed) < MaxHeldEntryFds()) {
+      fd_ = fd;
+      return;
+    }
+    held_entry_fds.fetch_sub(1, std::memory_order_relaxed);
+    ForkRegistry::Instance().Close(fd);
+  }
+
+ private:
+  void* base_;
+  size_t size_;
+  int fd_ = -1;
+};
+
+Result<std::shared_ptr<Mapping>> MapFile(int fd, int64_t size, const std::string& path) {
   void* base =
       mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (base == MAP_FAILED) return StorageError(path, "cannot map", errno);
-  return std::shared_ptr<const void>(
-      base, [size](const void* p) { munmap(const_cast<void*>(p), static_cast<size_t>(size)); });
+  return std::make_shared<Mapping>(base, static_cast<size_t>(size));
+}
+
+enum class Evicted { kRemoved, kInUse, kReplaced };
+
+// Removes an entry file unless some process maps it (holds a read lock on it). The write lock is
+// held across unlink(): a reader that opened the file meanwhile cannot lock it, or finds it
+// unlinked once it has, and treats it as a miss. Without write access to the file (another
+// user's entry) only a test of the locks is possible, which a reader can race.
+Result<Evicted> EvictEntry(const ScannedEntry& entry) {
+  GuardedFd fd(entry.path, O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  const int open_error = fd.get() < 0 ? errno : 0;
+  if (open_error == ENOENT) return Evicted::kRemoved;  // removed by someone else meanwhile
+  int locked = -1;
+  if (fd.get() >= 0) {
+    struct stat st;
+    if (fstat(fd.get(), &st) != 0) return StorageError(entry.path, "cannot stat", errno);
+    // A newer entry renamed over the listed one since: not the least recently used any more.
+    if (st.st_ino != entry.ino || st.st_dev != entry.dev) return Evicted::kReplaced;
+    locked = TryLockEntry(fd.get(), /*write=*/true);
+  } else if (open_error == EACCES || open_error == EPERM) {
+    Fd read_only(open(entry.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
+    struct flock probe = {};
+    probe.l_type = F_WRLCK;
+    probe.l_whence = SEEK_SET;
+    probe.l_start = kEntryLockOffset;
+    probe.l_len = 1;
+    if (read_only.get() >= 0 && fcntl(read_only.get(), F_OFD_GETLK, &probe) == 0) {
+      locked = probe.l_type == F_UNLCK ? 1 : 0;
+    }
+  }
+  if (locked == 0) return Evicted::kInUse;
+  if (unlink(entry.path.c_str()) != 0 && errno != ENOENT) {
+    return StorageError(entry.path, "cannot evict", errno);
+  }
+  return Evicted::kRemoved;
 }
 
 // Writes `iov` fully, at most kWriteChunk bytes per writev().
@@ -394,9 +505,19 @@ class DiskCache::FolderLock {
     if (locked_) UnlockByte(fd_, kFolderLockOffset);
   }
   Status Acquire() {
-    STOKER_ASSIGN_OR_RAISE(fd_, cache_->LockFd());
-    STOKER_ASSIGN_OR_RAISE(locked_, LockByte(fd_, kFolderLockOffset, true, cache_->lock_path_));
-    return Status::OK();
+    for (int attempt = 0;; ++attempt) {
+      STOKER_ASSIGN_OR_RAISE(fd_, cache_->LockFd());
+      STOKER_ASSIGN_OR_RAISE(locked_, LockByte(fd_, kFolderLockOffset, true, cache_->lock_path_));
+      // A lock on a lock file that was removed or renamed away (with its folder) no longer
+      // excludes processes that opened the new one: start again on the current file, whose
+      // used-bytes counter then has to be counted afresh.
+      if (cache_->IsCurrentLockFile(fd_))
+        return attempt == 0 ? Status::OK() : cache_->RecountLocked();
+      UnlockByte(fd_, kFolderLockOffset);
+      locked_ = false;
+      cache_->ForgetLockFdLocked();
+      if (attempt == 2) return StorageError(cache_->lock_path_, "keeps being replaced:", ESTALE);
+    }
   }
   int fd() const { return fd_; }
 
@@ -469,10 +590,103 @@ Result<int> DiskCache::LockFd() const {
   if (lock_fd_ >= 0 && lock_fd_pid_ == pid) return lock_fd_;
   // After fork() the inherited descriptor shares its open file, hence its locks, with the parent.
   if (lock_fd_ >= 0) ::close(lock_fd_);  // (in the child, ForkRegistry made it /dev/null)
-  lock_fd_ = ForkRegistry::Instance().Open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (lock_fd_ < 0) return StorageError(lock_path_, "cannot open", errno);
+  lock_fd_ = -1;
+  STOKER_ASSIGN_OR_RAISE(lock_fd_, OpenLockFile());
   lock_fd_pid_ = pid;
   return lock_fd_;
+}
+
+void DiskCache::ForgetLockFdLocked() const {
+  if (lock_fd_ < 0) return;
+  if (lock_fd_pid_ == static_cast<int>(getpid())) {
+    ForkRegistry::Instance().Close(lock_fd_);
+  } else {
+    ::close(lock_fd_);  // inherited: no longer registered (ForkRegistry made it /dev/null)
+  }
+  lock_fd_ = -1;
+}
+
+Result<int> DiskCache::OpenLockFile() const {
+  constexpr int kFlags = O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+  int err = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int fd = ForkRegistry::Instance().Open(lock_path_.c_str(), kFlags, 0666);
+    if (fd >= 0) {
+      struct stat st;
+      if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) return fd;
+      ForkRegistry::Instance().Close(fd);
+      err = EINVAL;
+    } else {
+      err = errno;
+      // The folder was removed (rm -rf, a tmp cleaner, a rename): make it again.
+      if (err == ENOENT) STOKER_RETURN_NOT_OK(RecreateFolder());
+      if (err != ELOOP) continue;
+    }
+    // A FIFO, socket or symlink named .lock: never ours, and never a lock file.
+    struct stat st;
+    if (lstat(lock_path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+      counters_.foreign.fetch_add(1, std::memory_order_relaxed);
+      (void)unlink(lock_path_.c_str());
+    }
+  }
+  return StorageError(lock_path_, "cannot open", err);
+}
+
+bool DiskCache::IsCurrentLockFile(int fd) const {
+  struct stat held, current;
+  return fstat(fd, &held) == 0 && lstat(lock_path_.c_str(), &current) == 0 &&
+         held.st_ino == current.st_ino && held.st_dev == current.st_dev;
+}
+
+Status DiskCache::RecreateFolder() const {
+  // A few rounds: a cleaner still at work (rm -rf) may remove what was just made.
+  Status status;
+  for (int round = 0; round < 3; ++round) {
+    std::error_code error;
+    bool made = std::filesystem::create_directories(options_.dir, error);
+    struct stat st;
+    if (stat(options_.dir.c_str(), &st) != 0) {
+      status = StorageError(options_.dir, "cannot create", error ? error.value() : errno);
+      continue;
+    }
+    if (!S_ISDIR(st.st_mode)) return StorageError(options_.dir, "cannot create", ENOTDIR);
+    if (mkdir(tmp_dir_.c_str(), 0777) == 0) {
+      made = true;
+    } else if (errno != EEXIST) {
+      status = StorageError(tmp_dir_, "cannot create", errno);
+      continue;
+    }
+    if (made) counters_.recreated.fetch_add(1, std::memory_order_relaxed);
+    return Status::OK();
+  }
+  return status;
+}
+
+void DiskCache::Unavailable(const Status& why) const {
+  counters_.unavailable.fetch_add(1, std::memory_order_relaxed);
+  if (warned_.exchange(true)) return;
+  std::fprintf(stderr,
+               "stoker: warning: cannot use the cache folder %s (%s); going on without the cache "
+               "where it fails (stats()[\"cache\"][\"unavailable\"] counts those operations)\n",
+               options_.dir.c_str(), why.message().c_str());
+}
+
+void DiskCache::DropForeign(const std::string& path, const struct stat& judged) {
+  counters_.foreign.fetch_add(1, std::memory_order_relaxed);
+  FolderLock lock(this);
+  if (!lock.Acquire().ok()) return;
+  // Only the file judged: a writer may have renamed an entry there meanwhile.
+  struct stat current;
+  if (lstat(path.c_str(), &current) != 0 || current.st_ino != judged.st_ino ||
+      current.st_dev != judged.st_dev) {
+    return;
+  }
+  // A folder goes only when empty; anything else is left alone (and stays a miss).
+  if (S_ISDIR(current.st_mode)) {
+    (void)rmdir(path.c_str());
+  } else if (!S_ISREG(current.st_mode)) {
+    (void)unlink(path.c_str());
+  }
 }
 
 Result<int64_t> DiskCache::ReadUsedLocked() const {
@@ -508,12 +722,13 @@ Status DiskCache::CleanTempsLocked() const {
     long pid = 0;
     const size_t dot = name.find('.');
     if (dot != std::string::npos) pid = std::strtol(name.c_str() + dot + 1, nullptr, 10);
-    Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    // O_NONBLOCK: a FIFO planted here must not block the open.
+    Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
     if (fd.get() < 0) continue;  // gone meanwhile, or not a file
     // A writer holds flock() on its temporary file until it is renamed or removed.
     if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
     struct stat st;
-    if (fstat(fd.get(), &st) != 0) continue;
+    if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     const bool writer_dead = pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
     const bool stale = now.tv_sec - st.st_mtim.tv_sec > kStaleTempSeconds;
     if ((writer_dead || stale) && unlink(path.c_str()) != 0 && errno != ENOENT) {
@@ -556,18 +771,23 @@ Result<bool> DiskCache::EvictLocked(int64_t incoming_bytes, int64_t incoming_dis
   int64_t freed = 0;
   for (const auto& entry : entries) {
     if (freed >= to_free) break;
-    if (unlink(entry.path.c_str()) != 0 && errno != ENOENT) {
+    const Result<Evicted> evicted = EvictEntry(entry);
+    if (!evicted.ok()) {
       (void)WriteUsedLocked(used - freed);
-      return StorageError(entry.path, "cannot evict", errno);
+      return evicted.status();
     }
+    if (*evicted == Evicted::kInUse) counters_.kept_in_use.fetch_add(1, std::memory_order_relaxed);
+    if (*evicted != Evicted::kRemoved) continue;
     freed += entry.size;
     counters_.evictions.fetch_add(1, std::memory_order_relaxed);
   }
   used -= freed;
   STOKER_RETURN_NOT_OK(WriteUsedLocked(used));
-  // Space of an unlinked entry that someone still maps returns only when it is unmapped; the
-  // next commit's statvfs() sees the truth.
-  return used + incoming_bytes <= max_bytes && free_bytes + freed - incoming_disk_bytes >= floor;
+  if (used + incoming_bytes > max_bytes) return false;
+  // The space that actually came back: a removed entry that a process still maps (one its
+  // locks do not cover) keeps its space until it is unmapped.
+  STOKER_ASSIGN_OR_RAISE(const int64_t free_now, freed > 0 ? FreeBytes() : free_bytes);
+  return free_now - incoming_disk_bytes >= floor;
 }
 
 Result<int64_t> DiskCache::ReservedBytesLocked() const {
@@ -635,23 +855,50 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, con
     if (count_miss) counters_.misses.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   };
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    if (errno == ENOENT) return miss();
-    return StorageError(path, "cannot open", errno);
-  }
+  auto unavailable = [&](const std::string& what, int err) {
+    Unavailable(StorageError(path, what, err));
+    return miss();
+  };
+  // O_NONBLOCK: opening a FIFO planted at the path must not wait for a writer; O_NOFOLLOW: a
+  // symlink is never an entry. Registered: the descriptor may end up holding a lock (below).
+  GuardedFd fd(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   struct stat st;
-  if (fstat(fd.get(), &st) != 0) return StorageError(path, "cannot stat", errno);
+  if (fd.get() < 0) {
+    const int err = errno;
+    if (err == ENOENT) return miss();
+    // ELOOP: a symlink; ENXIO: a socket.
+    if ((err == ELOOP || err == ENXIO) && lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      DropForeign(path, st);
+      return miss();
+    }
+    return unavailable("cannot open", err);
+  }
+  if (fstat(fd.get(), &st) != 0) return unavailable("cannot stat", errno);
+  if (!S_ISREG(st.st_mode)) {  // a FIFO, a folder, a device
+    DropForeign(path, st);
+    return miss();
+  }
+  // The read lock keeps the entry from being evicted while it is mapped (Mapping). An evictor
+  // holds the write lock while it removes the file: then, or once it is gone, this is a miss.
+  if (TryLockEntry(fd.get(), /*write=*/false) == 0) return miss();
+  if (fstat(fd.get(), &st) != 0) return unavailable("cannot stat", errno);
+  if (st.st_nlink == 0) return miss();
   const int64_t file_size = static_cast<int64_t>(st.st_size);
 
   auto corrupt = [&]() -> Result<std::shared_ptr<CacheEntry>> {
     counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
-    STOKER_RETURN_NOT_OK(DropCorrupt(path, fd.get()));
+    const Status dropped = DropCorrupt(path, fd.get());
+    if (!dropped.ok()) Unavailable(dropped);
     return miss();
   };
   if (file_size < static_cast<int64_t>(sizeof(EntryHeader))) return corrupt();
-  STOKER_ASSIGN_OR_RAISE(auto mapping, MapFile(fd.get(), file_size, path));
-  const auto* base = static_cast<const uint8_t*>(mapping.get());
+  Result<std::shared_ptr<Mapping>> mapped = MapFile(fd.get(), file_size, path);
+  if (!mapped.ok()) {
+    Unavailable(mapped.status());
+    return miss();
+  }
+  std::shared_ptr<Mapping> mapping = std::move(*mapped);
+  const uint8_t* base = mapping->data();
   EntryHeader header;
   std::memcpy(&header, base, sizeof(header));
   if (std::memcmp(header.magic, kMagic, sizeof(kMagic)) != 0 || header.version != kFormatVersion ||
@@ -672,6 +919,7 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, con
   const uint8_t* payload = base + header.header_bytes;
   if (XXH64(payload, header.payload_size, 0) != header.payload_checksum) return corrupt();
   Touch(fd.get());
+  mapping->Hold(fd.release());
   counters_.hits.fetch_add(1, std::memory_order_relaxed);
   counters_.bytes_read.fetch_add(static_cast<int64_t>(header.payload_size),
                                  std::memory_order_relaxed);
@@ -699,6 +947,11 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
     counters_.not_stored.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   };
+  // The folder cannot be used: the caller goes on without the cache.
+  auto unavailable = [&](const Status& why) -> std::shared_ptr<CacheEntry> {
+    Unavailable(why);
+    return nullptr;
+  };
   // Evicting everything would not make room: keep the cache as it is.
   if (file_size > options_.max_bytes) return not_stored();
 
@@ -708,19 +961,27 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
   const KeyName name = NameOf(ns, key);
   const std::string temp_path = tmp_dir_ + "/" + name.hex + "." + std::to_string(getpid()) + "." +
                                 std::to_string(temp_seq_.fetch_add(1)) + ".tmp";
+  constexpr int kTempFlags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW;
   std::unique_ptr<GuardedFd> fd;
   {
     FolderLock lock(this);
-    STOKER_RETURN_NOT_OK(lock.Acquire());
-    STOKER_ASSIGN_OR_RAISE(bool fits, ReserveLocked(file_size));
-    if (!fits) return not_stored();
-    fd = std::make_unique<GuardedFd>(temp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd->get() < 0) return StorageError(temp_path, "cannot create", errno);
+    Status status = lock.Acquire();
+    if (!status.ok()) return unavailable(status);
+    const Result<bool> fits = ReserveLocked(file_size);
+    if (!fits.ok()) return unavailable(fits.status());
+    if (!*fits) return not_stored();
+    fd = std::make_unique<GuardedFd>(temp_path, kTempFlags, 0644);
+    if (fd->get() < 0 && errno == ENOENT) {  // .tmp was removed: make it again
+      status = RecreateFolder();
+      if (!status.ok()) return unavailable(status);
+      fd = std::make_unique<GuardedFd>(temp_path, kTempFlags, 0644);
+    }
+    if (fd->get() < 0) return unavailable(StorageError(temp_path, "cannot create", errno));
     // Tells Open()/Clear() in other processes that this file has a live writer.
     (void)flock(fd->get(), LOCK_EX | LOCK_NB);
     const Result<bool> allocated = Allocate(fd->get(), file_size, temp_path);
     if (!allocated.ok() || !*allocated) unlink(temp_path.c_str());
-    if (!allocated.ok()) return allocated.status();
+    if (!allocated.ok()) return unavailable(allocated.status());
     if (!*allocated) return not_stored();
   }
 
@@ -740,9 +1001,9 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
   header.header_checksum = HeaderChecksum(header, head.data() + sizeof(header));
   std::memcpy(head.data(), &header, sizeof(header));
 
-  auto discard = [&](Status status) {
+  auto discard = [&](const Status& why) {
     unlink(temp_path.c_str());
-    return status;
+    return unavailable(why);
   };
 
   std::vector<iovec> iov;
@@ -764,58 +1025,59 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
       unlink(temp_path.c_str());
       return not_stored();
     }
+    // Mapped by the caller from the moment it is visible: never evicted while mapped.
+    if (want_entry) (void)TryLockEntry(fd->get(), /*write=*/false);
     Touch(fd->get());
     struct stat old;
-    const int64_t replaced = stat(final_path.c_str(), &old) == 0 && S_ISREG(old.st_mode)
+    const int64_t replaced = lstat(final_path.c_str(), &old) == 0 && S_ISREG(old.st_mode)
                                  ? static_cast<int64_t>(old.st_size)
                                  : 0;
-    if (rename(temp_path.c_str(), final_path.c_str()) != 0) {
-      if (errno != ENOENT) return discard(StorageError(final_path, "cannot commit", errno));
-      const std::string ns_dir = options_.dir + "/" + ns;
-      const std::string shard_dir = ns_dir + "/" + name.hex.substr(0, 2);
-      (void)mkdir(ns_dir.c_str(), 0777);
-      (void)mkdir(shard_dir.c_str(), 0777);
-      if (rename(temp_path.c_str(), final_path.c_str()) != 0) {
-        return discard(StorageError(final_path, "cannot commit", errno));
-      }
+    int err = rename(temp_path.c_str(), final_path.c_str()) == 0 ? 0 : errno;
+    for (int round = 0; err == ENOENT && round < 3; ++round) {
+      struct stat temp;
+      // The folder was removed or renamed while we wrote (our temporary file went with it): the
+      // next operation recreates it; this entry is simply not stored.
+      if (lstat(temp_path.c_str(), &temp) != 0) return not_stored();
+      std::error_code error;
+      std::filesystem::create_directories(std::filesystem::path(final_path).parent_path(), error);
+      err = rename(temp_path.c_str(), final_path.c_str()) == 0 ? 0 : errno;
     }
-    STOKER_ASSIGN_OR_RAISE(const int64_t used, ReadUsedLocked());
-    STOKER_RETURN_NOT_OK(WriteUsedLocked(used + file_size - replaced));
+    if (err == ENOENT) {  // a cleaner removing the folder as fast as it is made
+      unlink(temp_path.c_str());
+      return not_stored();
+    }
+    if (err == EISDIR || err == ENOTEMPTY || err == EEXIST) {
+      // A folder at the entry's path (not ours): removed if empty, else the entry is skipped.
+      counters_.foreign.fetch_add(1, std::memory_order_relaxed);
+      if (rmdir(final_path.c_str()) != 0) {
+        unlink(temp_path.c_str());
+        return not_stored();
+      }
+      err = rename(temp_path.c_str(), final_path.c_str()) == 0 ? 0 : errno;
+    }
+    if (err != 0) return discard(StorageError(final_path, "cannot commit", err));
+    // Only counts: a failure here leaves the counter low, and the next listing repairs it.
+    const Result<int64_t> used = ReadUsedLocked();
+    if (used.ok()) (void)WriteUsedLocked(*used + file_size - replaced);
   }
   counters_.writes.fetch_add(1, std::memory_order_relaxed);
   counters_.bytes_written.fetch_add(payload_size, std::memory_order_relaxed);
   if (!want_entry) return nullptr;
   // Map our own descriptor: the entry may already be evicted by another process.
-  STOKER_ASSIGN_OR_RAISE(auto mapping, MapFile(fd->get(), file_size, final_path));
-  const auto* payload = static_cast<const uint8_t*>(mapping.get()) + header_bytes;
-  return std::make_shared<CacheEntry>(payload, payload_size, std::move(mapping));
+  Result<std::shared_ptr<Mapping>> mapping = MapFile(fd->get(), file_size, final_path);
+  if (!mapping.ok()) return unavailable(mapping.status());
+  (void)flock(fd->get(), LOCK_UN);
+  (*mapping)->Hold(fd->release());
+  const uint8_t* payload = (*mapping)->data() + header_bytes;
+  return std::make_shared<CacheEntry>(payload, payload_size, std::move(*mapping));
 }
 
 Result<std::shared_ptr<CacheEntry>> DiskCache::GetOrFill(const std::string& ns,
                                                          const std::string& key,
                                                          const Filler& fill) {
-  STOKER_ASSIGN_OR_RAISE(auto entry, Lookup(ns, key, /*count_miss=*/false));
+  std::unique_ptr<KeyLock> lock;  // released on every return path, after the entry is stored
+  STOKER_ASSIGN_OR_RAISE(auto entry, GetOrLock(ns, key, &lock));
   if (entry) return entry;
-
-  // A descriptor of our own: OFD locks on separately opened descriptors exclude each other, in
-  // this process too, and closing it releases the key's lock.
-  GuardedFd fd(lock_path_, O_RDWR | O_CLOEXEC);
-  if (fd.get() < 0) return StorageError(lock_path_, "cannot open", errno);
-  const off_t offset = NameOf(ns, key).lock_offset;
-  STOKER_ASSIGN_OR_RAISE(const bool locked, LockByte(fd.get(), offset, false, lock_path_));
-  if (!locked) {
-    counters_.waits.fetch_add(1, std::memory_order_relaxed);
-    STOKER_RETURN_NOT_OK(LockByte(fd.get(), offset, true, lock_path_).status());
-  }
-  // Released explicitly (before the descriptor closes) on every return path.
-  struct Unlock {
-    int fd;
-    off_t offset;
-    ~Unlock() { UnlockByte(fd, offset); }
-  } unlock{fd.get(), offset};
-  STOKER_ASSIGN_OR_RAISE(entry, Lookup(ns, key, /*count_miss=*/true));
-  if (entry) return entry;
-
   Parts parts;
   std::shared_ptr<void> keep_alive;
   STOKER_RETURN_NOT_OK(fill(&parts, &keep_alive));
@@ -830,25 +1092,35 @@ DiskCache::KeyLock::~KeyLock() {
   ForkRegistry::Instance().Close(fd_);
 }
 
+Result<std::unique_ptr<DiskCache::KeyLock>> DiskCache::LockKey(off_t offset) const {
+  for (int attempt = 0;; ++attempt) {
+    // A descriptor of our own: OFD locks on separately opened descriptors exclude each other, in
+    // this process too, and closing it releases the key's lock.
+    STOKER_ASSIGN_OR_RAISE(const int fd, OpenLockFile());
+    // Owns the descriptor from here on; unlocking a byte that is not held is harmless.
+    std::unique_ptr<KeyLock> held(new KeyLock(fd, offset));
+    STOKER_ASSIGN_OR_RAISE(const bool locked, LockByte(fd, offset, false, lock_path_));
+    if (!locked) {
+      counters_.waits.fetch_add(1, std::memory_order_relaxed);
+      STOKER_RETURN_NOT_OK(LockByte(fd, offset, true, lock_path_).status());
+    }
+    // The folder was removed or renamed meanwhile: the lock would not exclude anyone.
+    if (IsCurrentLockFile(fd)) return held;
+    if (attempt == 2) return StorageError(lock_path_, "keeps being replaced:", ESTALE);
+  }
+}
+
 Result<std::shared_ptr<CacheEntry>> DiskCache::GetOrLock(const std::string& ns,
                                                          const std::string& key,
                                                          std::unique_ptr<KeyLock>* lock) {
   lock->reset();
   STOKER_ASSIGN_OR_RAISE(auto entry, Lookup(ns, key, /*count_miss=*/false));
   if (entry) return entry;
-  const int fd = ForkRegistry::Instance().Open(lock_path_.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) return StorageError(lock_path_, "cannot open", errno);
-  const off_t offset = NameOf(ns, key).lock_offset;
-  // Owns the descriptor from here on; unlocking a byte that is not held is harmless.
-  std::unique_ptr<KeyLock> held(new KeyLock(fd, offset));
-  STOKER_ASSIGN_OR_RAISE(const bool locked, LockByte(fd, offset, false, lock_path_));
-  if (!locked) {
-    counters_.waits.fetch_add(1, std::memory_order_relaxed);
-    STOKER_RETURN_NOT_OK(LockByte(fd, offset, true, lock_path_).status());
-  }
+  Result<std::unique_ptr<KeyLock>> held = LockKey(NameOf(ns, key).lock_offset);
+  if (!held.ok()) Unavailable(held.status());  // fill without the lock
   STOKER_ASSIGN_OR_RAISE(entry, Lookup(ns, key, /*count_miss=*/true));
-  if (entry) return entry;
-  *lock = std::move(held);
+  if (entry || !held.ok()) return entry;
+  *lock = std::move(*held);
   return nullptr;
 }
 
@@ -898,6 +1170,10 @@ CacheStats DiskCache::stats() const {
   out.bytes_read = counters_.bytes_read.load();
   out.bytes_written = counters_.bytes_written.load();
   out.waits = counters_.waits.load();
+  out.unavailable = counters_.unavailable.load();
+  out.recreated = counters_.recreated.load();
+  out.foreign = counters_.foreign.load();
+  out.kept_in_use = counters_.kept_in_use.load();
   return out;
 }
 

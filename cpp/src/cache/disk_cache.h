@@ -19,6 +19,15 @@
 //    exceed the budget.
 //  - GetOrFill() runs the filler once per key across threads and processes (a byte-range lock
 //    per key on the folder's lock file); the others wait, then read the filled entry.
+//  - An entry some process has mapped is not evicted (the mapping holds a read lock on the
+//    entry file; eviction skips entries it cannot write-lock), so evicting frees the space it
+//    counts on and the floor holds while processes use the cache.
+//  - The cache never fails its caller because of its folder: a removed folder (rm -rf, a tmp
+//    cleaner, a rename) is recreated on demand; when that is impossible, or any other I/O error
+//    occurs, the operation runs without the cache (a miss, or not stored), is counted in
+//    stats().unavailable, and the first one prints a warning. Non-regular files at an entry's
+//    path (FIFO, socket, directory, symlink) are never opened for reading; they are absent,
+//    counted in stats().foreign, and removed when possible.
 //
 // Usage:
 //  1. auto cache = DiskCache::Open({dir, max_bytes, min_free_bytes});
@@ -33,6 +42,8 @@
 // never be edited in place (a mapped file that shrinks raises SIGBUS in its readers); the cache
 // itself only creates, renames and unlinks.
 #pragma once
+
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cstdint>
@@ -103,7 +114,8 @@ class DiskCache {
 
   /// Stores (or replaces) an entry, evicting as needed. Not an error when the entry cannot be
   /// stored because it exceeds max_bytes or no room is left above the floor (counted in
-  /// stats().not_stored); kStorage on an I/O failure (nothing is left behind).
+  /// stats().not_stored), nor when the folder cannot be used (stats().unavailable); nothing is
+  /// left behind either way.
   Status Put(const std::string& ns, const std::string& key, const Parts& parts);
 
   /// Get(), or on a miss: take the key's lock (waiting for any other thread or process that
@@ -134,7 +146,8 @@ class DiskCache {
   /// GetOrFill() in two steps, for callers that store the payload later or on another thread:
   /// the verified entry on a hit; on a miss, nullptr with `*lock` holding the key's lock (after
   /// waiting for any other filler, as GetOrFill() does). The caller then Put()s the entry, or
-  /// gives up, and destroys the lock; other fillers of the key wait until then.
+  /// gives up, and destroys the lock; other fillers of the key wait until then. When the folder
+  /// cannot be used, a miss leaves `*lock` empty (stats().unavailable): nothing to release.
   Result<std::shared_ptr<CacheEntry>> GetOrLock(const std::string& ns, const std::string& key,
                                                 std::unique_ptr<KeyLock>* lock);
 
@@ -156,7 +169,8 @@ class DiskCache {
  private:
   struct Counters {
     std::atomic<int64_t> hits{0}, misses{0}, writes{0}, not_stored{0}, corrupt{0}, evictions{0},
-        bytes_read{0}, bytes_written{0}, waits{0};
+        bytes_read{0}, bytes_written{0}, waits{0}, unavailable{0}, recreated{0}, foreign{0},
+        kept_in_use{0};
   };
   class FolderLock;
 
@@ -169,8 +183,24 @@ class DiskCache {
                                               const Parts& parts, bool want_entry);
   Result<int64_t> FreeBytes() const;
   Status DropCorrupt(const std::string& path, int fd);
+  // Something that is not a regular file at an entry's path: counted, and removed (unlinked, or
+  // rmdir()ed when an empty folder) if it is still the file `judged` (lstat) describes.
+  void DropForeign(const std::string& path, const struct stat& judged);
+  // Counts an operation that ran without the cache because of `why`; warns once per object.
+  void Unavailable(const Status& why) const;
+  // Creates the folder and its .tmp again when something removed them; kStorage when that is
+  // impossible (no permission, a file in the way).
+  Status RecreateFolder() const;
+  // Opens the lock file (creating the folder's structure if needed), registered with the fork
+  // handler.
+  Result<int> OpenLockFile() const;
+  // Takes a key's lock (waiting for its holder) on the current lock file.
+  Result<std::unique_ptr<KeyLock>> LockKey(off_t offset) const;
+  // Whether `fd` is still the folder's lock file (not one removed or renamed away).
+  bool IsCurrentLockFile(int fd) const;
   // The rest need the folder lock held (FolderLock).
   Result<int> LockFd() const;
+  void ForgetLockFdLocked() const;
   // Evicts least-recently-used entries until `incoming_bytes` more fit in the budget and
   // `incoming_disk_bytes` more leave the floor free; false when even an empty cache would not do.
   Result<bool> EvictLocked(int64_t incoming_bytes, int64_t incoming_disk_bytes);
@@ -191,6 +221,7 @@ class DiskCache {
   const std::string tmp_dir_;
   mutable Counters counters_;
   std::atomic<uint64_t> temp_seq_{0};
+  mutable std::atomic<bool> warned_{false};
 
   // Serializes this process's holders of the folder lock, and guards lock_fd_ (reopened after
   // fork(): a descriptor inherited from the parent would share the parent's locks).

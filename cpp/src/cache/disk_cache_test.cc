@@ -5,7 +5,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -24,6 +26,12 @@
 #include <thread>
 
 #include "util/hash.h"
+
+// GCC 12 at -O3 reports a false -Wrestrict in std::string's operator+ once enough of this file is
+// inlined together (GCC bug 105651).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
 
 namespace stoker {
 namespace {
@@ -726,26 +734,6 @@ TEST_F(DiskCacheTest, FolderIsKeptAsANormalizedAbsolutePath) {
   EXPECT_EQ(cache->EntryPath("blocks", "k").rfind(dir_ + "/sub/blocks/", 0), 0u);
 }
 
-TEST_F(DiskCacheTest, IoFailureIsAStorageErrorNamingThePath) {
-  auto cache = OpenOrDie(Options());
-  ASSERT_NE(cache, nullptr);
-  std::ofstream(dir_ + "/blocks") << "a file where the namespace folder goes";
-  const Status status = cache->Put("blocks", "k", PartsOf("payload"));
-  ASSERT_FALSE(status.ok());
-  EXPECT_EQ(GetErrorKind(status), ErrorKind::kStorage);
-  EXPECT_NE(status.message().find(dir_ + "/blocks/"), std::string::npos) << status.message();
-  EXPECT_TRUE(TempFiles(dir_).empty());
-  const Status get_status = cache->Get("blocks", "k").status();
-  EXPECT_EQ(GetErrorKind(get_status), ErrorKind::kStorage);
-  EXPECT_NE(get_status.message().find(dir_), std::string::npos) << get_status.message();
-  // Other namespaces are unaffected.
-  ASSERT_OK(cache->Put("tensors", "k", PartsOf("payload")));
-  EXPECT_EQ(GetString(*cache, "tensors", "k"), "payload");
-}
-
-// ---------------------------------------------------------------------------------------------
-// GetOrFill
-
 DiskCache::Filler FillWith(std::string payload, std::atomic<int>* fills) {
   return [payload = std::move(payload), fills](DiskCache::Parts* parts,
                                                std::shared_ptr<void>* keep_alive) {
@@ -761,6 +749,302 @@ std::string Bytes(const std::shared_ptr<CacheEntry>& entry) {
   return entry ? std::string(reinterpret_cast<const char*>(entry->data()), entry->size())
                : "<null>";
 }
+
+TEST_F(DiskCacheTest, AFileWhereTheNamespaceFolderGoesMakesTheCacheUnavailableThere) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  std::ofstream(dir_ + "/blocks") << "a file where the namespace folder goes";
+  // Not stored, not an error: the caller goes on without the cache.
+  ASSERT_OK(cache->Put("blocks", "k", PartsOf("payload")));
+  EXPECT_EQ(cache->stats().unavailable, 1);
+  EXPECT_EQ(cache->stats().writes, 0);
+  EXPECT_TRUE(TempFiles(dir_).empty());
+  EXPECT_EQ(GetString(*cache, "blocks", "k"), std::nullopt);  // ENOTDIR: a miss
+  EXPECT_EQ(cache->stats().unavailable, 2);
+  std::atomic<int> fills{0};
+  ASSERT_OK_AND_ASSIGN(auto entry, cache->GetOrFill("blocks", "k", FillWith("filled", &fills)));
+  EXPECT_EQ(Bytes(entry), "filled");
+  EXPECT_TRUE(fs::is_regular_file(dir_ + "/blocks"));  // not ours: left alone
+  // Other namespaces are unaffected.
+  ASSERT_OK(cache->Put("tensors", "k", PartsOf("payload")));
+  EXPECT_EQ(GetString(*cache, "tensors", "k"), "payload");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The folder removed, renamed or replaced under a live cache (issue 23.5)
+
+TEST_F(DiskCacheTest, ARemovedFolderIsRecreatedOnDemand) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  ASSERT_OK(cache->Put("blocks", "a", PartsOf("one")));
+  for (const std::string how : {"rmtree", "rename", "rmtree+mkdir", "lock file only"}) {
+    SCOPED_TRACE(how);
+    if (how == "rename") {
+      fs::rename(dir_, dir_ + ".old");
+    } else if (how == "lock file only") {
+      fs::remove(dir_ + "/.lock");
+    } else {
+      fs::remove_all(dir_);
+      if (how == "rmtree+mkdir") fs::create_directory(dir_);
+    }
+    EXPECT_EQ(GetString(*cache, "blocks", "a"),
+              how == "lock file only" ? std::optional<std::string>("one") : std::nullopt);
+    std::atomic<int> fills{0};
+    ASSERT_OK_AND_ASSIGN(auto entry, cache->GetOrFill("blocks", "b", FillWith("two", &fills)));
+    EXPECT_EQ(Bytes(entry), "two");
+    ASSERT_OK(cache->Put("blocks", "a", PartsOf("one")));
+    EXPECT_EQ(GetString(*cache, "blocks", "a"), "one");
+    EXPECT_EQ(GetString(*cache, "blocks", "b"), "two");
+    EXPECT_TRUE(fs::is_regular_file(dir_ + "/.lock"));
+    fs::remove_all(dir_ + ".old");
+  }
+  EXPECT_EQ(cache->stats().unavailable, 0);
+  EXPECT_GE(cache->stats().recreated, 3);
+  // A new object agrees with the recreated folder (one lock file, a correct counter).
+  ASSERT_OK_AND_ASSIGN(const int64_t used, cache->UsedBytes());
+  EXPECT_EQ(used, 2 * (128 + 3));
+  int64_t counter = -1;  // the used-bytes counter in the recreated lock file agrees
+  std::ifstream(dir_ + "/.lock", std::ios::binary).read(reinterpret_cast<char*>(&counter), 8);
+  EXPECT_EQ(counter, used);
+}
+
+TEST_F(DiskCacheTest, ObjectsSharingAFolderAgreeOnTheRecreatedLockFile) {
+  auto first = OpenOrDie(Options());
+  auto second = OpenOrDie(Options());
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  ASSERT_OK(first->Put("blocks", "x", PartsOf("x")));  // both hold descriptors of the old .lock
+  ASSERT_OK(second->Put("blocks", "y", PartsOf("y")));
+  fs::remove_all(dir_);
+  // Both take the key's lock on the new lock file: the second one waits for the first.
+  std::unique_ptr<DiskCache::KeyLock> lock;
+  ASSERT_OK_AND_ASSIGN(auto entry, first->GetOrLock("blocks", "k", &lock));
+  EXPECT_EQ(entry, nullptr);
+  ASSERT_NE(lock, nullptr);
+  std::atomic<bool> done{false};
+  Result<std::shared_ptr<CacheEntry>> seen;
+  std::thread waiter([&] {
+    seen = second->GetOrFill("blocks", "k", FillWith("second", nullptr));
+    done = true;
+  });
+  for (int i = 0; i < 20000 && second->stats().waits == 0; ++i) usleep(500);
+  EXPECT_EQ(second->stats().waits, 1);
+  EXPECT_FALSE(done.load());
+  ASSERT_OK(first->Put("blocks", "k", PartsOf("first")));
+  lock.reset();
+  waiter.join();
+  ASSERT_TRUE(seen.ok()) << seen.status().ToString();
+  EXPECT_EQ(Bytes(*seen), "first");
+}
+
+TEST_F(DiskCacheTest, AnUnusableFolderFallsBackWithOneWarningAndACounter) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  ASSERT_OK(cache->Put("blocks", "a", PartsOf("one")));
+  // A file where the folder was: nothing can recreate it (root passes permission checks, so
+  // this stands in for a folder made unreadable).
+  fs::remove_all(dir_);
+  std::ofstream(dir_) << "not a folder";
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(GetString(*cache, "blocks", "a"), std::nullopt);
+  ASSERT_OK(cache->Put("blocks", "a", PartsOf("one")));
+  std::atomic<int> fills{0};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto entry, cache->GetOrFill("blocks", "b", FillWith("two", &fills)));
+    EXPECT_EQ(Bytes(entry), "two");
+  }
+  const std::string warnings = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(fills.load(), 3);
+  EXPECT_GE(cache->stats().unavailable, 5);
+  EXPECT_EQ(warnings.find("cannot use the cache folder " + dir_), warnings.rfind("cannot use"))
+      << warnings;  // once
+  EXPECT_NE(warnings.find("cannot use the cache folder " + dir_), std::string::npos) << warnings;
+  // Once the folder can be made again, the cache works again.
+  fs::remove(dir_);
+  ASSERT_OK(cache->Put("blocks", "a", PartsOf("one")));
+  EXPECT_EQ(GetString(*cache, "blocks", "a"), "one");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files that are not entries at an entry's path (issue 23.6)
+
+// Runs `body` in a child process that must finish within 20 s (a blocking open() would hang it).
+void InChildWithin20s(const std::function<bool()>& body) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(20);
+    _exit(body() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << " (a hang?)";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST_F(DiskCacheTest, NonRegularFilesAtAnEntryPathAreAbsentAndRemoved) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  ASSERT_OK(cache->Put("blocks", "elsewhere", PartsOf("a valid entry of another key")));
+  const std::string valid = dir_ + "/valid-looking-entry";
+  fs::copy_file(cache->EntryPath("blocks", "elsewhere"), valid);
+  struct Case {
+    std::string name;
+    std::function<void(const std::string&)> plant;
+    bool removable;
+  };
+  const std::vector<Case> cases = {
+      {"fifo", [](const std::string& p) { ASSERT_EQ(mkfifo(p.c_str(), 0644), 0); }, true},
+      {"empty folder", [](const std::string& p) { fs::create_directory(p); }, true},
+      {"folder",
+       [](const std::string& p) {
+         fs::create_directory(p);
+         std::ofstream(p + "/inside") << "x";
+       },
+       false},
+      {"symlink to an entry", [&](const std::string& p) { fs::create_symlink(valid, p); }, true},
+      {"dangling symlink", [](const std::string& p) { fs::create_symlink("/nonexistent", p); },
+       true},
+      {"socket",
+       [](const std::string& p) {
+         // bind() takes at most 107 bytes of path: bind a short relative name in its folder.
+         const fs::path here = fs::current_path();
+         fs::current_path(fs::path(p).parent_path());
+         const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+         sockaddr_un address = {};
+         address.sun_family = AF_UNIX;
+         const std::string name = fs::path(p).filename();
+         std::strncpy(address.sun_path, name.c_str(), sizeof(address.sun_path) - 1);
+         ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+         close(fd);
+         fs::current_path(here);
+       },
+       true},
+  };
+  for (const Case& item : cases) {
+    SCOPED_TRACE(item.name);
+    const std::string key = "key " + item.name;
+    const std::string path = cache->EntryPath("blocks", key);
+    fs::create_directories(fs::path(path).parent_path());
+    item.plant(path);
+    const int64_t foreign_before = cache->stats().foreign;
+    InChildWithin20s([&] {  // (the child's counters start as the parent's)
+      auto entry = cache->Get("blocks", key);
+      return entry.ok() && *entry == nullptr && cache->stats().foreign == foreign_before + 1;
+    });
+    EXPECT_EQ(GetString(*cache, "blocks", key), std::nullopt);
+    std::error_code error;
+    const auto type = fs::symlink_status(path, error).type();
+    if (item.removable) {
+      EXPECT_EQ(type, fs::file_type::not_found);
+    } else {
+      EXPECT_EQ(type, fs::file_type::directory);  // not ours to empty
+    }
+    // Storing over it works where it could be removed, and is "not stored" where it could not.
+    ASSERT_OK(cache->Put("blocks", key, PartsOf("the entry")));
+    EXPECT_EQ(GetString(*cache, "blocks", key),
+              item.removable ? std::optional<std::string>("the entry") : std::nullopt);
+    std::atomic<int> fills{0};
+    ASSERT_OK_AND_ASSIGN(auto entry, cache->GetOrFill("blocks", key, FillWith("filled", &fills)));
+    EXPECT_EQ(Bytes(entry), item.removable ? "the entry" : "filled");
+  }
+  EXPECT_TRUE(fs::is_regular_file(valid));  // a symlink's target is never touched
+  EXPECT_EQ(cache->stats().corrupt, 0);
+  EXPECT_EQ(cache->stats().unavailable, 0);
+}
+
+TEST_F(DiskCacheTest, AFifoAsTheLockFileIsReplaced) {
+  ASSERT_NE(OpenOrDie(Options()), nullptr);
+  fs::remove(dir_ + "/.lock");
+  ASSERT_EQ(mkfifo((dir_ + "/.lock").c_str(), 0644), 0);
+  InChildWithin20s([&] {
+    auto cache = DiskCache::Open(Options());
+    return cache.ok() && (*cache)->Put("blocks", "k", PartsOf("v")).ok() &&
+           (*cache)->stats().writes == 1;
+  });
+  EXPECT_TRUE(fs::is_regular_file(dir_ + "/.lock"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entries in use are not evicted (issue 23.9)
+
+TEST_F(DiskCacheTest, EvictionKeepsEntriesThatAProcessMaps) {
+  // Room for three entries; another object (as another process) maps "a", the least recently
+  // used.
+  auto writer = OpenOrDie(Options(3 * kEntryFileBytes + 500));
+  auto reader = OpenOrDie(Options(3 * kEntryFileBytes + 500));
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(reader, nullptr);
+  ASSERT_OK(writer->Put("blocks", "a", PartsOf(Pattern(1000, 'a'))));
+  ASSERT_OK_AND_ASSIGN(auto held, reader->Get("blocks", "a"));
+  ASSERT_NE(held, nullptr);
+  for (const char* key : {"b", "c"}) {
+    ASSERT_OK(writer->Put("blocks", key, PartsOf(Pattern(1000, key[0]))));
+  }
+  ASSERT_OK(writer->Put("blocks", "d", PartsOf(Pattern(1000, 'd'))));
+  // "b" went instead of "a": "a"'s space would not have come back while mapped.
+  EXPECT_EQ(writer->stats().kept_in_use, 1);
+  EXPECT_EQ(writer->stats().evictions, 1);
+  EXPECT_TRUE(fs::exists(writer->EntryPath("blocks", "a")));
+  EXPECT_FALSE(fs::exists(writer->EntryPath("blocks", "b")));
+  held.reset();  // unmapped: evictable again
+  ASSERT_OK(writer->Put("blocks", "e", PartsOf(Pattern(1000, 'e'))));
+  EXPECT_FALSE(fs::exists(writer->EntryPath("blocks", "a")));
+  EXPECT_EQ(writer->stats().kept_in_use, 1);
+  // Entries returned by GetOrFill are protected from the moment they are visible.
+  ASSERT_OK_AND_ASSIGN(auto filled,
+                       reader->GetOrFill("blocks", "f", FillWith(Pattern(1000, 'f'), nullptr)));
+  for (const char* key : {"g", "h", "i"}) {
+    ASSERT_OK(writer->Put("blocks", key, PartsOf(Pattern(1000, key[0]))));
+  }
+  EXPECT_TRUE(fs::exists(writer->EntryPath("blocks", "f")));
+  EXPECT_EQ(Bytes(filled), Pattern(1000, 'f'));
+}
+
+TEST_F(DiskCacheTest, AFloorThatOnlyMappedEntriesCouldFreeIsNotUndershot) {
+  // A disk of 20,000 bytes holding only the cache folder, where an unlinked file keeps its
+  // space while it is open or mapped (as on tmpfs or ext4): four entries fit above the floor.
+  DiskCacheOptions options = Options();
+  options.min_free_bytes = 15000;
+  const std::string dir = dir_;
+  options.free_bytes_for_testing = [dir] {
+    // Bytes of the files in the folder, plus those of removed entries still mapped (every entry
+    // here has the same size).
+    std::ifstream maps("/proc/self/maps");
+    int64_t mapped_deleted = 0;
+    for (std::string line; std::getline(maps, line);) {
+      if (line.find(dir + "/") != std::string::npos &&
+          line.find("(deleted)") != std::string::npos) {
+        mapped_deleted += kEntryFileBytes;
+      }
+    }
+    return 20000 - FolderBytes(dir) - mapped_deleted;
+  };
+  auto writer = OpenOrDie(options);
+  auto reader = OpenOrDie(options);
+  ASSERT_NE(writer, nullptr);
+  ASSERT_NE(reader, nullptr);
+  std::vector<std::shared_ptr<CacheEntry>> held;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_OK(writer->Put("blocks", "k" + std::to_string(i), PartsOf(Pattern(1000, i))));
+    ASSERT_OK_AND_ASSIGN(auto entry, reader->Get("blocks", "k" + std::to_string(i)));
+    held.push_back(entry);  // mapped, as the items in flight of a pipeline
+  }
+  for (int i = 4; i < 10; ++i) {
+    ASSERT_OK(writer->Put("blocks", "k" + std::to_string(i), PartsOf(Pattern(1000, i))));
+    EXPECT_GE(options.free_bytes_for_testing(), options.min_free_bytes) << i;
+  }
+  EXPECT_EQ(writer->stats().writes, 4);
+  EXPECT_EQ(writer->stats().not_stored, 6);
+  EXPECT_EQ(writer->stats().evictions, 0);
+  held.clear();
+  ASSERT_OK(writer->Put("blocks", "k10", PartsOf(Pattern(1000, 10))));
+  EXPECT_EQ(writer->stats().writes, 5);
+  EXPECT_GE(options.free_bytes_for_testing(), options.min_free_bytes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// GetOrFill
 
 TEST_F(DiskCacheTest, GetOrFillRunsOneFillerWhileOtherThreadsWait) {
   auto cache = OpenOrDie(Options());

@@ -9,11 +9,16 @@
 #include <parquet/arrow/schema.h>
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
@@ -363,6 +368,160 @@ void FlattenField(const parquet::arrow::SchemaField& node,
                step(PathStep::kElements, ""), inner, map_node, out);
 }
 
+// ---- File identity (docs/cache.md, "File identity") -------------------------------------------
+
+int64_t Nanoseconds(const timespec& t) { return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; }
+
+// STOKER_CACHE_IDENTITY=content: trust no file's metadata, key every ready-tensor entry on the
+// bytes of its column chunks (for file systems that misreport times).
+bool IdentityByContent() {
+  const char* mode = std::getenv("STOKER_CACHE_IDENTITY");
+  return mode != nullptr && std::strcmp(mode, "content") == 0;
+}
+
+// What changes whenever a local file's bytes do. The ctime is set by the kernel on every change
+// and by no call, so a copy that restores the mtime (cp -p, rsync -t, touch -r) still moves it;
+// the inode tells a file replaced by rename() apart.
+std::string LocalIdentity(const struct stat& st) {
+  return "local " + std::to_string(st.st_dev) + " " + std::to_string(st.st_ino) + " " +
+         std::to_string(st.st_size) + " " + std::to_string(Nanoseconds(st.st_mtim)) + " " +
+         std::to_string(Nanoseconds(st.st_ctim));
+}
+
+// File systems whose times do not tell every rewrite apart: network file systems (another
+// client's write shows up after the attribute cache expires, with the server's clock), FUSE (any
+// semantics) and FAT (no ctime, 2 s mtimes).
+bool UntrustedFileSystem(const std::string& path) {
+  struct statfs fs;
+  if (statfs(path.c_str(), &fs) != 0) return true;
+  switch (static_cast<uint32_t>(fs.f_type)) {
+    case 0x6969:      // NFS
+    case 0x517B:      // SMB
+    case 0xFF534D42:  // CIFS
+    case 0xFE534D42:  // SMB2
+    case 0x65735546:  // FUSE (sshfs, s3fs, gcsfuse, virtiofs...)
+    case 0x01021997:  // 9P
+    case 0x5346414F:  // AFS
+    case 0x6B414653:  // kAFS
+    case 0x4d44:      // FAT
+    case 0x2011BAB0:  // exFAT
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Takes a local file's identity. A change within the clock tick of the file's ctime (or within
+// its second, where a file system keeps whole seconds) could leave every stamp as it is: such a
+// recent file is stat()ed again once the tick has passed (a few ms), and a file still that
+// recent (being written, or a ctime in the future) is not trusted.
+Status CaptureLocalIdentity(const std::string& path, const std::string& display, CatalogFile* out) {
+  timespec resolution;
+  if (clock_getres(CLOCK_REALTIME_COARSE, &resolution) != 0) resolution = {0, 10000000};
+  constexpr int64_t kMaxWaitNs = 50000000;
+  for (int round = 0;; ++round) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      const int err = errno;
+      return MakeError(err == ENOENT ? ErrorKind::kNotFound : ErrorKind::kStorage,
+                       "cannot stat '" + display + "': " + std::strerror(err));
+    }
+    timespec now;
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    out->identity = LocalIdentity(st);
+    const bool whole_seconds = st.st_ctim.tv_nsec == 0 && st.st_mtim.tv_nsec == 0;
+    const int64_t settled_at = Nanoseconds(st.st_ctim) + (whole_seconds ? 2000000000 : 1);
+    const int64_t wait_ns = settled_at - Nanoseconds(now) + Nanoseconds(resolution);
+    if (Nanoseconds(now) >= settled_at) {
+      out->identity_trusted = !IdentityByContent() && !UntrustedFileSystem(path);
+      return Status::OK();
+    }
+    if (round == 2 || wait_ns > kMaxWaitNs) {
+      out->identity_trusted = false;
+      return Status::OK();
+    }
+    std::this_thread::sleep_for(std::chrono::nanoseconds(wait_ns));
+  }
+}
+
+// What a store says about the object's version, in a fixed order: S3's ETag (a hash of the
+// content for simple uploads, new for every upload) and VersionId (on versioned buckets), GCS's
+// generation and md5Hash, Azure's Content-Hash. Empty when it reports none of them.
+std::string ObjectVersion(const arrow::KeyValueMetadata& metadata) {
+  std::string version;
+  for (const char* key : {"ETag", "VersionId", "generation", "md5Hash", "Content-Hash"}) {
+    const int index = metadata.FindKey(key);
+    if (index < 0 || metadata.value(index).empty()) continue;
+    version += std::string(version.empty() ? "" : " ") + key + "=" + metadata.value(index);
+  }
+  return version;
+}
+
+Result<std::string> RemoteIdentity(arrow::fs::FileSystem& fs, const std::string& path, int64_t size,
+                                   bool* trusted) {
+  ARROW_ASSIGN_OR_RAISE(auto metadata, ReadObjectMetadata(fs, path));
+  const std::string version = metadata ? ObjectVersion(*metadata) : std::string();
+  *trusted = !version.empty() && !IdentityByContent();
+  const int index = metadata ? metadata->FindKey("Content-Length") : -1;
+  if (index >= 0) size = std::atoll(metadata->value(index).c_str());
+  return "remote " + std::to_string(size) + " " + version;
+}
+
+Status Changed(const std::string& display, const std::string& now) {
+  return MakeError(ErrorKind::kStorage, "'" + display + "' changed since the loader opened it (" +
+                                            now + "); open a new Loader to read its new contents");
+}
+
+// Local: stat(); remote: what the store says now (a HEAD).
+Status CheckIdentity(arrow::fs::FileSystem& fs, const std::string& path, const std::string& display,
+                     int64_t size, const std::string& identity) {
+  if (!IsRemote(fs)) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      const int err = errno;
+      return MakeError(
+          ErrorKind::kStorage,
+          err == ENOENT ? "'" + display + "' no longer exists (deleted after the loader opened it?)"
+                        : "cannot stat '" + display + "': " + std::strerror(err));
+    }
+    const std::string now = LocalIdentity(st);
+    return now == identity ? Status::OK() : Changed(display, "was " + identity + ", now " + now);
+  }
+  bool trusted = false;
+  auto now = RemoteIdentity(fs, path, size, &trusted);
+  if (!now.ok()) {
+    return MakeError(ErrorKind::kStorage,
+                     "cannot check '" + display + "' for changes: " + now.status().message());
+  }
+  return *now == identity ? Status::OK() : Changed(display, "was " + identity + ", now " + *now);
+}
+
+Status CaptureIdentity(const ListedFile& listed, bool cached, CatalogFile* out) {
+  if (!IsRemote(*listed.fs)) return CaptureLocalIdentity(listed.path, listed.display, out);
+  out->identity =
+      "remote " + std::to_string(listed.size) + " mtime " + std::to_string(listed.mtime_ns);
+  out->identity_trusted = false;
+  if (!cached) return Status::OK();  // no cache: nothing to key
+  auto identity = RemoteIdentity(*listed.fs, listed.path, listed.size, &out->identity_trusted);
+  if (!identity.ok()) {
+    return MakeError(GetErrorKind(identity.status()) == ErrorKind::kNotFound ? ErrorKind::kNotFound
+                                                                             : ErrorKind::kStorage,
+                     "cannot open '" + listed.display + "': " + identity.status().message());
+  }
+  out->identity = std::move(*identity);
+  if (out->identity.rfind("remote " + std::to_string(listed.size) + " ", 0) != 0) {
+    return MakeError(ErrorKind::kStorage, "'" + listed.display +
+                                              "' changed while the loader was opening it; open "
+                                              "the Loader again");
+  }
+  if (out->identity_trusted) {
+    out->version_check = std::make_shared<VersionCheck>(
+        [fs = listed.fs, path = listed.path, display = listed.display, size = listed.size,
+         identity = out->identity] { return CheckIdentity(*fs, path, display, size, identity); });
+  }
+  return Status::OK();
+}
+
 Status ReadFooter(const ListedFile& listed, std::shared_ptr<DiskCache> block_cache,
                   CatalogFile* out, std::shared_ptr<arrow::Schema>* schema) {
   out->path = listed.path;
@@ -370,7 +529,10 @@ Status ReadFooter(const ListedFile& listed, std::shared_ptr<DiskCache> block_cac
   out->fs = listed.fs;
   out->size = listed.size;
   out->mtime_ns = listed.mtime_ns;
-  if (IsRemote(*listed.fs)) out->block_cache = std::move(block_cache);
+  // Before the footer is read: the identity then names bytes at least as old as the footer.
+  STOKER_RETURN_NOT_OK(CaptureIdentity(listed, block_cache != nullptr, out));
+  // A replaced object is told apart by its identity only: without one, no block is cached.
+  if (IsRemote(*listed.fs) && out->identity_trusted) out->block_cache = std::move(block_cache);
   auto input = out->Open();
   if (!input.ok()) {
     return MakeError(ErrorKind::kStorage,
@@ -529,9 +691,12 @@ Result<std::shared_ptr<arrow::io::RandomAccessFile>> CatalogFile::Open() const {
   if (auto prefetched = ScopedPrefetchedFile(this)) return prefetched;
   ARROW_ASSIGN_OR_RAISE(auto file, fs->OpenInputFile(path));
   if (!block_cache) return file;
-  return MakeBlockCachedFile(
-      std::move(file), block_cache,
-      display_path + '\n' + std::to_string(size) + '\n' + std::to_string(mtime_ns), size);
+  return MakeBlockCachedFile(std::move(file), block_cache, display_path + '\n' + identity, size,
+                             version_check);
+}
+
+Status CatalogFile::CheckUnchanged() const {
+  return CheckIdentity(*fs, path, display_path, size, identity);
 }
 
 Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& sources,

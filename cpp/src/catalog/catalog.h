@@ -48,15 +48,28 @@ struct FieldLeaves {
 };
 
 class DiskCache;
+class VersionCheck;
 
 struct CatalogFile {
   std::string path;  // as the filesystem names it
   std::string display_path;
   std::shared_ptr<arrow::fs::FileSystem> fs;
   int64_t size = 0;
-  int64_t mtime_ns = 0;  // from the listing; part of the object's identity in the block cache
-  /// Set for remote files when a cache_dir is given: reads go through the block cache.
+  int64_t mtime_ns = 0;  // from the listing
+  /// What tells this version of the file's bytes apart, taken when the catalog opened it, before
+  /// its footer was read (docs/cache.md, "File identity"): for local files the device, inode,
+  /// size, mtime and ctime (ns); for remote files with a cache_dir, what the store reports (S3:
+  /// ETag and version id, from a HEAD). Part of every cache key.
+  std::string identity;
+  /// Whether `identity` changes whenever the bytes do. False for a store that reports no ETag or
+  /// version, a network, FUSE or FAT file system, a ctime too recent to tell a later rewrite in
+  /// the same clock tick apart, and with STOKER_CACHE_IDENTITY=content: the ready-tensor cache
+  /// then keys entries on a hash of the column chunks it reads, and remote blocks are not cached.
+  bool identity_trusted = false;
+  /// Set for remote files with a trusted identity when a cache_dir is given: reads go through
+  /// the block cache, and every block read is confirmed against `identity` (version_check).
   std::shared_ptr<DiskCache> block_cache;
+  std::shared_ptr<VersionCheck> version_check;
   std::shared_ptr<parquet::FileMetaData> metadata;
   /// Columns of this file by (flattened) name. A column of the dataset missing here is null.
   std::unordered_map<std::string, FieldLeaves> fields;
@@ -65,6 +78,10 @@ struct CatalogFile {
 
   /// Opens the file for reading (through the block cache when there is one).
   Result<std::shared_ptr<arrow::io::RandomAccessFile>> Open() const;
+
+  /// Ok while the file still has `identity`: a local file is stat()ed, a remote one asked again
+  /// (a HEAD). kStorage naming the file when it changed or vanished since the catalog opened it.
+  Status CheckUnchanged() const;
 };
 
 struct RowGroupRef {

@@ -6,16 +6,23 @@
 #include <arrow/ipc/writer.h>
 #include <arrow/record_batch.h>
 #include <arrow/util/byte_size.h>
+#include <parquet/exception.h>
+#include <parquet/metadata.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -23,6 +30,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "io/filesystem.h"
+#include "io/prefetched_file.h"
 #include "util/convert.h"
 #include "util/hash.h"
 #include "util/recycling_pool.h"
@@ -292,6 +301,147 @@ int64_t WriteDelayMsForTesting() {
   return value ? std::max<int64_t>(0, std::atoll(value)) : 0;
 }
 
+// ---- Entries keyed on content (files without a trusted identity, docs/cache.md) -------------
+
+// The byte ranges of one row group's column chunks that the Parquet reader reads for `fields`
+// (as parquet/file_reader.cc's ComputeColumnChunkRange computes them, padding included).
+std::vector<arrow::io::ReadRange> ChunkRanges(const CatalogFile& file, int row_group,
+                                              const std::vector<std::string>& fields) {
+  std::set<int> leaves;
+  for (const auto& field : fields) {
+    auto it = file.fields.find(field);
+    if (it != file.fields.end()) leaves.insert(it->second.leaves.begin(), it->second.leaves.end());
+  }
+  auto group = file.metadata->RowGroup(row_group);
+  // PARQUET-816: old parquet-mr left the dictionary page header out of the chunk's size.
+  const bool padded = file.metadata->writer_version().VersionLt(
+      parquet::ApplicationVersion::PARQUET_816_FIXED_VERSION());
+  constexpr int64_t kMaxDictHeaderSize = 100;
+  std::vector<arrow::io::ReadRange> ranges;
+  for (const int leaf : leaves) {
+    auto chunk = group->ColumnChunk(leaf);
+    int64_t start = chunk->data_page_offset();
+    if (chunk->has_dictionary_page() && chunk->dictionary_page_offset() > 0 &&
+        chunk->dictionary_page_offset() < start) {
+      start = chunk->dictionary_page_offset();
+    }
+    int64_t length = chunk->total_compressed_size();
+    if (padded) length += std::clamp<int64_t>(file.size - start - length, 0, kMaxDictHeaderSize);
+    ranges.push_back({start, length});
+  }
+  return ranges;
+}
+
+// A file whose reads inside the snapshotted ranges return the bytes read (and hashed) once;
+// other reads go to the base file. Decoding from it stores exactly the bytes the key names.
+class ChunkSnapshot : public arrow::io::RandomAccessFile {
+ public:
+  // Reads `ranges` of `base`; `*digest` is the XXH64 of their offsets, lengths and bytes.
+  static Result<std::shared_ptr<ChunkSnapshot>> Read(
+      std::shared_ptr<arrow::io::RandomAccessFile> base,
+      const std::vector<arrow::io::ReadRange>& ranges, uint64_t* digest) {
+    auto snapshot = std::make_shared<ChunkSnapshot>(std::move(base));
+    XXH64_state_t* state = XXH64_createState();
+    if (state == nullptr) return Status::OutOfMemory("XXH64 state");
+    XXH64_reset(state, 0);
+    Status status;
+    for (const auto& range : ranges) {
+      auto read = snapshot->base_->ReadAt(range.offset, range.length);
+      if (!read.ok()) {
+        status = read.status();
+        break;
+      }
+      const int64_t header[2] = {range.offset, (*read)->size()};
+      XXH64_update(state, header, sizeof(header));
+      XXH64_update(state, (*read)->data(), static_cast<size_t>((*read)->size()));
+      snapshot->pieces_.push_back({range.offset, std::move(*read)});
+    }
+    *digest = XXH64_digest(state);
+    XXH64_freeState(state);
+    STOKER_RETURN_NOT_OK(status);
+    return snapshot;
+  }
+
+  explicit ChunkSnapshot(std::shared_ptr<arrow::io::RandomAccessFile> base)
+      : base_(std::move(base)) {}
+
+  Status Close() override { return base_->Close(); }
+  bool closed() const override { return base_->closed(); }
+  Result<int64_t> Tell() const override { return position_; }
+  Status Seek(int64_t position) override {
+    position_ = position;
+    return Status::OK();
+  }
+  Result<int64_t> GetSize() override { return base_->GetSize(); }
+  Result<int64_t> Read(int64_t nbytes, void* out) override {
+    ARROW_ASSIGN_OR_RAISE(const int64_t n, ReadAt(position_, nbytes, out));
+    position_ += n;
+    return n;
+  }
+  Result<std::shared_ptr<arrow::Buffer>> Read(int64_t nbytes) override {
+    ARROW_ASSIGN_OR_RAISE(auto buffer, ReadAt(position_, nbytes));
+    position_ += buffer->size();
+    return buffer;
+  }
+  Result<int64_t> ReadAt(int64_t position, int64_t nbytes, void* out) override {
+    if (auto piece = Find(position, nbytes)) {
+      std::memcpy(out, piece->data(), static_cast<size_t>(piece->size()));
+      return piece->size();
+    }
+    return base_->ReadAt(position, nbytes, out);
+  }
+  Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override {
+    if (auto piece = Find(position, nbytes)) return piece;
+    return base_->ReadAt(position, nbytes);
+  }
+
+ private:
+  std::shared_ptr<arrow::Buffer> Find(int64_t position, int64_t nbytes) const {
+    for (const auto& [offset, buffer] : pieces_) {
+      if (position >= offset && position + nbytes <= offset + buffer->size()) {
+        return arrow::SliceBuffer(buffer, position - offset, nbytes);
+      }
+    }
+    return nullptr;
+  }
+
+  std::shared_ptr<arrow::io::RandomAccessFile> base_;
+  std::vector<std::pair<int64_t, std::shared_ptr<arrow::Buffer>>> pieces_;
+  int64_t position_ = 0;
+};
+
+// Ok while `input`'s footer is the one the catalog read: chunks found at the catalog's offsets
+// then belong to the columns the loader expects. kStorage naming the file otherwise.
+Status CheckFooter(const CatalogFile& file, arrow::io::RandomAccessFile* input) {
+  auto changed = [&](const std::string& why) {
+    return MakeError(ErrorKind::kStorage, "'" + file.display_path +
+                                              "' changed since the loader opened it (" + why +
+                                              "); open a new Loader to read its new contents");
+  };
+  ARROW_ASSIGN_OR_RAISE(const int64_t size, input->GetSize());
+  if (size != file.size) {
+    return changed("its size is now " + std::to_string(size) + " bytes, not " +
+                   std::to_string(file.size));
+  }
+  if (size < 12) return changed("too short for a Parquet file");
+  ARROW_ASSIGN_OR_RAISE(auto tail, input->ReadAt(size - 8, 8));
+  if (tail->size() != 8 || std::memcmp(tail->data() + 4, "PAR1", 4) != 0) {
+    return changed("its footer is not a plain Parquet footer any more");
+  }
+  uint32_t footer_bytes = 0;
+  std::memcpy(&footer_bytes, tail->data(), 4);  // little-endian, as Parquet
+  if (footer_bytes > size - 8) return changed("its footer length is out of range");
+  ARROW_ASSIGN_OR_RAISE(auto footer, input->ReadAt(size - 8 - footer_bytes, footer_bytes));
+  try {
+    uint32_t length = footer_bytes;
+    auto metadata = parquet::FileMetaData::Make(footer->data(), &length);
+    if (!metadata->Equals(*file.metadata)) return changed("its footer differs");
+  } catch (const parquet::ParquetException& e) {
+    return changed(std::string("its footer cannot be read: ") + e.what());
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 // The write-behind writer: one thread, started on the first entry, and a queue bounded in bytes.
@@ -462,9 +612,12 @@ TensorCache::TensorCache(std::shared_ptr<DiskCache> cache, std::shared_ptr<const
   for (const auto& file : catalog_->files()) {
     Fnv1a footer;
     footer.Add(file.metadata->SerializeToString());
-    file_identity_.push_back(file.display_path + '\n' + std::to_string(file.size) + '\n' +
-                             std::to_string(footer.digest()));
+    const std::string footer_hash = std::to_string(footer.digest());
+    file_identity_.push_back(file.display_path + '\n' + file.identity + '\n' + footer_hash);
+    content_identity_.push_back("content\n" + file.display_path + '\n' + std::to_string(file.size) +
+                                '\n' + footer_hash);
   }
+  changed_ = std::make_unique<std::atomic<bool>[]>(catalog_->files().size());
 }
 
 TensorCache::~TensorCache() = default;
@@ -477,11 +630,19 @@ bool TensorCache::HoldsEntries() const {
 
 void TensorCache::Flush() const { writer_->Flush(); }
 void TensorCache::Close() const { writer_->Close(); }
-void TensorCache::AddStats(CacheStats* stats) const { writer_->AddStats(stats); }
+void TensorCache::AddStats(CacheStats* stats) const {
+  writer_->AddStats(stats);
+  stats->content_checks += content_checks_.load(std::memory_order_relaxed);
+}
 
 std::string TensorCache::Key(const RowGroupRef& rg, const std::vector<std::string>& fields) const {
+  return KeyWith(file_identity_[rg.file], rg, fields);
+}
+
+std::string TensorCache::KeyWith(const std::string& identity, const RowGroupRef& rg,
+                                 const std::vector<std::string>& fields) {
   std::string key = kFormat;
-  key += '\n' + file_identity_[rg.file] + '\n' + std::to_string(rg.row_group);
+  key += '\n' + identity + '\n' + std::to_string(rg.row_group);
   for (const auto& field : fields) key += '\n' + field;
   return key;
 }
@@ -520,36 +681,94 @@ Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& p
     }
     names.push_back(std::move(layout));
   }
-  const std::string key = Key(rg, names);
-
-  NamedArrays arrays;
-  if (auto pending = writer_->Pending(key)) {
-    // Decoded by this process and still on its way to the disk.
-    *hit = true;
-    arrays = *pending;
-  } else {
+  const CatalogFile& file = catalog_->files()[rg.file];
+  const bool local = !IsRemote(*file.fs);
+  // Local files are stat()ed before an entry keyed on their identity is used: a loader opened
+  // before the file was rewritten goes on by content from then on (remote blocks are confirmed
+  // when read instead, io/block_cache.h).
+  auto still_unchanged = [&] {
+    if (!local || file.CheckUnchanged().ok()) return true;
+    changed_[rg.file].store(true, std::memory_order_relaxed);
+    return false;
+  };
+  auto decode = [&]() -> Result<NamedArrays> {
+    STOKER_ASSIGN_OR_RAISE(auto decoded, decode_whole());
+    NamedArrays decoded_arrays = std::move(decoded.arrays);
+    STOKER_RETURN_NOT_OK(BuildBlocks(plans, rg.num_rows, &decoded_arrays));
+    return decoded_arrays;
+  };
+  // The entry under `key`, from this process's queue or the disk, else decoded. On a miss
+  // `check` runs before decoding and again before storing: false gives up (nullopt), an error
+  // is returned.
+  auto serve =
+      [&](const std::string& key, bool* counted_hit,
+          const std::function<Result<bool>()>& check) -> Result<std::optional<NamedArrays>> {
+    if (auto pending = writer_->Pending(key)) {
+      // Decoded by this process and still on its way to the disk.
+      *counted_hit = true;
+      return *pending;
+    }
     std::unique_ptr<DiskCache::KeyLock> key_lock;
     STOKER_ASSIGN_OR_RAISE(auto entry, cache_->GetOrLock(kNamespace, key, &key_lock));
     if (entry) {
       auto cached = Deserialize(std::move(entry));
       if (cached.ok() && EntryMatches(*cached, stored, plans, rg.num_rows)) {
-        *hit = true;
-        arrays = std::move(*cached);
-      } else {
-        // Verified bytes that do not parse (another build's layout): decode instead.
-        STOKER_ASSIGN_OR_RAISE(auto decoded, decode_whole());
-        arrays = std::move(decoded.arrays);
-        STOKER_RETURN_NOT_OK(BuildBlocks(plans, rg.num_rows, &arrays));
+        *counted_hit = true;
+        return std::move(*cached);
       }
-    } else {
-      // A miss, with the key's lock held: decode, then let the writer store it behind us.
-      STOKER_ASSIGN_OR_RAISE(auto decoded, decode_whole());
-      arrays = std::move(decoded.arrays);
-      STOKER_RETURN_NOT_OK(BuildBlocks(plans, rg.num_rows, &arrays));
-      STOKER_ASSIGN_OR_RAISE(auto serialized, Serialize(arrays, rg.num_rows));
-      writer_->Submit(key, arrays, std::move(serialized), std::move(key_lock));
+      // Verified bytes that do not parse (another build's layout): decode instead.
+      return decode();
     }
+    // A miss, with the key's lock held: decode, then let the writer store it behind us.
+    STOKER_ASSIGN_OR_RAISE(bool usable, check());
+    if (!usable) return std::nullopt;  // releases the key's lock
+    STOKER_ASSIGN_OR_RAISE(NamedArrays decoded, decode());
+    STOKER_ASSIGN_OR_RAISE(usable, check());
+    if (!usable) return std::nullopt;
+    STOKER_ASSIGN_OR_RAISE(auto serialized, Serialize(decoded, rg.num_rows));
+    writer_->Submit(key, decoded, std::move(serialized), std::move(key_lock));
+    return decoded;
+  };
+
+  NamedArrays arrays;
+  std::optional<NamedArrays> served;
+  if (file.identity_trusted && !changed_[rg.file].load(std::memory_order_relaxed) &&
+      still_unchanged()) {
+    // Unchanged before and after decoding: the bytes decoded are the ones the key names.
+    STOKER_ASSIGN_OR_RAISE(
+        served, serve(Key(rg, names), hit, [&]() -> Result<bool> { return still_unchanged(); }));
   }
+  if (!served) {
+    // By content: the key names a hash of the column chunks, read now (a read, no decode), and a
+    // miss decodes those very bytes.
+    auto read_failure = [&](const Status& status) {
+      const ErrorKind kind = ReadFailureKind(status);
+      return MakeError(kind == ErrorKind::kNotFound ? ErrorKind::kStorage : kind,
+                       "cannot read " + catalog_->Where(rg) + ": " + status.message());
+    };
+    auto input = file.Open();
+    if (!input.ok()) return read_failure(input.status());
+    uint64_t digest = 0;
+    auto snapshot =
+        ChunkSnapshot::Read(*input, ChunkRanges(file, rg.row_group, task.fields), &digest);
+    if (!snapshot.ok()) return read_failure(snapshot.status());
+    // The pipeline's fetched file, when there is one, already holds the bytes read.
+    std::optional<PrefetchScope> scope;
+    if (!InPrefetchScope()) scope.emplace(&file, *snapshot);
+    const std::string key =
+        KeyWith(content_identity_[rg.file] + '\n' + std::to_string(digest), rg, names);
+    bool footer_checked = false;
+    STOKER_ASSIGN_OR_RAISE(served, serve(key, hit, [&]() -> Result<bool> {
+                             // Chunks at the catalog's offsets are the loader's columns only
+                             // while its footer is the file's (checked once, before decoding).
+                             if (!footer_checked)
+                               STOKER_RETURN_NOT_OK(CheckFooter(file, input->get()));
+                             footer_checked = true;
+                             return true;
+                           }));
+    if (*hit) content_checks_.fetch_add(1, std::memory_order_relaxed);
+  }
+  arrays = std::move(*served);
   DecodedColumns out;
   for (auto& [name, array] : arrays) {
     auto slice = segment.row_begin == 0 && segment.num_rows == array->length()

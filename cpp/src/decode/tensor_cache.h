@@ -5,11 +5,16 @@
 //
 // Layout: an Arrow IPC stream (one record batch) with 64-byte buffer alignment. Reads are
 // zero-copy: the arrays point into the entry's read-only mapping, which they keep alive.
-// Key: format version, the file's identity (path, size and a hash of its footer, which changes
-// whenever the file's content does) and the row group and fields of the task. Options that shape
-// tensors (casts, fills, padding) apply after the cache, so one entry serves every loader that
-// reads those columns. Whole row groups are cached and then sliced, so a segment that is part of
-// a row group (a rank boundary) shares the entry with the rest of it.
+// Key: format version, the file's identity (its path, CatalogFile::identity, which changes with
+// the file's bytes, and a hash of its footer) and the row group and fields of the task. A file
+// without a trusted identity (CatalogFile::identity_trusted), or a local file that changed since
+// the loader opened it, is keyed by content instead: a hash of the column chunks the task reads,
+// read again for every use (a read, no decode); a miss decodes exactly those bytes, after
+// checking that the file's footer is still the loader's (else kStorage: the loader's columns
+// are no longer where it reads them). Options that shape tensors (casts, fills, padding) apply
+// after the cache, so one entry serves every loader that reads those columns. Whole row groups
+// are cached and then sliced, so a segment that is part of a row group (a rank boundary) shares
+// the entry with the rest of it.
 //
 // Write-behind: on a miss the worker decodes, hands the serialized entry to the cache's own writer
 // thread and returns at once; the batch never waits on the disk. The queue holds at most
@@ -23,6 +28,7 @@
 // instead of joining a thread that does not exist there.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -72,11 +78,19 @@ class TensorCache {
  private:
   class Writer;
 
+  static std::string KeyWith(const std::string& identity, const RowGroupRef& rg,
+                             const std::vector<std::string>& fields);
+
   std::shared_ptr<DiskCache> cache_;
   std::unique_ptr<Writer> writer_;
   std::shared_ptr<const Catalog> catalog_;
   std::shared_ptr<const OutputSpec> spec_;
-  std::vector<std::string> file_identity_;  // per catalog file
+  std::vector<std::string> file_identity_;     // per catalog file
+  std::vector<std::string> content_identity_;  // per catalog file, for content keys
+  // Per catalog file: a local file found changed since the catalog opened it (keyed by content
+  // from then on).
+  std::unique_ptr<std::atomic<bool>[]> changed_;
+  mutable std::atomic<int64_t> content_checks_{0};
 };
 
 }  // namespace stoker

@@ -3,6 +3,7 @@
 #include <arrow/buffer.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 
@@ -25,11 +26,12 @@ class BlockCachedFile : public arrow::io::RandomAccessFile {
  public:
   BlockCachedFile(std::shared_ptr<arrow::io::RandomAccessFile> base,
                   std::shared_ptr<DiskCache> cache, std::string identity, int64_t size,
-                  int64_t block_bytes)
+                  std::shared_ptr<VersionCheck> version_check, int64_t block_bytes)
       : base_(std::move(base)),
         cache_(std::move(cache)),
         identity_(std::move(identity)),
         size_(size),
+        version_check_(std::move(version_check)),
         block_bytes_(block_bytes) {}
 
   Status Close() override {
@@ -112,6 +114,10 @@ class BlockCachedFile : public arrow::io::RandomAccessFile {
           if (data->size() != length) {
             return Status::IOError("short read of ", length, " bytes at offset ", begin);
           }
+          // Stored under this identity only if the object still had it after the read.
+          if (version_check_) {
+            ARROW_RETURN_NOT_OK(version_check_->ConfirmAfter(std::chrono::steady_clock::now()));
+          }
           parts->emplace_back(data->data(), static_cast<size_t>(data->size()));
           *keep_alive = data;
           return Status::OK();
@@ -122,6 +128,7 @@ class BlockCachedFile : public arrow::io::RandomAccessFile {
   std::shared_ptr<DiskCache> cache_;
   std::string identity_;
   int64_t size_;
+  std::shared_ptr<VersionCheck> version_check_;
   int64_t block_bytes_;
   bool closed_ = false;
   mutable std::mutex position_mutex_;
@@ -130,11 +137,40 @@ class BlockCachedFile : public arrow::io::RandomAccessFile {
 
 }  // namespace
 
+Status VersionCheck::ConfirmAfter(Clock::time_point read_end) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (running_) {
+    // A check under way that started after the read answers for it; another one does not.
+    const bool covers = running_start_ >= read_end;
+    const uint64_t round = rounds_;
+    done_cv_.wait(lock, [&] { return rounds_ != round; });
+    if (covers) return last_status_;
+  }
+  if (passed_any_ && passed_start_ >= read_end) return Status::OK();
+  running_ = true;
+  const Clock::time_point start = Clock::now();
+  running_start_ = start;
+  lock.unlock();
+  const Status status = check_();
+  lock.lock();
+  running_ = false;
+  ++rounds_;
+  last_status_ = status;
+  if (status.ok() && (!passed_any_ || start > passed_start_)) {
+    passed_any_ = true;
+    passed_start_ = start;
+  }
+  lock.unlock();
+  done_cv_.notify_all();
+  return status;
+}
+
 std::shared_ptr<arrow::io::RandomAccessFile> MakeBlockCachedFile(
     std::shared_ptr<arrow::io::RandomAccessFile> base, std::shared_ptr<DiskCache> cache,
-    std::string identity, int64_t size, int64_t block_bytes) {
+    std::string identity, int64_t size, std::shared_ptr<VersionCheck> version_check,
+    int64_t block_bytes) {
   return std::make_shared<BlockCachedFile>(std::move(base), std::move(cache), std::move(identity),
-                                           size, block_bytes);
+                                           size, std::move(version_check), block_bytes);
 }
 
 }  // namespace stoker

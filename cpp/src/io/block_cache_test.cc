@@ -8,6 +8,8 @@
 #include <atomic>
 #include <filesystem>
 #include <numeric>
+#include <thread>
+#include <vector>
 
 #include "io/test_file_internal.h"
 
@@ -53,7 +55,7 @@ class BlockCacheTest : public ::testing::Test {
 
 TEST_F(BlockCacheTest, ReadsMatchTheBaseAndEachBlockIsFetchedOnce) {
   auto base = Base();
-  auto file = MakeBlockCachedFile(base, cache_, "obj|10000|1", 10000, 1024);
+  auto file = MakeBlockCachedFile(base, cache_, "obj|10000|1", 10000, nullptr, 1024);
   for (int round = 0; round < 2; ++round) {
     for (int64_t position : {0, 1000, 1023, 1024, 5000, 9990}) {
       for (int64_t length : {1, 24, 1500, 4000}) {
@@ -70,7 +72,7 @@ TEST_F(BlockCacheTest, ReadsMatchTheBaseAndEachBlockIsFetchedOnce) {
 
   // Another file object (another process would look the same) reads from the cache only.
   auto second_base = Base();
-  auto second = MakeBlockCachedFile(second_base, cache_, "obj|10000|1", 10000, 1024);
+  auto second = MakeBlockCachedFile(second_base, cache_, "obj|10000|1", 10000, nullptr, 1024);
   std::vector<uint8_t> all(10000);
   auto n = second->ReadAt(0, 10000, all.data());
   ASSERT_TRUE(n.ok());
@@ -81,16 +83,16 @@ TEST_F(BlockCacheTest, ReadsMatchTheBaseAndEachBlockIsFetchedOnce) {
 
 TEST_F(BlockCacheTest, AnotherIdentityIsAnotherObject) {
   auto base = Base();
-  auto file = MakeBlockCachedFile(base, cache_, "obj|10000|1", 10000, 4096);
+  auto file = MakeBlockCachedFile(base, cache_, "obj|10000|1", 10000, nullptr, 4096);
   ASSERT_TRUE(file->ReadAt(0, 10).ok());
   auto changed_base = Base();
-  auto changed = MakeBlockCachedFile(changed_base, cache_, "obj|10000|2", 10000, 4096);
+  auto changed = MakeBlockCachedFile(changed_base, cache_, "obj|10000|2", 10000, nullptr, 4096);
   ASSERT_TRUE(changed->ReadAt(0, 10).ok());
   EXPECT_EQ(changed_base->reads.load(), 1);
 }
 
 TEST_F(BlockCacheTest, SequentialReadsAndPastTheEnd) {
-  auto file = MakeBlockCachedFile(Base(), cache_, "obj", 10000, 1000);
+  auto file = MakeBlockCachedFile(Base(), cache_, "obj", 10000, nullptr, 1000);
   ASSERT_TRUE(file->Seek(9995).ok());
   auto buffer = file->Read(100);
   ASSERT_TRUE(buffer.ok());
@@ -98,6 +100,55 @@ TEST_F(BlockCacheTest, SequentialReadsAndPastTheEnd) {
   auto empty = file->ReadAt(20000, 10);
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ((*empty)->size(), 0);
+}
+
+TEST_F(BlockCacheTest, ABlockIsStoredOnlyOnceItsObjectIsConfirmedUnchanged) {
+  // The object was replaced during the download: the check fails, nothing is stored.
+  auto replaced = std::make_shared<VersionCheck>(
+      [] { return MakeError(ErrorKind::kStorage, "'obj' changed since the loader opened it"); });
+  auto file = MakeBlockCachedFile(Base(), cache_, "obj|v1", 10000, replaced, 4096);
+  auto failed = file->ReadAt(0, 10);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("changed since"), std::string::npos);
+  EXPECT_EQ(cache_->stats().writes, 0);
+  // Confirmed: stored, and a later reader reads it from the cache.
+  std::atomic<int> checks{0};
+  auto unchanged = std::make_shared<VersionCheck>([&] {
+    ++checks;
+    return Status::OK();
+  });
+  auto base = Base();
+  auto confirmed = MakeBlockCachedFile(base, cache_, "obj|v1", 10000, unchanged, 4096);
+  ASSERT_TRUE(confirmed->ReadAt(0, 10).ok());
+  EXPECT_EQ(checks.load(), 1);
+  EXPECT_EQ(cache_->stats().writes, 1);
+  auto again = MakeBlockCachedFile(Base(), cache_, "obj|v1", 10000, replaced, 4096);
+  EXPECT_TRUE(again->ReadAt(0, 10).ok());  // a hit asks nobody
+}
+
+TEST(VersionCheck, AConfirmationCoversOnlyReadsThatEndedBeforeItStarted) {
+  std::atomic<int> checks{0};
+  VersionCheck check([&] {
+    ++checks;
+    return Status::OK();
+  });
+  const auto read_end = std::chrono::steady_clock::now();
+  ASSERT_TRUE(check.ConfirmAfter(read_end).ok());
+  EXPECT_EQ(checks.load(), 1);
+  ASSERT_TRUE(check.ConfirmAfter(read_end).ok());  // the check above started after this read
+  EXPECT_EQ(checks.load(), 1);
+  ASSERT_TRUE(check.ConfirmAfter(std::chrono::steady_clock::now()).ok());  // a later read
+  EXPECT_EQ(checks.load(), 2);
+  // Reads that end together share one check.
+  const auto together = std::chrono::steady_clock::now();
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 8; ++i) {
+    readers.emplace_back([&] { EXPECT_TRUE(check.ConfirmAfter(together).ok()); });
+  }
+  for (auto& reader : readers) reader.join();
+  // The first one to ask starts a check after `together`: it covers every other one, whether
+  // they wait for it or come after it.
+  EXPECT_EQ(checks.load(), 3);
 }
 
 }  // namespace

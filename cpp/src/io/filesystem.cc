@@ -605,6 +605,18 @@ class RetryingFileSystem : public FileSystem {
     return WithRetries(*shared_, "open", path, [&] { return base_->OpenInputStream(path); });
   }
 
+  Result<std::shared_ptr<const arrow::KeyValueMetadata>> ReadObjectMetadata(
+      const std::string& path) {
+    return WithRetries(*shared_, "get information about", path,
+                       [&]() -> Result<std::shared_ptr<const arrow::KeyValueMetadata>> {
+                         // By path, without the listed size: the store then asks for the object's
+                         // headers (for S3 a HEAD, whose ETag and version id Arrow's FileInfo does
+                         // not keep).
+                         ARROW_ASSIGN_OR_RAISE(auto file, base_->OpenInputFile(path));
+                         return file->ReadMetadata();
+                       });
+  }
+
   // A source is read-only: writes go straight to the base filesystem, without retries.
   Status CreateDir(const std::string& path, bool recursive) override {
     return base_->CreateDir(path, recursive);
@@ -659,6 +671,15 @@ std::string DisplayPrefix(const std::string& uri_or_path, const FileSystem& fs) 
 }
 
 bool IsRemote(const FileSystem& fs) { return fs.type_name() != "local"; }
+
+Result<std::shared_ptr<const arrow::KeyValueMetadata>> ReadObjectMetadata(FileSystem& fs,
+                                                                          const std::string& path) {
+  if (auto* retrying = dynamic_cast<RetryingFileSystem*>(&fs)) {
+    return retrying->ReadObjectMetadata(path);
+  }
+  ARROW_ASSIGN_OR_RAISE(auto file, fs.OpenInputFile(path));
+  return file->ReadMetadata();
+}
 
 void SetReaderProperties(const FileSystem& fs, parquet::ArrowReaderProperties* props) {
   // Local files read on the worker; a task whose bytes the pipeline fetched ahead reads each

@@ -37,6 +37,12 @@ std::string DisplayPrefix(const std::string& uri_or_path, const arrow::fs::FileS
 /// False for the local filesystem, true for object stores and HDFS.
 bool IsRemote(const arrow::fs::FileSystem& fs);
 
+/// What the store reports about object `path` when it is opened by name (with retries on a
+/// filesystem from OpenFileSystem): for S3 a HEAD's headers (ETag, VersionId, Last-Modified),
+/// for GCS the object's generation. May be null or empty (local files, HDFS).
+Result<std::shared_ptr<const arrow::KeyValueMetadata>> ReadObjectMetadata(arrow::fs::FileSystem& fs,
+                                                                          const std::string& path);
+
 /// Reader settings that depend on where the file lives: remote files pre-buffer the selected
 /// column chunks as a few large coalesced range reads; local files read chunk by chunk on the
 /// calling thread.
