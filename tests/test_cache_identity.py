@@ -228,7 +228,8 @@ def test_s3_a_replaced_object_is_read_anew_by_the_block_cache(s3, s3_proxy, tmp_
     server, x = s3
     cache_dir = str(tmp_path / "cache")
     np.testing.assert_array_equal(s3_values(s3_proxy, cache_dir=cache_dir), x)
-    shutil.rmtree(os.path.join(cache_dir, "tensors"))  # only the raw blocks are left
+    # Only the raw blocks are left (a loaded machine may have skipped the tensor entries).
+    shutil.rmtree(os.path.join(cache_dir, "tensors"), ignore_errors=True)
     assert glob.glob(os.path.join(cache_dir, "blocks", "*", "*"))
     y = replace_object(server, x, tmp_path)
     np.testing.assert_array_equal(s3_values(s3_proxy, cache_dir=cache_dir), y)
