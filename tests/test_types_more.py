@@ -439,11 +439,12 @@ def test_a_failing_open_also_lists_the_nulls_the_footers_show(mixed_file):
     # Strings take only the mask.
     assert "'s' has 1 null(s)" in lines[3] and "null_mask=['s']" in lines[3]
     assert "fill_null=" not in lines[3]  # strings take the mask only
-    # A stacked feature takes only a fill value.
+    # A stacked feature takes a fill value or its group's mask (never a per-column mask).
     with pytest.raises(LossyCastError) as err:
         stoker.Loader(mixed_file, features=["big", "n"], features_dtype="float64", batch_size=3)
     line = str(err.value).splitlines()[2]
-    assert "feature column 'n' has 1 null(s)" in line and "null_mask" not in line
+    assert "feature column 'n' has 1 null(s)" in line and "fill_null={'n': value}" in line
+    assert "null_mask=['features']" in line and "null_mask=['n']" not in line
     # Covered nulls are no problem; alone, nulls are found per row group during iteration.
     with pytest.raises(ColumnNotFoundError) as err:
         stoker.Loader(mixed_file, columns=["nope", "n"], fill_null=0, batch_size=3)
