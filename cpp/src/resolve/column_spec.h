@@ -1,7 +1,7 @@
-// ColumnSpec: what one requested column becomes, decided once from the schema and the options.
-//
-// Resolution is where type errors surface (unknown column, unsupported type, a list without a
-// chosen mode, a lossy feature cast), before any thread starts.
+// ColumnSpec and OutputSpec: what each requested column becomes, decided once at open from the
+// schema and the options (ResolveColumns, resolve/resolve_columns.h), and the facts about a
+// resolved column that the decoder and the column writers consult at run time (nulls, masks).
+// Thread safety: plain values, immutable once resolved.
 #pragma once
 
 #include <arrow/type_fwd.h>
@@ -12,9 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "catalog/catalog.h"
-#include "decode/categories.h"
-#include "decode/value_convert.h"
+#include "resolve/value_conversion.h"
+#include "resolve/vocabulary.h"
 #include "stoker/column_info.h"
 #include "stoker/options.h"
 #include "transform/op.h"
@@ -88,7 +87,7 @@ struct ColumnSpec {
   /// The loader's transform counters (OutputSpec::transform_counters) for chained columns.
   std::shared_ptr<TransformCounters> counters;
   /// A categorical column (LoaderOptions::categories): its strings become these int64 ids in
-  /// the decoder (a partition column: in Decoder::Assemble); null otherwise.
+  /// the decoder (a partition column: in Decoder::Join); null otherwise.
   std::shared_ptr<const Vocabulary> vocabulary;
   /// The stacked feature group this column is read into (empty for a column of `columns`):
   /// masks of features are per group, so advice names the group (NullAdvice).
@@ -121,12 +120,6 @@ struct OutputSpec {
   std::shared_ptr<UserTransform> user_transform;
   std::shared_ptr<arrow::Schema> transform_schema;
 };
-
-/// Resolves `options.columns` / `options.features` against the catalog's schema or, with a user
-/// transform, against its output schema (plus the partition columns). `transform_schema`: that
-/// schema when already learned (ProbeUserTransform); null: learned here by calling the transform.
-Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options,
-                                  std::shared_ptr<arrow::Schema> transform_schema = nullptr);
 
 /// `names` with each struct or map parent ("s", not itself a column) replaced by its leaves
 /// ("s.a", "s.b.c"), in schema order; other names as they are.
@@ -164,10 +157,7 @@ bool IsRepresentable(double value, DType dtype);
 /// Whether every value of `from` is exactly representable as `to`.
 bool IsLosslessCast(DType from, DType to);
 
-/// The feature groups `options` asks for: LoaderOptions::feature_groups, or `features` as one
-/// group named features_name (masked when null_mask is on for every column).
-std::vector<FeatureGroup> EffectiveFeatureGroups(const LoaderOptions& options);
-
+/// What `loader.columns` shows of a resolved column.
 ColumnInfo ToColumnInfo(const ColumnSpec& spec);
 
 }  // namespace stoker

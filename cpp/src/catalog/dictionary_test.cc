@@ -1,4 +1,4 @@
-#include "decode/dictionary.h"
+#include "catalog/dictionary.h"
 
 #include <arrow/api.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "decode/column_spec.h"
+#include "resolve/resolve_columns.h"
 
 #include <arrow/api.h>
 #include <arrow/extension/fixed_shape_tensor.h>
@@ -114,25 +114,25 @@ class ResolveColumnsTest : public ::testing::Test {
     path_ = (dir_ / "types.parquet").string();
 
     arrow::Int8Builder int8;
-    ASSERT_STATUS_OK(int8.AppendValues({1, 2}));
+    ASSERT_OK(int8.AppendValues({1, 2}));
     arrow::ListBuilder list(arrow::default_memory_pool(), std::make_shared<arrow::Int32Builder>());
-    ASSERT_STATUS_OK(list.Append());
-    ASSERT_STATUS_OK(static_cast<arrow::Int32Builder*>(list.value_builder())->Append(7));
-    ASSERT_STATUS_OK(list.Append());
+    ASSERT_OK(list.Append());
+    ASSERT_OK(static_cast<arrow::Int32Builder*>(list.value_builder())->Append(7));
+    ASSERT_OK(list.Append());
     arrow::StringBuilder words;
-    ASSERT_STATUS_OK(words.AppendValues({"a", "b"}));
+    ASSERT_OK(words.AppendValues({"a", "b"}));
     arrow::FloatBuilder floats;
-    ASSERT_STATUS_OK(floats.AppendValues(std::vector<float>(12, 1.0f)));
+    ASSERT_OK(floats.AppendValues(std::vector<float>(12, 1.0f)));
     arrow::TimestampBuilder stamps(arrow::timestamp(arrow::TimeUnit::MICRO, "UTC"),
                                    arrow::default_memory_pool());
-    ASSERT_STATUS_OK(stamps.AppendValues({1, 2}));
+    ASSERT_OK(stamps.AppendValues({1, 2}));
 
     std::shared_ptr<arrow::Array> a_int8, a_list, a_words, a_floats, a_stamps;
-    ASSERT_STATUS_OK(int8.Finish(&a_int8));
-    ASSERT_STATUS_OK(list.Finish(&a_list));
-    ASSERT_STATUS_OK(words.Finish(&a_words));
-    ASSERT_STATUS_OK(floats.Finish(&a_floats));
-    ASSERT_STATUS_OK(stamps.Finish(&a_stamps));
+    ASSERT_OK(int8.Finish(&a_int8));
+    ASSERT_OK(list.Finish(&a_list));
+    ASSERT_OK(words.Finish(&a_words));
+    ASSERT_OK(floats.Finish(&a_floats));
+    ASSERT_OK(stamps.Finish(&a_stamps));
     auto dict = arrow::DictionaryArray::FromArrays(
         arrow::dictionary(arrow::int32(), arrow::utf8()),
         *arrow::MakeArrayFromScalar(arrow::Int32Scalar(0), 2), a_words);
@@ -142,16 +142,16 @@ class ResolveColumnsTest : public ::testing::Test {
     auto tensor_type = arrow::extension::fixed_shape_tensor(arrow::float32(), {2, 3}, {0, 1});
     auto tensor = arrow::ExtensionType::WrapArray(tensor_type, *storage);
     arrow::BooleanBuilder bits;
-    ASSERT_STATUS_OK(
+    ASSERT_OK(
         bits.AppendValues(std::vector<bool>{true, false, true, true, false, false, true, false}));
     std::shared_ptr<arrow::Array> a_bits;
-    ASSERT_STATUS_OK(bits.Finish(&a_bits));
+    ASSERT_OK(bits.Finish(&a_bits));
     auto bool_fsl = arrow::FixedSizeListArray::FromArrays(a_bits, 4);
     ASSERT_TRUE(bool_fsl.ok());
     arrow::Int32Builder bool_offsets;
-    ASSERT_STATUS_OK(bool_offsets.AppendValues({0, 3, 8}));
+    ASSERT_OK(bool_offsets.AppendValues({0, 3, 8}));
     std::shared_ptr<arrow::Array> a_bool_offsets;
-    ASSERT_STATUS_OK(bool_offsets.Finish(&a_bool_offsets));
+    ASSERT_OK(bool_offsets.Finish(&a_bool_offsets));
     auto bool_list = arrow::ListArray::FromArrays(*a_bool_offsets, *a_bits);
     ASSERT_TRUE(bool_list.ok());
 
@@ -165,9 +165,9 @@ class ResolveColumnsTest : public ::testing::Test {
     auto sink = arrow::io::FileOutputStream::Open(path_);
     ASSERT_TRUE(sink.ok());
     auto props = parquet::ArrowWriterProperties::Builder().store_schema()->build();
-    ASSERT_STATUS_OK(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), *sink, 2,
-                                                parquet::default_writer_properties(), props));
-    ASSERT_STATUS_OK((*sink)->Close());
+    ASSERT_OK(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), *sink, 2,
+                                         parquet::default_writer_properties(), props));
+    ASSERT_OK((*sink)->Close());
     auto catalog = Catalog::Open({path_}, 1);
     ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
     catalog_ = *catalog;

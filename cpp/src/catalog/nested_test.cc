@@ -1,4 +1,4 @@
-#include "decode/nested.h"
+#include "catalog/nested.h"
 
 #include <arrow/api.h>
 #include <arrow/json/from_string.h>

@@ -1,15 +1,14 @@
-// Categories: string columns delivered as int64 ids from a vocabulary (LoaderOptions::categories).
+// Vocabularies of categorical columns: string columns delivered as int64 ids
+// (LoaderOptions::categories).
 //
 // Id 0 is the out-of-vocabulary id; vocabulary value i (0-based) gets id i + 1. A vocabulary is
 // given by the user (a list, or a file read by the Python front) or built at open ("auto"): the
 // sorted distinct values of the dataset, read from the row groups' dictionary pages where every
 // data page of the column chunk is dictionary-encoded, otherwise by reading the column chunk.
-// Ids replace the strings in the decoder, before the ready-tensor cache, so a cache entry's name
-// carries the vocabulary's hash (Decoder::CacheName).
+// Ids replace the strings in the decoder (decode/vocabulary_ids.h), before the ready-tensor
+// cache, so a cache entry's name carries the vocabulary's hash (Decoder::CacheName).
 // Thread safety: a Vocabulary is immutable after Make(); share it freely.
 #pragma once
-
-#include <arrow/array.h>
 
 #include <cstdint>
 #include <functional>
@@ -60,12 +59,5 @@ Result<std::shared_ptr<const Vocabulary>> BuildVocabulary(const Catalog& catalog
 /// The "auto" vocabulary of hive partition column number `key` (in partition order): its sorted
 /// distinct values over the files.
 Result<std::shared_ptr<const Vocabulary>> BuildPartitionVocabulary(const Catalog& catalog, int key);
-
-/// The ids of `column`'s values (string, large_string or dictionary<string> chunks): an int64
-/// array with the same nulls (a null row holds 0). `field` and `where` name it in errors.
-Result<std::shared_ptr<arrow::Array>> ApplyVocabulary(const Vocabulary& vocabulary,
-                                                      const arrow::ChunkedArray& column,
-                                                      const std::string& field,
-                                                      const std::string& where);
 
 }  // namespace stoker

@@ -1,10 +1,6 @@
-#include "decode/tensor_cache.h"
+#include "decode/cached_decoder.h"
 
 #include <arrow/buffer.h>
-#include <arrow/io/memory.h>
-#include <arrow/ipc/reader.h>
-#include <arrow/ipc/writer.h>
-#include <arrow/record_batch.h>
 #include <arrow/util/byte_size.h>
 #include <parquet/exception.h>
 #include <parquet/metadata.h>
@@ -23,18 +19,15 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
+#include "decode/tensor_entry.h"
 #include "io/filesystem.h"
 #include "io/prefetched_file.h"
-#include "util/convert.h"
 #include "util/hash.h"
-#include "util/recycling_pool.h"
 
 namespace stoker {
 namespace {
@@ -42,10 +35,6 @@ namespace {
 constexpr const char* kNamespace = "tensors";
 // v2: feature groups stored in their final layout (FeatureBlock arrays), keyed by the block plan.
 constexpr const char* kFormat = "stoker-tensors-v2";
-// Names of block arrays in an entry: the prefix, then "<group> <first> <count>".
-constexpr const char* kBlockPrefix =
-    "\x01"
-    "features ";
 
 // An Arrow buffer over a cache entry's mapping; keeps the mapping alive.
 class EntryBuffer : public arrow::Buffer {
@@ -56,236 +45,6 @@ class EntryBuffer : public arrow::Buffer {
  private:
   std::shared_ptr<CacheEntry> entry_;
 };
-
-using NamedArrays = std::vector<std::pair<std::string, std::shared_ptr<arrow::Array>>>;
-
-// An OutputStream that records what the IPC writer writes instead of copying it into one buffer:
-// body buffers by reference (the decoded arrays own them), small writes (framing, metadata,
-// padding) copied. The payload reaches the disk with one writev() and no intermediate copy, grown
-// buffer or fresh pages.
-class PartsStream : public arrow::io::OutputStream {
- public:
-  Status Close() override {
-    closed_ = true;
-    return Status::OK();
-  }
-  bool closed() const override { return closed_; }
-  Result<int64_t> Tell() const override { return position_; }
-
-  Status Write(const void* data, int64_t nbytes) override {
-    if (nbytes == 0) return Status::OK();
-    // A deque never moves its strings, so the parts' pointers stay valid.
-    copies_.emplace_back(static_cast<const char*>(data), static_cast<size_t>(nbytes));
-    parts_.emplace_back(copies_.back().data(), static_cast<size_t>(nbytes));
-    position_ += nbytes;
-    return Status::OK();
-  }
-
-  Status Write(const std::shared_ptr<arrow::Buffer>& data) override {
-    if (data->size() < kCopyBelow) return Write(data->data(), data->size());
-    buffers_.push_back(data);
-    parts_.emplace_back(data->data(), static_cast<size_t>(data->size()));
-    position_ += data->size();
-    return Status::OK();
-  }
-
-  const DiskCache::Parts& parts() const { return parts_; }
-
- private:
-  static constexpr int64_t kCopyBelow = 4096;
-  bool closed_ = false;
-  int64_t position_ = 0;
-  DiskCache::Parts parts_;
-  std::deque<std::string> copies_;
-  std::vector<std::shared_ptr<arrow::Buffer>> buffers_;
-};
-
-// The entry's payload: one record batch as an Arrow IPC stream, its buffers 64-byte aligned.
-Result<std::shared_ptr<PartsStream>> Serialize(const NamedArrays& arrays, int64_t rows) {
-  std::vector<std::shared_ptr<arrow::Field>> fields;
-  std::vector<std::shared_ptr<arrow::Array>> columns;
-  for (const auto& [name, array] : arrays) {
-    fields.push_back(arrow::field(name, array->type()));
-    columns.push_back(array);
-  }
-  auto batch = arrow::RecordBatch::Make(arrow::schema(fields), rows, columns);
-  auto options = arrow::ipc::IpcWriteOptions::Defaults();
-  options.alignment = 64;  // every buffer lands 64-byte aligned in the mapping
-  options.allow_64bit = true;
-  options.use_threads = false;
-  auto sink = std::make_shared<PartsStream>();
-  ARROW_ASSIGN_OR_RAISE(auto writer, arrow::ipc::MakeStreamWriter(sink, batch->schema(), options));
-  ARROW_RETURN_NOT_OK(writer->WriteRecordBatch(*batch));
-  ARROW_RETURN_NOT_OK(writer->Close());
-  return sink;
-}
-
-// Consecutive features of one group that a task stores as a FeatureBlock (when its rows have no
-// nulls): plain fixed-width columns (after their chains, which run before the cache) read by no
-// other output.
-struct FeatureBlockPlan {
-  int group = 0;
-  int64_t first = 0;
-  int64_t count = 0;
-  DType dtype = DType::kFloat32;
-  std::vector<const ColumnSpec*> specs;
-};
-
-std::vector<FeatureBlockPlan> PlanBlocks(const OutputSpec& spec,
-                                         const std::vector<std::string>& fields) {
-  std::vector<FeatureBlockPlan> plans;
-  if (spec.user_transform) return plans;
-  std::unordered_map<std::string, int> uses;
-  for (const auto& column : spec.columns) ++uses[column.Field()];
-  for (const auto& feature : spec.features) ++uses[feature.Field()];
-  const std::unordered_set<std::string> in_task(fields.begin(), fields.end());
-  for (size_t g = 0; g < spec.feature_groups.size(); ++g) {
-    const FeatureGroupSpec& group = spec.feature_groups[g];
-    FeatureBlockPlan current;
-    auto close = [&] {
-      if (current.count > 0) plans.push_back(current);
-      current = FeatureBlockPlan{};
-    };
-    for (size_t f = 0; f < group.count; ++f) {
-      const ColumnSpec& feature = spec.features[group.first + f];
-      const bool eligible = feature.layout == SourceLayout::kFixed && feature.inner == 1 &&
-                            uses[feature.Field()] == 1 && in_task.count(feature.Field()) > 0;
-      if (!eligible) {
-        close();
-        continue;
-      }
-      if (current.count == 0) {
-        current.group = static_cast<int>(g);
-        current.first = static_cast<int64_t>(f);
-        current.dtype = group.dtype;
-      }
-      current.specs.push_back(&feature);
-      ++current.count;
-    }
-    close();
-  }
-  return plans;
-}
-
-std::string BlockName(const FeatureBlockPlan& plan);
-
-int FindArray(const NamedArrays& arrays, const std::string& name) {
-  for (size_t i = 0; i < arrays.size(); ++i) {
-    if (arrays[i].first == name) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-// The flat values of a fixed-width array without nulls whose elements are `dtype`, or null.
-const uint8_t* PlainValues(const arrow::Array& array, DType dtype) {
-  const arrow::DataType& type = *array.type();
-  if (array.null_count() != 0 || !arrow::is_fixed_width(type.id()) ||
-      type.id() == arrow::Type::BOOL || type.id() == arrow::Type::FIXED_SIZE_BINARY ||
-      type.id() == arrow::Type::FIXED_SIZE_LIST || type.id() == arrow::Type::DICTIONARY ||
-      type.id() == arrow::Type::EXTENSION || type.byte_width() != DTypeSize(dtype) ||
-      array.data()->buffers.size() < 2 || !array.data()->buffers[1]) {
-    return nullptr;
-  }
-  return array.data()->buffers[1]->data() + array.offset() * DTypeSize(dtype);
-}
-
-// Replaces the planned features' arrays of a whole row group by block arrays (row-major, cast to
-// the group's dtype), where their rows allow it. Same casts as FeaturesWriter::Prepare.
-Status BuildBlocks(const std::vector<FeatureBlockPlan>& plans, int64_t rows, NamedArrays* arrays) {
-  for (const FeatureBlockPlan& plan : plans) {
-    std::vector<int> index(plan.count);
-    std::vector<const uint8_t*> values(plan.count);
-    bool usable = true;
-    for (int64_t k = 0; k < plan.count && usable; ++k) {
-      index[k] = FindArray(*arrays, plan.specs[k]->Field());
-      if (index[k] < 0 || (*arrays)[index[k]].second->length() != rows) {
-        usable = false;
-        break;
-      }
-      values[k] = PlainValues(*(*arrays)[index[k]].second, plan.specs[k]->source_dtype);
-      usable = values[k] != nullptr;
-    }
-    if (!usable) continue;
-    const int width = DTypeSize(plan.dtype);
-    const int64_t count = plan.count;
-    // From the recycling pool: a block lives until it is written, and reusing freed blocks spares
-    // the kernel zeroing fresh pages for each row group.
-    ARROW_ASSIGN_OR_RAISE(
-        std::shared_ptr<arrow::Buffer> matrix,
-        arrow::AllocateBuffer(std::max<int64_t>(1, rows * count * width), RecyclingPool::Get()));
-    uint8_t* out = matrix->mutable_data();
-    constexpr int64_t kRowsPerBlock = 64;  // a block of output rows stays in cache
-    for (int64_t begin = 0; begin < rows; begin += kRowsPerBlock) {
-      const int64_t end = std::min(rows, begin + kRowsPerBlock);
-      for (int64_t k = 0; k < count; ++k) {
-        VisitDType(plan.dtype, [&](auto out_tag) {
-          using D = decltype(out_tag);
-          D* dst = reinterpret_cast<D*>(out) + k;
-          VisitDType(plan.specs[k]->source_dtype, [&](auto source_tag) {
-            using S = decltype(source_tag);
-            const S* src = reinterpret_cast<const S*>(values[k]);
-            for (int64_t r = begin; r < end; ++r) dst[r * count] = Convert<D>(src[r]);
-          });
-        });
-      }
-    }
-    std::sort(index.begin(), index.end());
-    for (auto it = index.rbegin(); it != index.rend(); ++it) arrays->erase(arrays->begin() + *it);
-    arrays->emplace_back(BlockName(plan),
-                         std::make_shared<arrow::FixedSizeBinaryArray>(
-                             arrow::fixed_size_binary(count * width), rows, std::move(matrix)));
-  }
-  return Status::OK();
-}
-
-// Whether an entry read from disk holds what this task needs: every stored field, as an array
-// or in one of the planned blocks (with the planned width and rows).
-bool EntryMatches(const NamedArrays& arrays, const std::vector<std::string>& stored,
-                  const std::vector<FeatureBlockPlan>& plans, int64_t rows) {
-  std::unordered_set<std::string> present;
-  for (const auto& [name, array] : arrays) {
-    if (array->length() != rows) return false;
-    if (name.rfind(kBlockPrefix, 0) != 0) {
-      present.insert(name);
-      continue;
-    }
-    const FeatureBlockPlan* match = nullptr;
-    for (const auto& plan : plans) {
-      if (BlockName(plan) == name) match = &plan;
-    }
-    if (match == nullptr || array->type()->id() != arrow::Type::FIXED_SIZE_BINARY ||
-        array->type()->byte_width() != match->count * DTypeSize(match->dtype)) {
-      return false;
-    }
-    for (const ColumnSpec* spec : match->specs) present.insert(spec->Field());
-  }
-  for (const auto& field : stored) {
-    if (present.count(field) == 0) return false;
-  }
-  return true;
-}
-
-Result<NamedArrays> Deserialize(std::shared_ptr<CacheEntry> entry) {
-  auto buffer = std::make_shared<EntryBuffer>(std::move(entry));
-  auto input = std::make_shared<arrow::io::BufferReader>(buffer);
-  auto options = arrow::ipc::IpcReadOptions::Defaults();
-  options.use_threads = false;
-  ARROW_ASSIGN_OR_RAISE(auto reader, arrow::ipc::RecordBatchStreamReader::Open(input, options));
-  std::shared_ptr<arrow::RecordBatch> batch;
-  ARROW_RETURN_NOT_OK(reader->ReadNext(&batch));
-  if (!batch) return Status::Invalid("cache entry holds no record batch");
-  NamedArrays out;
-  for (int i = 0; i < batch->num_columns(); ++i) {
-    out.emplace_back(batch->schema()->field(i)->name(), batch->column(i));
-  }
-  return out;
-}
-
-std::string BlockName(const FeatureBlockPlan& plan) {
-  return kBlockPrefix + std::to_string(plan.group) + " " + std::to_string(plan.first) + " " +
-         std::to_string(plan.count);
-}
-
 // Nice value of the write-behind thread (the workers run at 0): under contention it gets about a
 // tenth of a core's share, so a saturated epoch loses little to the page-cache copy and skips what
 // the writer cannot keep up with; with idle CPU (an accelerator step) it runs at full speed.
@@ -445,7 +204,7 @@ Status CheckFooter(const CatalogFile& file, arrow::io::RandomAccessFile* input) 
 }  // namespace
 
 // The write-behind writer: one thread, started on the first entry, and a queue bounded in bytes.
-class TensorCache::Writer {
+class CachedDecoder::Writer {
  public:
   Writer(std::shared_ptr<DiskCache> cache, int64_t budget)
       : cache_(std::move(cache)), budget_(budget), delay_ms_(WriteDelayMsForTesting()) {}
@@ -470,7 +229,7 @@ class TensorCache::Writer {
   }
 
   // Queues the entry, or drops it (releasing `key_lock`) when the queue is full or closed.
-  void Submit(const std::string& key, NamedArrays arrays, std::shared_ptr<PartsStream> payload,
+  void Submit(const std::string& key, NamedArrays arrays, std::shared_ptr<EntryPayload> payload,
               std::unique_ptr<DiskCache::KeyLock> key_lock) {
     auto job = std::make_shared<Job>();
     job->key = key;
@@ -541,7 +300,7 @@ class TensorCache::Writer {
   struct Job {
     std::string key;
     NamedArrays arrays;                        // what the payload points into
-    std::shared_ptr<PartsStream> payload;      // the serialized entry (parts + copies)
+    std::shared_ptr<EntryPayload> payload;     // the serialized entry (parts + copies)
     std::unique_ptr<DiskCache::KeyLock> lock;  // held until the entry is visible
     int64_t bytes = 0;
   };
@@ -603,12 +362,13 @@ class TensorCache::Writer {
   pid_t pid_ = 0;
 };
 
-TensorCache::TensorCache(std::shared_ptr<DiskCache> cache, std::shared_ptr<const Catalog> catalog,
-                         std::shared_ptr<const OutputSpec> spec, int64_t write_buffer_bytes)
+CachedDecoder::CachedDecoder(std::shared_ptr<DiskCache> cache,
+                             std::shared_ptr<const Decoder> decoder, int64_t write_buffer_bytes)
     : cache_(std::move(cache)),
       writer_(std::make_unique<Writer>(cache_, write_buffer_bytes)),
-      catalog_(std::move(catalog)),
-      spec_(std::move(spec)) {
+      decoder_(std::move(decoder)),
+      catalog_(decoder_->catalog()),
+      spec_(decoder_->spec()) {
   for (const auto& file : catalog_->files()) {
     Fnv1a footer;
     footer.Add(file.metadata->SerializeToString());
@@ -620,35 +380,37 @@ TensorCache::TensorCache(std::shared_ptr<DiskCache> cache, std::shared_ptr<const
   changed_ = std::make_unique<std::atomic<bool>[]>(catalog_->files().size());
 }
 
-TensorCache::~TensorCache() = default;
+CachedDecoder::~CachedDecoder() = default;
 
-bool TensorCache::HoldsEntries() const {
+bool CachedDecoder::HoldsEntries() const {
   std::error_code error;
   const std::filesystem::path folder = std::filesystem::path(cache_->options().dir) / kNamespace;
   return std::filesystem::exists(folder, error) && !std::filesystem::is_empty(folder, error);
 }
 
-void TensorCache::Flush() const { writer_->Flush(); }
-void TensorCache::Close() const { writer_->Close(); }
-void TensorCache::AddStats(CacheStats* stats) const {
+void CachedDecoder::Flush() const { writer_->Flush(); }
+void CachedDecoder::Close() const { writer_->Close(); }
+void CachedDecoder::AddStats(CacheStats* stats) const {
   writer_->AddStats(stats);
   stats->content_checks += content_checks_.load(std::memory_order_relaxed);
 }
 
-std::string TensorCache::Key(const RowGroupRef& rg, const std::vector<std::string>& fields) const {
+std::string CachedDecoder::Key(const RowGroupRef& rg,
+                               const std::vector<std::string>& fields) const {
   return KeyWith(file_identity_[rg.file], rg, fields);
 }
 
-std::string TensorCache::KeyWith(const std::string& identity, const RowGroupRef& rg,
-                                 const std::vector<std::string>& fields) {
+std::string CachedDecoder::KeyWith(const std::string& identity, const RowGroupRef& rg,
+                                   const std::vector<std::string>& fields) {
   std::string key = kFormat;
   key += '\n' + identity + '\n' + std::to_string(rg.row_group);
   for (const auto& field : fields) key += '\n' + field;
   return key;
 }
 
-Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& plan,
-                                           const DecodeTask& task, bool* hit) const {
+Result<DecodedColumns> CachedDecoder::Decode(const Plan& plan, const DecodeTask& task,
+                                             bool* hit) const {
+  const Decoder& decoder = *decoder_;
   *hit = false;
   if (task.fields.empty()) return decoder.Decode(plan, task);
   const Segment& segment = plan.segments[task.segment];
@@ -673,14 +435,7 @@ Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& p
   }
   // Feature groups are stored in their final layout; the plan of blocks is part of the key.
   const std::vector<FeatureBlockPlan> plans = PlanBlocks(*spec_, task.fields);
-  if (!plans.empty()) {
-    std::string layout = "blocks";
-    for (const auto& plan : plans) {
-      layout += '|' + BlockName(plan).substr(std::char_traits<char>::length(kBlockPrefix)) + ' ' +
-                DTypeName(plan.dtype);
-    }
-    names.push_back(std::move(layout));
-  }
+  if (std::string layout = BlocksLayout(plans); !layout.empty()) names.push_back(std::move(layout));
   const CatalogFile& file = catalog_->files()[rg.file];
   const bool local = !IsRemote(*file.fs);
   // Local files are stat()ed before an entry keyed on their identity is used: a loader opened
@@ -711,7 +466,7 @@ Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& p
     std::unique_ptr<DiskCache::KeyLock> key_lock;
     STOKER_ASSIGN_OR_RAISE(auto entry, cache_->GetOrLock(kNamespace, key, &key_lock));
     if (entry) {
-      auto cached = Deserialize(std::move(entry));
+      auto cached = Deserialize(std::make_shared<EntryBuffer>(std::move(entry)));
       if (cached.ok() && EntryMatches(*cached, stored, plans, rg.num_rows)) {
         *counted_hit = true;
         return std::move(*cached);
@@ -775,14 +530,8 @@ Result<DecodedColumns> TensorCache::Decode(const Decoder& decoder, const Plan& p
                      ? array
                      : array->Slice(segment.row_begin, segment.num_rows);
     out.bytes += arrow::util::TotalBufferSize(*slice->data());
-    if (name.rfind(kBlockPrefix, 0) == 0) {
-      FeatureBlock block;
-      std::istringstream(name.substr(std::char_traits<char>::length(kBlockPrefix))) >>
-          block.group >> block.first >> block.count;
-      const int64_t row_bytes = slice->type()->byte_width();
-      block.rows = slice->data()->buffers[1]->data() + slice->offset() * row_bytes;
-      block.array = std::move(slice);
-      out.blocks.push_back(std::move(block));
+    if (IsBlockName(name)) {
+      out.blocks.push_back(ParseBlock(name, std::move(slice)));
       continue;
     }
     out.arrays.emplace_back(name, std::move(slice));

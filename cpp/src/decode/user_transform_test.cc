@@ -1,7 +1,7 @@
-// The decoder's side of a user transform, with a C++ UserTransform standing in for Python: the
-// output schema learned at open feeds column resolution, later outputs are checked against it,
-// and Decoder::DecodeRows runs it on whole row groups.
-#include "decode/user_code.h"
+// A user transform from open to decode, with a C++ UserTransform standing in for Python: the
+// output schema learned at open (resolve/user_transform.h) feeds column resolution, later
+// outputs are checked against it, and Decoder::DecodeRows runs it on whole row groups.
+#include "resolve/user_transform.h"
 
 #include <arrow/api.h>
 #include <arrow/io/file.h>
@@ -15,8 +15,8 @@
 #include <functional>
 #include <string>
 
-#include "decode/column_spec.h"
 #include "decode/decoder.h"
+#include "resolve/resolve_columns.h"
 #include "util/test_status_internal.h"
 
 namespace stoker {
@@ -67,20 +67,20 @@ class UserCodeTest : public ::testing::Test {
     arrow::Int64Builder v;
     arrow::StringBuilder s;
     for (int64_t i = 0; i < 100; ++i) {
-      ASSERT_STATUS_OK(v.Append(i));
-      ASSERT_STATUS_OK(s.Append(std::to_string(i)));
+      ASSERT_OK(v.Append(i));
+      ASSERT_OK(s.Append(std::to_string(i)));
     }
     std::shared_ptr<arrow::Array> a_v, a_s;
-    ASSERT_STATUS_OK(v.Finish(&a_v));
-    ASSERT_STATUS_OK(s.Finish(&a_s));
+    ASSERT_OK(v.Finish(&a_v));
+    ASSERT_OK(s.Finish(&a_s));
     auto table = arrow::Table::Make(
         arrow::schema({arrow::field("v", arrow::int64()), arrow::field("s", arrow::utf8())}),
         {a_v, a_s});
     auto sink = arrow::io::FileOutputStream::Open(path_);
     ASSERT_TRUE(sink.ok());
-    ASSERT_STATUS_OK(
+    ASSERT_OK(
         parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), *sink, /*chunk=*/40));
-    ASSERT_STATUS_OK((*sink)->Close());
+    ASSERT_OK((*sink)->Close());
     auto catalog = Catalog::Open({path_}, 1);
     ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
     catalog_ = *catalog;

@@ -1,6 +1,7 @@
-// Categories (vocabularies, ids, "auto" from dictionary pages or a column scan) and the feature
-// groups' resolution: dtypes, masks, and casts decided from the footer statistics.
-#include "decode/categories.h"
+// Categories (vocabularies, "auto" from dictionary pages or a column scan) and the feature
+// groups' resolution: dtypes, masks, and casts decided from the footer statistics. The ids
+// themselves: decode/vocabulary_ids_test.cc.
+#include "resolve/categories.h"
 
 #include <arrow/api.h>
 #include <arrow/io/file.h>
@@ -12,7 +13,8 @@
 #include <optional>
 #include <string>
 
-#include "decode/column_spec.h"
+#include "resolve/resolve_columns.h"
+#include "resolve/vocabulary.h"
 #include "util/test_status_internal.h"
 
 namespace stoker {
@@ -44,11 +46,6 @@ std::shared_ptr<arrow::Array> Doubles(const std::vector<std::optional<double>>& 
   return Numbers<arrow::DoubleBuilder>(values);
 }
 
-std::vector<int64_t> Ids(const arrow::Array& array) {
-  const auto& ids = static_cast<const arrow::Int64Array&>(array);
-  return {ids.raw_values(), ids.raw_values() + ids.length()};
-}
-
 TEST(Vocabulary, IdsStartAtOneAndZeroIsOutOfVocabulary) {
   auto vocabulary = Vocabulary::Make({"b", "a"}, Vocabulary::Origin::kGiven, "c");
   ASSERT_TRUE(vocabulary.ok());
@@ -61,37 +58,6 @@ TEST(Vocabulary, IdsStartAtOneAndZeroIsOutOfVocabulary) {
   ASSERT_FALSE(twice.ok());
   EXPECT_EQ(GetErrorKind(twice.status()), ErrorKind::kInvalidOption);
   EXPECT_NE(twice.status().message().find("categories['col']"), std::string::npos);
-}
-
-TEST(ApplyVocabulary, PlainAndDictionaryChunksKeepTheirNulls) {
-  auto vocabulary = *Vocabulary::Make({"x", "y"}, Vocabulary::Origin::kGiven, "c");
-  auto plain = Strings({"y", std::nullopt, "q", "x"});
-  auto indices = Int32s({1, 0, std::nullopt, 2});
-  auto dict = *arrow::DictionaryArray::FromArrays(arrow::dictionary(arrow::int32(), arrow::utf8()),
-                                                  indices, Strings({"x", "y", "w"}));
-  arrow::ChunkedArray mixed(arrow::ArrayVector{dict}, dict->type());
-  auto ids = ApplyVocabulary(*vocabulary, arrow::ChunkedArray(plain), "c", "here");
-  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
-  EXPECT_EQ(Ids(**ids), (std::vector<int64_t>{2, 0, 0, 1}));
-  EXPECT_EQ((*ids)->null_count(), 1);
-  EXPECT_TRUE((*ids)->IsNull(1));
-  auto dict_ids = ApplyVocabulary(*vocabulary, mixed, "c", "here");
-  ASSERT_TRUE(dict_ids.ok()) << dict_ids.status().ToString();
-  EXPECT_EQ(Ids(**dict_ids), (std::vector<int64_t>{2, 1, 0, 0}));
-  EXPECT_TRUE((*dict_ids)->IsNull(2));
-  // An index to a null dictionary entry is a null row, as in MaterializeDictionary.
-  auto null_entry =
-      *arrow::DictionaryArray::FromArrays(arrow::dictionary(arrow::int32(), arrow::utf8()),
-                                          Int32s({0, 1}), Strings({"y", std::nullopt}));
-  auto entry_ids = ApplyVocabulary(*vocabulary, arrow::ChunkedArray(null_entry), "c", "here");
-  ASSERT_TRUE(entry_ids.ok());
-  EXPECT_EQ(Ids(**entry_ids), (std::vector<int64_t>{2, 0}));
-  EXPECT_TRUE((*entry_ids)->IsValid(0));
-  EXPECT_TRUE((*entry_ids)->IsNull(1));
-  auto numbers =
-      ApplyVocabulary(*vocabulary, arrow::ChunkedArray(Int32s({1})), "c", "file 'f', row group 0");
-  ASSERT_FALSE(numbers.ok());
-  EXPECT_EQ(GetErrorKind(numbers.status()), ErrorKind::kUnsupportedType);
 }
 
 TEST(LoaderOptions, GroupsAndCategoriesAreFingerprinted) {

@@ -3,14 +3,13 @@
 //
 // Decided once at open (ResolveConversion, from the Arrow type, the options and the footers'
 // statistics); run by the decoder on each decoded array before the ready-tensor cache
-// (ConvertValues), so everything after it sees a plain numeric column.
-// Thread safety: plain values; ConvertValues is a pure function.
+// (decode/convert_values.h), so everything after it sees a plain numeric column.
+// Thread safety: plain values.
 #pragma once
 
 #include <arrow/type_fwd.h>
 
 #include <cstdint>
-#include <memory>
 #include <string>
 
 #include "catalog/catalog.h"
@@ -51,10 +50,5 @@ Status ResolveConversion(const Catalog* catalog, const std::string& name,
                          const arrow::DataType& type, const ColumnOptions& options,
                          bool allow_lossy_cast, ValueConversion* out, DType* dtype,
                          std::string* annotation);
-
-/// `array` (of the type ResolveConversion saw) converted: float64, float32 or int64 values,
-/// the same validity (null slots hold 0).
-Result<std::shared_ptr<arrow::Array>> ConvertValues(const ValueConversion& conversion,
-                                                    const std::shared_ptr<arrow::Array>& array);
 
 }  // namespace stoker

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "catalog/catalog.h"
-#include "decode/decoder.h"
+#include "catalog/row_group_reader.h"
 #include "util/test_status_internal.h"
 
 namespace stoker {
@@ -55,9 +55,9 @@ void Write(const std::string& path, const arrow::Table& table, arrow::Compressio
   properties.compression(codec)->disable_dictionary();
   auto sink = arrow::io::FileOutputStream::Open(path);
   ASSERT_TRUE(sink.ok());
-  ASSERT_STATUS_OK(parquet::arrow::WriteTable(table, arrow::default_memory_pool(), *sink, kRowGroup,
-                                              properties.build()));
-  ASSERT_STATUS_OK((*sink)->Close());
+  ASSERT_OK(parquet::arrow::WriteTable(table, arrow::default_memory_pool(), *sink, kRowGroup,
+                                       properties.build()));
+  ASSERT_OK((*sink)->Close());
 }
 
 // Overwrites the second half of a column chunk (its last page's compressed data) with 0xFF.

@@ -1,4 +1,6 @@
-#include "decode/value_convert.h"
+// Value conversions (time_unit, decimals): decided at open (resolve/value_conversion.h), run by
+// the decoder (ConvertValues).
+#include "decode/convert_values.h"
 
 #include <arrow/api.h>
 #include <arrow/util/decimal.h>
@@ -8,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "resolve/value_conversion.h"
 #include "util/test_status_internal.h"
 
 namespace stoker {
@@ -124,7 +127,7 @@ TEST(ValueConvert, ListElementsAreConvertedAndOffsetsKept) {
   ASSERT_TRUE(conversion.ok());
   auto values = Decimals(type, {"1.00", "-2.50", "3.25", "", "4.00"});
   arrow::Int32Builder offsets;
-  ASSERT_STATUS_OK(offsets.AppendValues({0, 2, 2, 5}));
+  ASSERT_OK(offsets.AppendValues({0, 2, 2, 5}));
   auto list = arrow::ListArray::FromArrays(*offsets.Finish().ValueOrDie(), *values).ValueOrDie();
   // Rows 1..2 of the list: an empty row, then [3.25, null, 4.00].
   auto converted = ConvertValues(*conversion, list->Slice(1));
@@ -151,7 +154,7 @@ TEST(ValueConvert, TimeUnitsMultiplyOrDivideInFloat64) {
   EXPECT_EQ(dtype, DType::kFloat64);
   EXPECT_EQ(conversion->multiply, 1000);
   arrow::TimestampBuilder builder(type, arrow::default_memory_pool());
-  ASSERT_STATUS_OK(builder.AppendValues({-3, 1700000000}));
+  ASSERT_OK(builder.AppendValues({-3, 1700000000}));
   auto converted = ConvertValues(*conversion, builder.Finish().ValueOrDie());
   ASSERT_TRUE(converted.ok());
   const auto& ms = static_cast<const arrow::DoubleArray&>(**converted);
@@ -163,7 +166,7 @@ TEST(ValueConvert, TimeUnitsMultiplyOrDivideInFloat64) {
   ASSERT_TRUE(conversion.ok());
   EXPECT_TRUE(conversion->exact_in_float32 == false);  // the type's range, without a catalog
   arrow::Date32Builder dates;
-  ASSERT_STATUS_OK(dates.AppendValues({19000, -1}));
+  ASSERT_OK(dates.AppendValues({19000, -1}));
   converted = ConvertValues(*conversion, dates.Finish().ValueOrDie());
   ASSERT_TRUE(converted.ok());
   EXPECT_EQ(static_cast<const arrow::DoubleArray&>(**converted).Value(0), 19000.0);

@@ -1,10 +1,12 @@
-// TensorCache: the ready-tensor cache, a wrapper around Decoder::DecodeRows. Stores the decoded
-// columns of one row group (what a decode task produces before it is cut to a segment) in the
+// CachedDecoder: the decoder with the ready-tensor cache in front, a decorator of its run-time
+// entry point (Decoder::Decode). Stores the decoded columns of one row group (what a decode task
+// produces before it is cut to a segment: Decoder::DecodeRows of the whole row group) in the
 // node-local DiskCache, so later epochs, other ranks and other jobs on the node skip fetch and
 // decode.
 //
-// Layout: an Arrow IPC stream (one record batch) with 64-byte buffer alignment. Reads are
-// zero-copy: the arrays point into the entry's read-only mapping, which they keep alive.
+// Layout: decode/tensor_entry.h, an Arrow IPC stream (one record batch) with 64-byte buffer
+// alignment. Reads are zero-copy: the arrays point into the entry's read-only mapping, which
+// they keep alive.
 // Key: format version, the file's identity (its path, CatalogFile::identity, which changes with
 // the file's bytes, and a hash of its footer) and the row group and fields of the task. A file
 // without a trusted identity (CatalogFile::identity_trusted), or a local file that changed since
@@ -36,26 +38,26 @@
 
 #include "cache/disk_cache.h"
 #include "catalog/catalog.h"
-#include "decode/column_spec.h"
 #include "decode/decoder.h"
 #include "plan/planner.h"
+#include "resolve/column_spec.h"
 #include "stoker/error.h"
+#include "stoker/stats.h"
 
 namespace stoker {
 
-class TensorCache {
+class CachedDecoder {
  public:
-  /// `write_buffer_bytes`: the write-behind queue's budget (at least one entry is always taken
-  /// when the queue is empty).
-  TensorCache(std::shared_ptr<DiskCache> cache, std::shared_ptr<const Catalog> catalog,
-              std::shared_ptr<const OutputSpec> spec,
-              int64_t write_buffer_bytes = int64_t{128} << 20);
-  ~TensorCache();
+  /// Entries go to `cache`, misses to `decoder`. `write_buffer_bytes`: the write-behind queue's
+  /// budget (at least one entry is always taken when the queue is empty).
+  CachedDecoder(std::shared_ptr<DiskCache> cache, std::shared_ptr<const Decoder> decoder,
+                int64_t write_buffer_bytes = int64_t{128} << 20);
+  ~CachedDecoder();
 
-  /// The task's columns for its segment, from the cache or decoded with `decoder` (and stored).
-  /// `*hit` tells which. Another process decoding the same entry is waited for, not repeated.
-  Result<DecodedColumns> Decode(const Decoder& decoder, const Plan& plan, const DecodeTask& task,
-                                bool* hit) const;
+  /// Decoder::Decode through the cache: the task's columns for its segment, from the cache or
+  /// decoded (and stored). `*hit` tells which. Another process decoding the same entry is waited
+  /// for, not repeated.
+  Result<DecodedColumns> Decode(const Plan& plan, const DecodeTask& task, bool* hit) const;
 
   /// Waits until every queued entry is written (or dropped by Close), so that other loaders and
   /// processes find them on disk (Loader::FlushCache; epochs end without waiting).
@@ -83,6 +85,7 @@ class TensorCache {
 
   std::shared_ptr<DiskCache> cache_;
   std::unique_ptr<Writer> writer_;
+  std::shared_ptr<const Decoder> decoder_;
   std::shared_ptr<const Catalog> catalog_;
   std::shared_ptr<const OutputSpec> spec_;
   std::vector<std::string> file_identity_;     // per catalog file

@@ -1,4 +1,4 @@
-#include "decode/nested.h"
+#include "catalog/nested.h"
 
 #include <arrow/array.h>
 #include <arrow/buffer.h>
@@ -7,7 +7,7 @@
 
 #include <cstring>
 
-#include "decode/dictionary.h"
+#include "catalog/dictionary.h"
 #include "util/convert.h"
 
 namespace stoker {

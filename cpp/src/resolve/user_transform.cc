@@ -1,11 +1,11 @@
-#include "decode/user_code.h"
+#include "resolve/user_transform.h"
 
 #include <arrow/type.h>
 
 #include <algorithm>
 #include <set>
 
-#include "decode/decoder.h"
+#include "catalog/row_group_reader.h"
 
 namespace stoker {
 namespace {
@@ -66,16 +66,16 @@ Result<std::vector<std::string>> CheckUnified(const Catalog& catalog,
 
 }  // namespace
 
-Result<std::vector<std::string>> TransformInputs(const Catalog& catalog,
-                                                 const LoaderOptions& options) {
+Result<std::vector<std::string>> TransformInputs(
+    const Catalog& catalog, const std::vector<std::string>& transform_columns) {
   const arrow::Schema& schema = *catalog.schema();
   std::vector<std::string> inputs;
-  if (options.transform_columns.empty()) {
+  if (transform_columns.empty()) {
     for (int i = 0; i < catalog.num_file_fields(); ++i) inputs.push_back(schema.field(i)->name());
     return CheckUnified(catalog, std::move(inputs));
   }
   std::set<std::string> wanted;
-  for (const auto& name : options.transform_columns) {
+  for (const auto& name : transform_columns) {
     const int index = schema.GetFieldIndex(name);
     if (index < 0 || index >= catalog.num_file_fields()) {
       std::string available;
@@ -97,29 +97,6 @@ Result<std::vector<std::string>> TransformInputs(const Catalog& catalog,
     if (wanted.count(schema.field(i)->name())) inputs.push_back(schema.field(i)->name());
   }
   return CheckUnified(catalog, std::move(inputs));
-}
-
-Result<std::shared_ptr<arrow::RecordBatch>> ReadTransformInput(
-    const Catalog& catalog, int row_group, const std::vector<std::string>& fields) {
-  const RowGroupRef& rg = catalog.row_groups()[row_group];
-  const std::string where = catalog.Where(rg);
-  STOKER_ASSIGN_OR_RAISE(auto table, ReadRowGroupTable(catalog, row_group, fields));
-  std::vector<std::shared_ptr<arrow::Field>> out_fields;
-  std::vector<std::shared_ptr<arrow::Array>> columns;
-  for (const auto& field : fields) {
-    auto chunked = table->GetColumnByName(field);
-    if (!chunked || chunked->length() != rg.num_rows) {
-      return MakeError(ErrorKind::kCorruptFile,
-                       "column '" + field + "' of " + where + " does not have the " +
-                           std::to_string(rg.num_rows) + " rows its footer says");
-    }
-    STOKER_ASSIGN_OR_RAISE(auto array,
-                           FlattenColumn(*chunked, /*keep_extensions=*/true, field, where));
-    out_fields.push_back(arrow::field(field, array->type()));
-    columns.push_back(std::move(array));
-  }
-  return arrow::RecordBatch::Make(arrow::schema(std::move(out_fields)), rg.num_rows,
-                                  std::move(columns));
 }
 
 Result<std::shared_ptr<arrow::RecordBatch>> RunUserTransform(
@@ -181,18 +158,19 @@ Result<std::shared_ptr<arrow::RecordBatch>> RunUserTransform(
   return output;
 }
 
-Result<std::shared_ptr<arrow::Schema>> ProbeUserTransform(const Catalog& catalog,
-                                                          const LoaderOptions& options) {
-  STOKER_ASSIGN_OR_RAISE(auto inputs, TransformInputs(catalog, options));
+Result<std::shared_ptr<arrow::Schema>> ProbeUserTransform(
+    const Catalog& catalog, UserTransform& transform,
+    const std::vector<std::string>& transform_columns) {
+  STOKER_ASSIGN_OR_RAISE(auto inputs, TransformInputs(catalog, transform_columns));
   if (catalog.row_groups().empty()) {
     return MakeError(ErrorKind::kEmptyDataset,
                      "the dataset has no rows: transform= cannot be run to learn its outputs");
   }
-  STOKER_ASSIGN_OR_RAISE(auto whole, ReadTransformInput(catalog, 0, inputs));
+  STOKER_ASSIGN_OR_RAISE(auto whole, ReadRowGroupBatch(catalog, 0, inputs));
   auto first = whole->Slice(0, std::min<int64_t>(kTransformProbeRows, whole->num_rows()));
   const std::string where = catalog.Where(catalog.row_groups()[0]);
-  STOKER_ASSIGN_OR_RAISE(auto output, RunUserTransform(*options.user_transform, nullptr, first,
-                                                       where + " (first rows, at open)"));
+  STOKER_ASSIGN_OR_RAISE(
+      auto output, RunUserTransform(transform, nullptr, first, where + " (first rows, at open)"));
   return output->schema();
 }
 
