@@ -36,7 +36,7 @@ struct ColumnSource {
     const int32_t* offsets32 = nullptr;
     const int64_t* offsets64 = nullptr;
     /// Null bitmap of this level's items (inner lists, or strings), or nullptr when none is null;
-    /// a null item spans no items of the next level (Decoder::PrepareSource checks).
+    /// a null item spans no items of the next level (PrepareSource checks).
     const uint8_t* validity = nullptr;
     int64_t validity_offset = 0;
     int64_t At(int64_t i) const { return offsets32 ? offsets32[i] : offsets64[i]; }
