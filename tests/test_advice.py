@@ -9,8 +9,9 @@ rather than an option (rename, leave out, move), the test encodes it and quotes 
 Inventory: the messages of the C++ core (cpp/src) and of python/stoker that advise an option or an
 action, found by grepping for "pass ", "use ", "choose ", "give ", "add ", "set ", "rename",
 "leave", "start the", "end the", "option=" in message text. Messages that only state a limit are
-not listed. Where in the code: cs = decode/column_spec.cc, dec = decode/decoder.cc, vc =
-decode/value_convert.cc, uc = decode/user_code.cc; py = python/stoker.
+not listed. Where in the code: cs = column resolution (cpp/src/resolve/, the function named),
+dec = the decoder (cpp/src/decode/: column_source.cc, cached_prefix.cc, decoder.cc), vc =
+resolve/value_conversion.cc, uc = resolve/user_transform.cc; py = python/stoker.
 
 message (where)                                                  test
 ---------------------------------------------------------------  ----------------------------------

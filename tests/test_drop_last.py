@@ -1,7 +1,7 @@
 """drop_last=True under shuffling drops a different, uniformly placed set of rows each epoch.
 
 The epoch's shuffled row sequence starts at a Philox-chosen row and wraps around; the rows just
-before that start, fewer than world_size x batch_size, are the ones dropped (docs/design/plan.md).
+before that start, fewer than world_size x batch_size, are the ones dropped (cpp/src/plan/README.md).
 So every row is dropped with the same probability, rows at the start of a row group included, and
 two epochs drop different sets. The dataset here is the issue's: 10,000 ids in 4 row groups of
 2,500, world_size=2, batch_size=1024 (1,808 rows dropped per epoch). Seeds are fixed, so the

@@ -88,7 +88,7 @@ def _run(root: str, epoch: int = 0, output: str = "numpy", **kwargs) -> str:
 # batch (docs/user-guide.md, "Shuffling"); "unshuffled" did not change.
 # Re-recorded on 2026-12-01 for one deliberate change (issue 22.9): with drop_last and shuffle,
 # the dropped rows are a stretch at a random place of the epoch's sequence, not its tail
-# (docs/design/plan.md). Every case that drops rows under shuffling changed ("shuffled",
+# (cpp/src/plan/README.md). Every case that drops rows under shuffling changed ("shuffled",
 # "ragged", "rank0of2", "float64_fill", "epoch1"); "unshuffled" and "rank1of3_pad" (no
 # drop_last) did not.
 GOLDEN = {

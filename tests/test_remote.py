@@ -344,7 +344,7 @@ def test_server_down_mid_epoch_stops_with_an_error(proxy):
 def test_listing_and_footers_read_once_per_loader(moto, proxy):
     # drop_last=False: every row group is one whole segment. (With drop_last under shuffling the
     # epoch starts at a random row, so one row group is read for its tail first and its head
-    # last: docs/design/plan.md.)
+    # last: cpp/src/plan/README.md.)
     loader = stoker.Loader(source(), storage_options=s3_options(proxy), num_threads=4,
                            num_io_threads=4, batch_size=256, seed=9, drop_last=False)
     opened = proxy.log()

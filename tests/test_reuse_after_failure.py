@@ -7,7 +7,7 @@ rows, the cache stored them as failed, and a good image in another column raised
 column. The audit in docs/reliability.md ("Objects reused across rows and tasks") lists each reused
 object and its test; the Python side is here (the C++ side: ``ReuseAfterFailure.*`` in
 cpp/src/transform/image_test.cc, ``DecodeNpy.AFailureBetweenGoodRowsLeavesThemExact`` in
-array_test.cc, cpp/src/decode/reuse_after_failure_test.cc).
+array_test.cc, cpp/src/catalog/reuse_after_failure_test.cc).
 
 Every fixture is written by a real encoder: Pillow (its libjpeg, libpng and libwebp), numpy.save,
 pyarrow with zstd and snappy.

@@ -14,8 +14,8 @@
 
 #include "batch/column_writers.h"
 #include "batch/slab_pool.h"
-#include "decode/column_spec.h"
 #include "decode/decoder.h"
+#include "resolve/column_spec.h"
 #include "stoker/tensor.h"
 
 namespace stoker {

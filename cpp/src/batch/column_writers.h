@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "decode/column_spec.h"
 #include "decode/decoder.h"
+#include "resolve/column_spec.h"
 #include "stoker/options.h"
 #include "stoker/tensor.h"
 

@@ -1,76 +1,27 @@
-// Decoder: reads one task (a segment's row group, a group of its columns) through Arrow's
-// Parquet reader, then prepares each column for batch assembly: slices it to the segment, checks
-// nulls against the options, and resolves dictionaries. Runs on the CPU workers (push-down), so
-// batch assembly only copies.
-// Thread safety: Decode() is const and may run on many threads at once.
+// Decoder: the run-time half of reading columns. Reads one task (a segment's row group, a group
+// of its columns) through the catalog's row-group reader, converts values (time_unit, decimals),
+// maps categories to their ids and runs the transform chains' cached prefixes; then joins a
+// segment's tasks into the DecodedItem batch assembly reads (Join). Runs on the CPU workers
+// (push-down), so batch assembly only copies. What each column becomes was decided at open
+// (resolve/).
+// Thread safety: every method is const and may run on many threads at once.
 #pragma once
 
 #include <arrow/array.h>
-#include <arrow/table.h>
+#include <arrow/buffer.h>
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "catalog/catalog.h"
-#include "decode/column_spec.h"
+#include "decode/column_source.h"
 #include "plan/planner.h"
+#include "resolve/column_spec.h"
 
 namespace stoker {
-
-/// One column of one decoded segment, as raw pointers the column writers gather from.
-struct ColumnSource {
-  std::shared_ptr<arrow::Array> array;   // keeps the buffers alive
-  std::shared_ptr<arrow::Buffer> owned;  // values made here (list elements after fill_null)
-  const uint8_t* values = nullptr;       // fixed: row 0; lists/strings: the child values
-  int64_t bit_offset = 0;                // bool values: bit index of values[0] (row 0 or child 0)
-  const uint8_t* validity = nullptr;     // null bitmap of the rows, or nullptr
-  int64_t validity_offset = 0;
-  const int32_t* offsets32 = nullptr;  // lists/strings: offsets of row 0
-  const int64_t* offsets64 = nullptr;
-  /// Lists of lists (ColumnSpec::list_levels): the offsets of each level below the rows', outer
-  /// first; each indexes the next level (the last one `values`).
-  struct Level {
-    const int32_t* offsets32 = nullptr;
-    const int64_t* offsets64 = nullptr;
-    /// Null bitmap of this level's items (inner lists, or strings), or nullptr when none is null;
-    /// a null item spans no items of the next level (Decoder::PrepareSource checks).
-    const uint8_t* validity = nullptr;
-    int64_t validity_offset = 0;
-    int64_t At(int64_t i) const { return offsets32 ? offsets32[i] : offsets64[i]; }
-    bool IsValid(int64_t i) const {
-      if (validity == nullptr) return true;
-      const int64_t bit = validity_offset + i;
-      return (validity[bit >> 3] >> (bit & 7)) & 1;
-    }
-  };
-  std::vector<Level> levels;
-  /// Lists: null bitmap of the child values (indexed like `values`), or nullptr when none is
-  /// null. The values under a null hold fill_null or 0 (a copy in `owned`).
-  const uint8_t* values_validity = nullptr;
-  int64_t values_validity_offset = 0;
-  /// Fixed-size lists with null elements: one byte per element from row 0 (1: present), kept
-  /// in `owned_valid`; nullptr when no element below the rows is null.
-  const uint8_t* element_valid = nullptr;
-  std::shared_ptr<arrow::Buffer> owned_valid;
-  bool IsValueValid(int64_t k) const {
-    if (values_validity == nullptr) return true;
-    const int64_t bit = values_validity_offset + k;
-    return (values_validity[bit >> 3] >> (bit & 7)) & 1;
-  }
-  // Partition columns: the constant value.
-  int64_t partition_int = 0;
-  std::string partition_text;
-
-  bool IsValid(int64_t row) const {
-    if (validity == nullptr) return true;
-    const int64_t bit = validity_offset + row;
-    return (validity[bit >> 3] >> (bit & 7)) & 1;
-  }
-  int64_t Begin(int64_t row) const { return offsets32 ? offsets32[row] : offsets64[row]; }
-  int64_t End(int64_t row) const { return offsets32 ? offsets32[row + 1] : offsets64[row + 1]; }
-};
 
 struct DecodeTask {
   int segment = 0;                  // index into Plan::segments
@@ -80,7 +31,7 @@ struct DecodeTask {
 
 /// Consecutive features of one feature group in their final layout: row-major rows of `count`
 /// features (group order, from `first`) in the group's dtype, no nulls. The ready-tensor cache
-/// builds and stores them (TensorCache), so a warm item is gathered straight from its entry.
+/// builds and stores them (CachedDecoder), so a warm item is gathered straight from its entry.
 struct FeatureBlock {
   int group = 0;
   int64_t first = 0;
@@ -120,21 +71,6 @@ struct DecodedItem {
   int64_t first_row_id = 0;
 };
 
-/// One row of a transformed column as a transform Value: a view of bytes, text or a tensor in
-/// `source` (laid out as `spec` describes), or a null Value.
-transform::Value TransformInput(const ColumnSpec& spec, const ColumnSource& source, int64_t row);
-
-/// Reads `fields` of catalog row group `row_group`, whole, through Arrow's Parquet reader.
-/// Errors name the file, row group and columns.
-Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, int row_group,
-                                                        const std::vector<std::string>& fields);
-
-/// One array of `column`'s chunks with dictionaries resolved and, unless `keep_extensions`,
-/// extension types replaced by their storage. `field` and `where` name it in errors.
-Result<std::shared_ptr<arrow::Array>> FlattenColumn(const arrow::ChunkedArray& column,
-                                                    bool keep_extensions, const std::string& field,
-                                                    const std::string& where);
-
 class Decoder {
  public:
   Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const OutputSpec> spec);
@@ -163,28 +99,23 @@ class Decoder {
   /// What the cache key adds for a user transform (its fingerprint and inputs); empty without.
   std::string CachePrefix() const;
 
-  /// Builds the item from every task's columns of one segment; checks nulls against options.
-  Result<std::shared_ptr<DecodedItem>> Assemble(const Plan& plan, int segment,
-                                                std::vector<DecodedColumns> parts) const;
+  /// Joins every task's columns of one segment into the item batch assembly reads (one
+  /// ColumnSource per output slot, PrepareSource); checks nulls against the options.
+  Result<std::shared_ptr<DecodedItem>> Join(const Plan& plan, int segment,
+                                            std::vector<DecodedColumns> parts) const;
+
+  const std::shared_ptr<const Catalog>& catalog() const { return catalog_; }
+  const std::shared_ptr<const OutputSpec>& spec() const { return spec_; }
 
  private:
-  Status PrepareSource(const ColumnSpec& spec, const Segment& segment,
-                       const std::shared_ptr<arrow::Array>& array, ColumnSource* out) const;
-
-  /// Runs the cached prefix of `spec`'s chain over every row of `array` (a row group's values,
-  /// from `row_begin`): a fixed_size_list array of the prefix's output tensors.
-  Result<std::shared_ptr<arrow::Array>> ApplyCachedOps(const ColumnSpec& spec,
-                                                       const std::shared_ptr<arrow::Array>& array,
-                                                       int row_group, int64_t row_begin) const;
-  /// Runs the chain of a list column over every element of `array`: a large_list array of the
-  /// chain's output, with the same row lengths and row nulls.
-  Result<std::shared_ptr<arrow::Array>> ApplyListOps(const ColumnSpec& spec,
-                                                     const std::shared_ptr<arrow::Array>& array,
-                                                     int row_group, int64_t row_begin) const;
   /// FlattenColumn, or for a categorical field its ids (ApplyVocabulary).
   Result<std::shared_ptr<arrow::Array>> Flatten(const arrow::ChunkedArray& column,
                                                 const std::string& field,
                                                 const std::string& where) const;
+  /// `column` (one field's rows from `row_begin` of `row_group`, which `where` names) as the
+  /// decoder delivers it: flattened (or category ids), converted, through its cached prefix.
+  Status AddColumn(const std::string& field, const arrow::ChunkedArray& column, int row_group,
+                   int64_t row_begin, const std::string& where, DecodedColumns* out) const;
   /// DecodeRows with a user transform: reads its inputs of the whole row group, runs it, then
   /// slices its outputs to the rows and runs their chains' cached prefixes.
   Result<DecodedColumns> DecodeTransformed(int row_group, int64_t row_begin,

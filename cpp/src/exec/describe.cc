@@ -1,4 +1,5 @@
-// Describe (stoker/describe.h): the catalog's footers plus ResolveColumns, one column at a time.
+// Describe (stoker/describe.h): the catalog's footers plus column resolution, one column at a
+// time (ResolveColumnAlone).
 
 #include "stoker/describe.h"
 
@@ -12,8 +13,10 @@
 #include <thread>
 
 #include "catalog/catalog.h"
-#include "decode/column_spec.h"
-#include "decode/user_code.h"
+#include "resolve/column_spec.h"
+#include "resolve/features.h"
+#include "resolve/resolve_columns.h"
+#include "resolve/user_transform.h"
 
 namespace stoker {
 namespace {
@@ -95,46 +98,6 @@ void SetProduced(const ColumnSpec& spec, ColumnDescription* column) {
   column->annotation = info.annotation;
 }
 
-// Resolves `name` alone, as a column or as a feature, with the options' choices for it: one spec,
-// or one per output of a column whose transforms give several.
-Result<std::vector<ColumnSpec>> ResolveOne(const Catalog& catalog, const LoaderOptions& options,
-                                           const std::shared_ptr<arrow::Schema>& transform_schema,
-                                           const std::string& name, bool feature) {
-  LoaderOptions one = options;
-  one.columns.clear();
-  one.features.clear();
-  one.feature_groups.clear();
-  if (feature) {
-    // The column alone in its group: the group's dtype and mask.
-    for (const FeatureGroup& group : EffectiveFeatureGroups(options)) {
-      if (std::find(group.columns.begin(), group.columns.end(), name) != group.columns.end()) {
-        FeatureGroup alone = group;
-        alone.columns = {name};
-        one.feature_groups.push_back(std::move(alone));
-      }
-    }
-  } else {
-    one.columns.push_back(name);
-  }
-  // Only this column's vocabulary (an "auto" one is built from the data).
-  one.categories.clear();
-  if (auto categories = options.categories.find(name); categories != options.categories.end()) {
-    one.categories.insert(*categories);
-  }
-  // Only this column's transform chain: what the chain produces is part of its description.
-  one.transforms.clear();
-  if (auto chain = options.transforms.find(name); chain != options.transforms.end()) {
-    one.transforms.insert(*chain);
-  }
-  one.transform_outputs.clear();
-  if (auto outputs = options.transform_outputs.find(name);
-      outputs != options.transform_outputs.end() && !feature) {
-    one.transform_outputs.insert(*outputs);
-  }
-  STOKER_ASSIGN_OR_RAISE(OutputSpec spec, ResolveColumns(catalog, one, transform_schema));
-  return feature ? spec.features : spec.columns;
-}
-
 // What the loader makes of column `name`: one description, or one per output of its transforms
 // (each named after its output, with the column's footer facts).
 std::vector<ColumnDescription> DescribeColumn(
@@ -162,7 +125,7 @@ std::vector<ColumnDescription> DescribeColumn(
       column.null_count_known = facts.null_count_known;
     }
   }
-  auto resolved = ResolveOne(catalog, options, transform_schema, name, feature);
+  auto resolved = ResolveColumnAlone(catalog, options, transform_schema, name, feature);
   if (resolved.ok()) {
     column.ok = true;
     std::vector<ColumnDescription> out;
@@ -194,7 +157,7 @@ std::vector<ColumnDescription> DescribeColumn(
     ColumnOptions with_mode = chosen;
     with_mode.list_mode = ListMode::kRagged;
     ragged.column_options[name] = with_mode;
-    auto as_ragged = ResolveOne(catalog, ragged, transform_schema, name, feature);
+    auto as_ragged = ResolveColumnAlone(catalog, ragged, transform_schema, name, feature);
     if (as_ragged.ok() && as_ragged->front().layout == SourceLayout::kList) {
       column.needs_list_mode = true;
       SetProduced(as_ragged->front(), &column);
@@ -243,7 +206,8 @@ Result<DatasetDescription> Describe(const LoaderOptions& options) {
   // A user transform is run once, on the first rows: its outputs are the columns.
   std::shared_ptr<arrow::Schema> transform_schema;
   if (options.user_transform) {
-    STOKER_ASSIGN_OR_RAISE(transform_schema, ProbeUserTransform(*catalog, options));
+    STOKER_ASSIGN_OR_RAISE(transform_schema, ProbeUserTransform(*catalog, *options.user_transform,
+                                                                options.transform_columns));
   }
   const std::vector<FeatureGroup> groups = EffectiveFeatureGroups(options);
   if (options.columns.empty() && groups.empty()) {

@@ -10,12 +10,12 @@
 #include "batch/assembler.h"
 #include "cache/disk_cache.h"
 #include "catalog/catalog.h"
-#include "decode/column_spec.h"
+#include "decode/cached_decoder.h"
 #include "decode/decoder.h"
-#include "decode/tensor_cache.h"
 #include "exec/pipeline.h"
 #include "io/filesystem.h"
 #include "plan/planner.h"
+#include "resolve/resolve_columns.h"
 #include "stoker/system.h"
 #include "util/cuda_host.h"
 #include "util/hash.h"
@@ -35,7 +35,7 @@ class Loader::Impl {
   /// a hint: either way the batches are the same.
   PipelineOptions EpochPipelineOptions() const {
     PipelineOptions epoch_options = pipeline_options;
-    if (tensor_cache) epoch_options.cache_empty = !tensor_cache->HoldsEntries();
+    if (cached_decoder) epoch_options.cache_empty = !cached_decoder->HoldsEntries();
     return epoch_options;
   }
   int num_io_threads = 0;
@@ -45,8 +45,8 @@ class Loader::Impl {
   std::shared_ptr<const Decoder> decoder;
   std::shared_ptr<SlabPool> pool;
   std::shared_ptr<const BatchAssembler> assembler;
-  std::shared_ptr<DiskCache> disk_cache;  // null without cache_dir
-  std::shared_ptr<TensorCache> tensor_cache;
+  std::shared_ptr<DiskCache> disk_cache;          // null without cache_dir
+  std::shared_ptr<CachedDecoder> cached_decoder;  // null without cache_dir
   std::shared_ptr<PipelineCounters> counters;
   // Lets the decoders' freed buffers be kept for reuse while this loader is open.
   std::unique_ptr<RecyclingPool::Budget> recycling;
@@ -166,9 +166,8 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
   impl->decoder = std::make_shared<Decoder>(impl->catalog, impl->spec);
   if (impl->disk_cache) {
     // The write-behind queue may hold half as much again as the decoded data in flight.
-    impl->tensor_cache =
-        std::make_shared<TensorCache>(impl->disk_cache, impl->catalog, impl->spec,
-                                      std::max<int64_t>(1, options.prefetch_bytes / 2));
+    impl->cached_decoder = std::make_shared<CachedDecoder>(
+        impl->disk_cache, impl->decoder, std::max<int64_t>(1, options.prefetch_bytes / 2));
   }
   impl->pool = SlabPool::Make(8, options.pin_memory);
   impl->assembler = std::make_shared<BatchAssembler>(impl->spec, impl->options, impl->pool);
@@ -221,7 +220,7 @@ Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
   auto plan = std::make_shared<const Plan>(
       MakePlan(impl_->catalog->row_groups(), impl_->plan_options, epoch));
   impl_->pipeline =
-      std::make_shared<Pipeline>(plan, impl_->decoder, impl_->assembler, impl_->tensor_cache,
+      std::make_shared<Pipeline>(plan, impl_->decoder, impl_->assembler, impl_->cached_decoder,
                                  impl_->EpochPipelineOptions(), start_batch, impl_->counters);
   impl_->stopped = false;
   impl_->pipeline->Start();
@@ -254,7 +253,7 @@ Result<int64_t> Loader::StartElasticEpoch(int64_t epoch, int old_world_size, int
                          " batches");
   }
   impl_->pipeline =
-      std::make_shared<Pipeline>(plan, impl_->decoder, impl_->assembler, impl_->tensor_cache,
+      std::make_shared<Pipeline>(plan, impl_->decoder, impl_->assembler, impl_->cached_decoder,
                                  impl_->EpochPipelineOptions(), start_batch, impl_->counters);
   impl_->stopped = false;
   impl_->pipeline->Start();
@@ -288,7 +287,7 @@ Status Loader::NextFor(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* do
 }
 
 void Loader::FlushCache() {
-  if (impl_ && !impl_->Inherited() && impl_->tensor_cache) impl_->tensor_cache->Flush();
+  if (impl_ && !impl_->Inherited() && impl_->cached_decoder) impl_->cached_decoder->Flush();
 }
 
 void Loader::Close() {
@@ -297,7 +296,7 @@ void Loader::Close() {
     impl_->closed = true;
   }
   Stop();
-  if (impl_ && !impl_->Inherited() && impl_->tensor_cache) impl_->tensor_cache->Close();
+  if (impl_ && !impl_->Inherited() && impl_->cached_decoder) impl_->cached_decoder->Close();
 }
 
 void Loader::Stop() {
@@ -383,7 +382,7 @@ LoaderStats Loader::Stats() const {
   LoaderStats stats;
   stats.stages = c.Stages();
   if (impl_->disk_cache) stats.cache = impl_->disk_cache->stats();
-  if (impl_->tensor_cache) impl_->tensor_cache->AddStats(&stats.cache);
+  if (impl_->cached_decoder) impl_->cached_decoder->AddStats(&stats.cache);
   for (const auto& fs : impl_->filesystems) {
     if (auto storage = GetStorageStats(*fs)) {
       stats.storage.requests += storage->requests;

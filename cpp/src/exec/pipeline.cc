@@ -29,12 +29,12 @@ void UpdatePeak(std::atomic<int64_t>* peak, int64_t value) {
 
 Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decoder> decoder,
                    std::shared_ptr<const BatchAssembler> assembler,
-                   std::shared_ptr<TensorCache> tensor_cache, const PipelineOptions& options,
+                   std::shared_ptr<CachedDecoder> cached_decoder, const PipelineOptions& options,
                    int64_t start_batch, std::shared_ptr<PipelineCounters> counters)
     : plan_(std::move(plan)),
       decoder_(std::move(decoder)),
       assembler_(std::move(assembler)),
-      tensor_cache_(std::move(tensor_cache)),
+      cached_decoder_(std::move(cached_decoder)),
       options_(options),
       start_batch_(start_batch),
       counters_(std::move(counters)),
@@ -66,7 +66,7 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
     for (const auto& file : options_.catalog->files()) any_remote_ |= IsRemote(*file.fs);
   }
   // With a tensor cache the first miss turns fetching on: a warm epoch downloads nothing.
-  fetch_enabled_ = any_remote_ && (!tensor_cache_ || options_.cache_empty);
+  fetch_enabled_ = any_remote_ && (!cached_decoder_ || options_.cache_empty);
 }
 
 Pipeline::~Pipeline() { Stop(); }
@@ -189,8 +189,8 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
     ScopedTimer timer(&counters_->decode.busy_ns);
     std::optional<PrefetchScope> scope;
     if (prefetched) scope.emplace(prefetched_key, prefetched);
-    decoded = tensor_cache_ ? tensor_cache_->Decode(*decoder_, *plan_, task, &hit)
-                            : decoder_->Decode(*plan_, task);
+    decoded = cached_decoder_ ? cached_decoder_->Decode(*plan_, task, &hit)
+                              : decoder_->Decode(*plan_, task);
   }
   prefetched.reset();  // the fetched bytes are free once decoded
   if (!decoded.ok()) {
@@ -202,7 +202,7 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
   counters_->decode.bytes += decoded->bytes;
 
   lock->lock();
-  if (tensor_cache_ && !hit && any_remote_ && !fetch_enabled_) {
+  if (cached_decoder_ && !hit && any_remote_ && !fetch_enabled_) {
     fetch_enabled_ = true;
     fetch_cv_.notify_all();
   }
@@ -222,7 +222,7 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
   Result<std::shared_ptr<DecodedItem>> item;
   {
     ScopedTimer timer(&counters_->decode.busy_ns);
-    item = decoder_->Assemble(*plan_, segment, std::move(parts));
+    item = decoder_->Join(*plan_, segment, std::move(parts));
     if (item.ok()) {
       const Status prepared = assembler_->Prepare(item->get());
       if (!prepared.ok()) item = prepared;

@@ -44,8 +44,8 @@
 
 #include "batch/assembler.h"
 #include "catalog/catalog.h"
+#include "decode/cached_decoder.h"
 #include "decode/decoder.h"
-#include "decode/tensor_cache.h"
 #include "io/prefetched_file.h"
 #include "plan/planner.h"
 #include "stoker/loader.h"
@@ -99,7 +99,7 @@ class Pipeline {
  public:
   Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decoder> decoder,
            std::shared_ptr<const BatchAssembler> assembler,
-           std::shared_ptr<TensorCache> tensor_cache, const PipelineOptions& options,
+           std::shared_ptr<CachedDecoder> cached_decoder, const PipelineOptions& options,
            int64_t start_batch, std::shared_ptr<PipelineCounters> counters);
   ~Pipeline();
 
@@ -157,7 +157,7 @@ class Pipeline {
   const std::shared_ptr<const Plan> plan_;
   const std::shared_ptr<const Decoder> decoder_;
   const std::shared_ptr<const BatchAssembler> assembler_;
-  const std::shared_ptr<TensorCache> tensor_cache_;  // null without a cache
+  const std::shared_ptr<CachedDecoder> cached_decoder_;  // null without a cache
   const PipelineOptions options_;
   const int64_t start_batch_;
   const std::shared_ptr<PipelineCounters> counters_;

@@ -14,14 +14,10 @@
 #include <memory>
 #include <thread>
 
+#include "util/test_status_internal.h"
+
 namespace stoker {
 namespace {
-
-// Arrow's testing macros are not in the wheel.
-#define STOKER_TEST_ASSIGN(lhs, rexpr)                                \
-  auto lhs##_result = (rexpr);                                        \
-  ASSERT_TRUE(lhs##_result.ok()) << lhs##_result.status().ToString(); \
-  auto lhs = std::move(lhs##_result).ValueOrDie()
 
 Status Aws(const std::string& what) {
   return Status::IOError("When reading information for key 'k' in bucket 'b': AWS Error ", what,
@@ -152,7 +148,7 @@ TEST(RetryingFileSystem, RetriesTransientErrorsThenSucceeds) {
   auto base = std::make_shared<FlakyFs>(3, Aws("SLOW_DOWN"));
   RetryPolicy policy{5, 0.001, 0.01};
   auto fs = MakeRetryingFileSystem(base, policy, "s3://", {}, 0);
-  STOKER_TEST_ASSIGN(file, fs->OpenInputFile("b/k"));
+  ASSERT_OK_AND_ASSIGN(auto file, fs->OpenInputFile("b/k"));
   auto buffer = file->ReadAt(0, 4);
   ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
   EXPECT_EQ((*buffer)->ToString(), "xxxx");
@@ -170,7 +166,7 @@ TEST(RetryingFileSystem, GivesUpAfterMaxRetriesNamingTheObject) {
   auto base = std::make_shared<FlakyFs>(100, Aws("SLOW_DOWN"));
   RetryPolicy policy{3, 0.001, 0.01};
   auto fs = MakeRetryingFileSystem(base, policy, "s3://", {}, 0);
-  STOKER_TEST_ASSIGN(file, fs->OpenInputFile("b/k"));
+  ASSERT_OK_AND_ASSIGN(auto file, fs->OpenInputFile("b/k"));
   auto buffer = file->ReadAt(10, 4);
   ASSERT_FALSE(buffer.ok());
   EXPECT_EQ(GetErrorKind(buffer.status()), ErrorKind::kStorage);
@@ -186,7 +182,7 @@ TEST(RetryingFileSystem, PermanentErrorsFailAtOnceWithoutSecrets) {
   auto base = std::make_shared<FlakyFs>(100, Aws("ACCESS_DENIED for key hunter2"));
   RetryPolicy policy{5, 1.0, 1.0};
   auto fs = MakeRetryingFileSystem(base, policy, "s3://", {"hunter2"}, 0);
-  STOKER_TEST_ASSIGN(file, fs->OpenInputFile("b/k"));
+  ASSERT_OK_AND_ASSIGN(auto file, fs->OpenInputFile("b/k"));
   const auto start = std::chrono::steady_clock::now();
   auto buffer = file->ReadAt(0, 4);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
@@ -200,7 +196,7 @@ TEST(RetryingFileSystem, InterruptCutsABackoffShort) {
   auto base = std::make_shared<FlakyFs>(100, Aws("SLOW_DOWN"));
   RetryPolicy policy{1, 30.0, 30.0};  // the retry would sleep 15 to 30 s
   auto fs = MakeRetryingFileSystem(base, policy, "s3://", {}, 0);
-  STOKER_TEST_ASSIGN(file, fs->OpenInputFile("b/k"));
+  ASSERT_OK_AND_ASSIGN(auto file, fs->OpenInputFile("b/k"));
   const auto start = std::chrono::steady_clock::now();
   Status status;
   std::atomic<bool> done{false};
@@ -231,7 +227,7 @@ TEST(RetryingFileSystem, InterruptStopsACallWhoseRequestIsUnderWay) {
   auto base = std::make_shared<FlakyFs>(100, Aws("SLOW_DOWN"));
   RetryPolicy policy{5, 0.001, 0.01};
   auto fs = MakeRetryingFileSystem(base, policy, "s3://", {}, 0);
-  STOKER_TEST_ASSIGN(file, fs->OpenInputFile("b/k"));
+  ASSERT_OK_AND_ASSIGN(auto file, fs->OpenInputFile("b/k"));
   base->gate->open = false;
   Status status;
   std::thread reader([&] { status = file->ReadAt(0, 4).status(); });
@@ -254,7 +250,7 @@ TEST(RetryingFileSystem, ReadAsyncStopsRetryingWithTheContextsStopToken) {
   auto base = std::make_shared<FlakyFs>(100, Aws("SLOW_DOWN"));
   RetryPolicy policy{3, 0.001, 0.01};
   auto fs = MakeRetryingFileSystem(base, policy, "s3://", {}, 0);
-  STOKER_TEST_ASSIGN(file, fs->OpenInputFile("b/k"));
+  ASSERT_OK_AND_ASSIGN(auto file, fs->OpenInputFile("b/k"));
   arrow::StopSource stop;
   base->gate->open = false;
   auto read =
@@ -279,7 +275,7 @@ TEST(RetryingFileSystem, FilesystemsOpenedInAStopScopeStopWithItsToken) {
     fs = MakeRetryingFileSystem(base, policy, "s3://", {}, 0);
   }
   auto unaffected = MakeRetryingFileSystem(base, RetryPolicy{0, 0.001, 0.01}, "s3://", {}, 0);
-  STOKER_TEST_ASSIGN(file, fs->OpenInputFile("b/k"));
+  ASSERT_OK_AND_ASSIGN(auto file, fs->OpenInputFile("b/k"));
   Status status;
   std::thread reader([&] { status = file->ReadAt(0, 4).status(); });  // on another thread
   ASSERT_TRUE(base->gate->WaitEntered(1));
@@ -293,7 +289,7 @@ TEST(RetryingFileSystem, FilesystemsOpenedInAStopScopeStopWithItsToken) {
   EXPECT_TRUE(Contains(later.status(), "stopped before the request was sent"))
       << later.status().ToString();
   EXPECT_EQ(base->remaining(), 99);
-  STOKER_TEST_ASSIGN(other, unaffected->OpenInputFile("b/k"));
+  ASSERT_OK_AND_ASSIGN(auto other, unaffected->OpenInputFile("b/k"));
   EXPECT_TRUE(Contains(other->ReadAt(0, 4).status(), "SLOW_DOWN"));
   EXPECT_EQ(base->remaining(), 98);
 }
@@ -338,7 +334,7 @@ TEST(ReaderProperties, PreBufferOnlyForRemote) {
 TEST(OpenFileSystem, LocalPathsStayLocal) {
   LoaderOptions options;
   std::string path;
-  STOKER_TEST_ASSIGN(fs, OpenFileSystem("/tmp", options, &path));
+  ASSERT_OK_AND_ASSIGN(auto fs, OpenFileSystem("/tmp", options, &path));
   EXPECT_EQ(fs->type_name(), "local");
   EXPECT_EQ(path, "/tmp");
   EXPECT_EQ(DisplayPrefix("/tmp", *fs), "");

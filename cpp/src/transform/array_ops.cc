@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "transform/array.h"
+#include "transform/op.h"
 #include "transform/ops_internal.h"
 
 namespace stoker::transform {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "transform/element_internal.h"
+#include "transform/op.h"
 #include "transform/ops_internal.h"
 
 namespace stoker::transform::internal {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "transform/image.h"
+#include "transform/op.h"
 #include "transform/ops_internal.h"
 
 // After <cstdio>; jpeglib.h is C.

@@ -8,6 +8,7 @@
 
 #include "transform/element_internal.h"
 #include "transform/image.h"
+#include "transform/op.h"
 #include "transform/ops_internal.h"
 
 namespace stoker::transform::internal {

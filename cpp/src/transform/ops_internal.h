@@ -1,11 +1,19 @@
 // Factories of the built-in ops, one per registry name; op.cc lists them in its table. Each reads
 // its parameters through the ParamReader (which MakeOp then finishes) and returns the op.
+// `Op` is only declared here: op.cc includes this header, so including op.h would make the two
+// include each other.
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
-#include "transform/op.h"
+#include "transform/params.h"
+#include "transform/value.h"
+
+namespace stoker::transform {
+class Op;
+}  // namespace stoker::transform
 
 namespace stoker::transform::internal {
 

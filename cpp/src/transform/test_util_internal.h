@@ -1,4 +1,5 @@
-// Helpers shared by the transform tests: Status assertions and building ops and chains.
+// Helpers shared by the transform tests: building ops and chains (and the Status assertions of
+// util/test_status_internal.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,20 +9,7 @@
 #include <vector>
 
 #include "transform/op.h"
-
-#define TRANSFORM_CONCAT_INNER(a, b) a##b
-#define TRANSFORM_CONCAT(a, b) TRANSFORM_CONCAT_INNER(a, b)
-#define ASSERT_OK(expr)                                       \
-  do {                                                        \
-    const ::arrow::Status _st = (expr);                       \
-    ASSERT_TRUE(_st.ok()) << #expr << ": " << _st.ToString(); \
-  } while (0)
-#define ASSERT_OK_AND_ASSIGN_IMPL(result, lhs, rexpr)                       \
-  auto result = (rexpr);                                                    \
-  ASSERT_TRUE(result.ok()) << #rexpr << ": " << result.status().ToString(); \
-  lhs = std::move(result).ValueUnsafe();
-#define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
-  ASSERT_OK_AND_ASSIGN_IMPL(TRANSFORM_CONCAT(_result_, __LINE__), lhs, rexpr)
+#include "util/test_status_internal.h"
 
 namespace stoker::transform::test_util {
 

@@ -1,0 +1,200 @@
+// Catalog::Open on real files written in the test: listing (order, hidden files, globs, one file
+// reached twice), footers and row groups, the files' types unified, hive partition columns, and
+// the identity that tells a rewritten file apart.
+#include "catalog/catalog.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "util/test_parquet_internal.h"
+#include "util/test_status_internal.h"
+
+namespace stoker {
+namespace {
+
+namespace fs = std::filesystem;
+using test_parquet::ArrayFromJson;
+
+class CatalogTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("stoker_catalog_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes `table` at `relative` below the test folder, in row groups of `row_group_rows`.
+  std::string Write(const std::string& relative, const std::shared_ptr<arrow::Table>& table,
+                    int64_t row_group_rows = 1000) {
+    const fs::path path = dir_ / relative;
+    fs::create_directories(path.parent_path());
+    test_parquet::WriteTable(path.string(), *table, row_group_rows);
+    return path.string();
+  }
+
+  // `count` rows of an int64 column `id` counting from `first`.
+  static std::shared_ptr<arrow::Table> Ids(int64_t first, int64_t count) {
+    std::ostringstream json;  // a stream: GCC 12 warns falsely on some string concatenations
+    json << "[";
+    for (int64_t i = 0; i < count; ++i) json << (i ? "," : "") << first + i;
+    json << "]";
+    return arrow::Table::Make(arrow::schema({arrow::field("id", arrow::int64())}),
+                              {ArrayFromJson(arrow::int64(), json.str())});
+  }
+
+  std::string Relative(const std::string& path) const {
+    return fs::path(path).lexically_relative(dir_).string();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CatalogTest, ListsParquetFilesInPathOrderSkippingHiddenOnesAndCountingEachOnce) {
+  Write("b.parquet", Ids(0, 3));
+  Write("a.parquet", Ids(3, 3));
+  Write("sub/c.parq", Ids(6, 3));
+  Write("sub/d.pq", Ids(9, 3));
+  Write("_metadata.parquet", Ids(100, 1));   // hidden: a leading underscore
+  Write(".staging/e.parquet", Ids(200, 1));  // hidden folder
+  Write("sub/.f.parquet", Ids(300, 1));      // hidden file below the source
+  std::ofstream(dir_ / "notes.txt") << "not parquet";
+
+  // The folder and one of its files again: the file counts once.
+  ASSERT_OK_AND_ASSIGN(auto catalog,
+                       Catalog::Open({dir_.string(), (dir_ / "a.parquet").string()}, 2));
+  std::vector<std::string> listed;
+  for (const auto& file : catalog->files()) listed.push_back(Relative(file.path));
+  EXPECT_EQ(listed, (std::vector<std::string>{"a.parquet", "b.parquet", "sub/c.parq", "sub/d.pq"}));
+  EXPECT_EQ(catalog->total_rows(), 12);
+
+  // `*` stays in its folder.
+  ASSERT_OK_AND_ASSIGN(auto globbed, Catalog::Open({(dir_ / "*.parquet").string()}, 1));
+  listed.clear();
+  for (const auto& file : globbed->files()) listed.push_back(Relative(file.path));
+  EXPECT_EQ(listed, (std::vector<std::string>{"a.parquet", "b.parquet"}));
+
+  auto none = Catalog::Open({(dir_ / "nothing-*.parquet").string()}, 1);
+  EXPECT_FALSE(none.ok());
+}
+
+TEST_F(CatalogTest, FootersIndexTheNonEmptyRowGroups) {
+  const std::string a = Write("a.parquet", Ids(0, 100), 40);
+  Write("b.parquet", Ids(0, 0));  // no rows: no row group to read
+  Write("c.parquet", Ids(100, 5), 40);
+  ASSERT_OK_AND_ASSIGN(auto catalog, Catalog::Open({dir_.string()}, 3));
+  ASSERT_EQ(catalog->files().size(), 3u);
+  std::vector<std::vector<int64_t>> refs;
+  for (const RowGroupRef& rg : catalog->row_groups()) {
+    refs.push_back({rg.file, rg.row_group, rg.num_rows});
+    EXPECT_GT(catalog->FieldBytes(rg, "id"), 0);
+    EXPECT_EQ(catalog->files()[rg.file].metadata->RowGroup(rg.row_group)->num_rows(), rg.num_rows);
+  }
+  EXPECT_EQ(refs,
+            (std::vector<std::vector<int64_t>>{{0, 0, 40}, {0, 1, 40}, {0, 2, 20}, {2, 0, 5}}));
+  EXPECT_EQ(catalog->total_rows(), 105);
+  EXPECT_EQ(catalog->Where(catalog->row_groups()[1]), "'" + a + "', row group 1");
+  EXPECT_EQ(catalog->num_file_fields(), 1);
+  EXPECT_EQ(catalog->files()[0].fields.at("id").leaves, std::vector<int>{0});
+}
+
+TEST_F(CatalogTest, UnifiesTheFilesTypesAndRecordsWhatCannotBe) {
+  auto point =
+      arrow::struct_({arrow::field("q", arrow::int32()), arrow::field("r", arrow::utf8())});
+  const std::string first = Write(
+      "a.parquet",
+      arrow::Table::Make(
+          arrow::schema({arrow::field("x", arrow::int32()), arrow::field("z", arrow::utf8()),
+                         arrow::field("p", point)}),
+          {ArrayFromJson(arrow::int32(), "[1, 2]"), ArrayFromJson(arrow::utf8(), R"(["u", "v"])"),
+           ArrayFromJson(point, R"([{"q": 1, "r": "s"}, null])")}));
+  const std::string second =
+      Write("b.parquet",
+            arrow::Table::Make(
+                arrow::schema({arrow::field("x", arrow::int64()), arrow::field("z", arrow::int64()),
+                               arrow::field("y", arrow::float64())}),
+                {ArrayFromJson(arrow::int64(), "[3]"), ArrayFromJson(arrow::int64(), "[4]"),
+                 ArrayFromJson(arrow::float64(), "[0.5]")}));
+  ASSERT_OK_AND_ASSIGN(auto catalog, Catalog::Open({dir_.string()}, 2));
+  const arrow::Schema& schema = *catalog->schema();
+  // Nested fields flattened, in order of first appearance.
+  std::vector<std::string> names;
+  for (const auto& field : schema.fields()) names.push_back(field->name());
+  EXPECT_EQ(names, (std::vector<std::string>{"x", "z", "p.q", "p.r", "y"}));
+  EXPECT_TRUE(schema.GetFieldByName("x")->type()->Equals(*arrow::int64()));
+  const FieldLeaves& leaf = catalog->files()[0].fields.at("p.r");
+  EXPECT_EQ(leaf.top, "p");
+  ASSERT_EQ(leaf.path.size(), 1u);
+  EXPECT_EQ(leaf.path[0].name, "r");
+
+  // Widened: read as int64 from the first file, as stored from the second.
+  EXPECT_EQ(catalog->ReadAs(0, "x"), "int64");
+  EXPECT_EQ(catalog->ReadAs(1, "x"), "");
+  // Added later: null in the files without it.
+  EXPECT_EQ(catalog->MissingIn("y"), first);
+  EXPECT_EQ(catalog->MissingIn("x"), "");
+  EXPECT_EQ(catalog->ReadAs(0, "y").rfind("absent", 0), 0u);
+  // A string in one file and an integer in the other: kept as a conflict for whoever reads it.
+  EXPECT_EQ(catalog->Conflict("x"), "");
+  const std::string conflict = catalog->Conflict("z");
+  for (const std::string& part :
+       {std::string("'z'"), first, second, std::string("string"), std::string("int64")}) {
+    EXPECT_NE(conflict.find(part), std::string::npos) << part << " in " << conflict;
+  }
+}
+
+TEST_F(CatalogTest, HiveFoldersBecomeColumnsAfterTheFilesOwn) {
+  Write("year=2024/city=Paris/f.parquet", Ids(0, 2));
+  Write("year=2025/city=New%20York/f.parquet", Ids(2, 3));
+  ASSERT_OK_AND_ASSIGN(auto catalog, Catalog::Open({dir_.string()}, 2));
+  const arrow::Schema& schema = *catalog->schema();
+  ASSERT_EQ(schema.num_fields(), 3);
+  EXPECT_EQ(catalog->num_file_fields(), 1);
+  EXPECT_EQ(schema.field(1)->name(), "year");
+  EXPECT_TRUE(schema.field(1)->type()->Equals(*arrow::int64()));  // every value an integer
+  EXPECT_EQ(schema.field(2)->name(), "city");
+  EXPECT_TRUE(schema.field(2)->type()->Equals(*arrow::utf8()));
+  ASSERT_EQ(catalog->files().size(), 2u);
+  EXPECT_EQ(catalog->files()[0].partition_values, (std::vector<std::string>{"2024", "Paris"}));
+  EXPECT_EQ(catalog->files()[1].partition_values, (std::vector<std::string>{"2025", "New York"}));
+  EXPECT_EQ(catalog->total_rows(), 5);
+
+  // Folders that disagree on the keys are refused.
+  Write("year=2026/g.parquet", Ids(5, 1));
+  auto differing = Catalog::Open({dir_.string()}, 2);
+  ASSERT_FALSE(differing.ok());
+  EXPECT_EQ(GetErrorKind(differing.status()), ErrorKind::kSchemaMismatch);
+}
+
+TEST_F(CatalogTest, IdentityAndFingerprintFollowTheFilesBytes) {
+  const std::string path = Write("a.parquet", Ids(0, 10));
+  ASSERT_OK_AND_ASSIGN(auto before, Catalog::Open({path}, 1));
+  ASSERT_OK_AND_ASSIGN(auto again, Catalog::Open({path}, 1));
+  EXPECT_EQ(before->fingerprint(), again->fingerprint());
+  const CatalogFile& file = before->files()[0];
+  EXPECT_FALSE(file.identity.empty());
+  EXPECT_EQ(file.identity, again->files()[0].identity);
+  EXPECT_EQ(file.size, static_cast<int64_t>(fs::file_size(path)));
+  ASSERT_OK(file.CheckUnchanged());
+
+  // Rewritten in place with other rows: the catalog opened before says so, naming the file.
+  fs::remove(path);
+  Write("a.parquet", Ids(0, 20));
+  const Status changed = file.CheckUnchanged();
+  ASSERT_FALSE(changed.ok());
+  EXPECT_EQ(GetErrorKind(changed), ErrorKind::kStorage);
+  EXPECT_NE(changed.message().find(path), std::string::npos) << changed.message();
+  ASSERT_OK_AND_ASSIGN(auto after, Catalog::Open({path}, 1));
+  EXPECT_NE(after->fingerprint(), before->fingerprint());
+  EXPECT_NE(after->files()[0].identity, file.identity);
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,174 @@
+// The cached decoder (the ready-tensor cache) on a real file and a real cache folder: a miss
+// decodes and stores, a hit gives the same arrays, the entry layout round-trips, and a corrupt
+// entry is decoded again rather than served.
+#include "decode/cached_decoder.h"
+
+#include <arrow/api.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "decode/tensor_entry.h"
+#include "decode/test_dataset_internal.h"
+
+namespace stoker {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CachedDecoderTest : public test_dataset::DatasetTest {
+ protected:
+  std::shared_ptr<DiskCache> OpenCache() {
+    DiskCacheOptions options;
+    options.dir = (dir_ / "cache").string();
+    options.max_bytes = int64_t{1} << 30;
+    options.min_free_bytes = 0;
+    auto cache = DiskCache::Open(options);
+    EXPECT_TRUE(cache.ok()) << cache.status().ToString();
+    return cache.ok() ? *cache : nullptr;
+  }
+
+  // The entry files of the tensor cache's folder.
+  std::vector<fs::path> EntryFiles() const {
+    std::vector<fs::path> files;
+    const fs::path folder = dir_ / "cache" / "tensors";
+    if (!fs::exists(folder)) return files;
+    for (const auto& entry : fs::recursive_directory_iterator(folder)) {
+      if (entry.is_regular_file()) files.push_back(entry.path());
+    }
+    return files;
+  }
+
+  // Decodes the one task of `plan`'s segment 0 through `cached`.
+  static Result<DecodedColumns> Decode(const CachedDecoder& cached, const Decoder& decoder,
+                                       const Plan& plan, bool* hit) {
+    return cached.Decode(plan, decoder.MakeTasks(plan, 0, int64_t{1} << 30)[0], hit);
+  }
+
+  static void ExpectSameArrays(const DecodedColumns& a, const DecodedColumns& b) {
+    ASSERT_EQ(a.arrays.size(), b.arrays.size());
+    for (size_t i = 0; i < a.arrays.size(); ++i) {
+      EXPECT_EQ(a.arrays[i].first, b.arrays[i].first);
+      EXPECT_TRUE(a.arrays[i].second->Equals(*b.arrays[i].second))
+          << a.arrays[i].first << ": " << a.arrays[i].second->ToString() << " vs "
+          << b.arrays[i].second->ToString();
+    }
+  }
+};
+
+TEST_F(CachedDecoderTest, AMissDecodesAndStoresAndAHitGivesTheSameArrays) {
+  auto decoder = MakeDecoder(Options({"id", "x", "s"}));
+  ASSERT_NE(decoder, nullptr);
+  auto cache = OpenCache();
+  ASSERT_NE(cache, nullptr);
+  // A slice of a row group: the whole row group is cached, then sliced.
+  const Plan plan = PlanOf({{1, 5, 10, false}});
+  ASSERT_OK_AND_ASSIGN(DecodedColumns plain,
+                       decoder->Decode(plan, decoder->MakeTasks(plan, 0, int64_t{1} << 30)[0]));
+
+  CachedDecoder cached(cache, decoder);
+  EXPECT_FALSE(cached.HoldsEntries());
+  bool hit = true;
+  ASSERT_OK_AND_ASSIGN(DecodedColumns missed, Decode(cached, *decoder, plan, &hit));
+  EXPECT_FALSE(hit);
+  ExpectSameArrays(missed, plain);
+  cached.Flush();  // the write-behind writer stores the entry
+  EXPECT_TRUE(cached.HoldsEntries());
+  EXPECT_EQ(EntryFiles().size(), 1u);
+
+  ASSERT_OK_AND_ASSIGN(DecodedColumns served, Decode(cached, *decoder, plan, &hit));
+  EXPECT_TRUE(hit);
+  ExpectSameArrays(served, plain);
+
+  // Another loader on the node (a new cached decoder, the same folder) is served too, and the
+  // other rows of the row group come from the same entry.
+  CachedDecoder other(OpenCache(), decoder);
+  const Plan rest = PlanOf({{1, 15, 25, false}});
+  ASSERT_OK_AND_ASSIGN(DecodedColumns rest_served, Decode(other, *decoder, rest, &hit));
+  EXPECT_TRUE(hit);
+  ASSERT_OK_AND_ASSIGN(DecodedColumns rest_plain,
+                       decoder->Decode(rest, decoder->MakeTasks(rest, 0, int64_t{1} << 30)[0]));
+  ExpectSameArrays(rest_served, rest_plain);
+  EXPECT_EQ(EntryFiles().size(), 1u);
+  CacheStats stats;
+  other.AddStats(&stats);
+  EXPECT_EQ(stats.write_skipped, 0);
+}
+
+TEST_F(CachedDecoderTest, ACorruptEntryIsDecodedAgainNotServed) {
+  auto decoder = MakeDecoder(Options({"id", "x"}));
+  ASSERT_NE(decoder, nullptr);
+  const Plan plan = PlanOf({{0, 0, 40, false}});
+  ASSERT_OK_AND_ASSIGN(DecodedColumns plain,
+                       decoder->Decode(plan, decoder->MakeTasks(plan, 0, int64_t{1} << 30)[0]));
+  {
+    CachedDecoder cached(OpenCache(), decoder);
+    bool hit = true;
+    ASSERT_OK_AND_ASSIGN(DecodedColumns missed, Decode(cached, *decoder, plan, &hit));
+    EXPECT_FALSE(hit);
+    cached.Flush();
+  }
+  const std::vector<fs::path> entries = EntryFiles();
+  ASSERT_EQ(entries.size(), 1u);
+  {
+    // One byte of the payload flipped, as a bad disk would.
+    std::fstream file(entries[0], std::ios::in | std::ios::out | std::ios::binary);
+    const auto middle = static_cast<std::streamoff>(fs::file_size(entries[0]) / 2);
+    file.seekg(middle);
+    const char byte = static_cast<char>(file.get());
+    file.seekp(middle);
+    file.put(static_cast<char>(byte ^ 0x5a));
+  }
+  auto cache = OpenCache();
+  CachedDecoder cached(cache, decoder);
+  bool hit = true;
+  ASSERT_OK_AND_ASSIGN(DecodedColumns again, Decode(cached, *decoder, plan, &hit));
+  EXPECT_FALSE(hit);
+  ExpectSameArrays(again, plain);
+  EXPECT_EQ(cache->stats().corrupt, 1);
+  cached.Flush();
+  ASSERT_OK_AND_ASSIGN(DecodedColumns served, Decode(cached, *decoder, plan, &hit));
+  EXPECT_TRUE(hit);  // stored anew
+  ExpectSameArrays(served, plain);
+}
+
+TEST(TensorEntry, ArraysRoundTripZeroCopyAndAligned) {
+  auto ids = test_parquet::ArrayFromJson(arrow::int64(), "[1, 2, 3]");
+  auto texts = test_parquet::ArrayFromJson(arrow::large_utf8(), R"(["a", null, "ccc"])");
+  auto tensors = test_parquet::ArrayFromJson(arrow::fixed_size_list(arrow::float32(), 2),
+                                             "[[1, 2], [3, 4], null]");
+  const NamedArrays arrays = {{"id", ids}, {"text|vocabulary=00", texts}, {"t", tensors}};
+  ASSERT_OK_AND_ASSIGN(auto payload, Serialize(arrays, 3));
+  // The parts, one after the other, are the entry's bytes (what DiskCache::Put writes).
+  std::string bytes;
+  for (const auto& [data, size] : payload->parts()) {
+    bytes.append(static_cast<const char*>(data), size);
+  }
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<arrow::Buffer> entry, arrow::AllocateBuffer(bytes.size()));
+  std::memcpy(entry->mutable_data(), bytes.data(), bytes.size());
+  ASSERT_OK_AND_ASSIGN(NamedArrays read, Deserialize(entry));
+  ASSERT_EQ(read.size(), arrays.size());
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    EXPECT_EQ(read[i].first, arrays[i].first);
+    EXPECT_TRUE(read[i].second->Equals(*arrays[i].second)) << read[i].second->ToString();
+  }
+  // Zero-copy: the values point into the entry, at 64-byte aligned offsets.
+  const uint8_t* values = read[0].second->data()->buffers[1]->data();
+  EXPECT_GE(values, entry->data());
+  EXPECT_LT(values, entry->data() + entry->size());
+  EXPECT_EQ((values - entry->data()) % 64, 0);
+  // What a task needs: every stored field, of the task's rows.
+  EXPECT_TRUE(EntryMatches(read, {"id", "t"}, {}, 3));
+  EXPECT_FALSE(EntryMatches(read, {"id", "other"}, {}, 3));
+  EXPECT_FALSE(EntryMatches(read, {"id"}, {}, 4));
+  // Bytes that are no entry are an error, not arrays.
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<arrow::Buffer> junk, arrow::AllocateBuffer(64));
+  std::memset(junk->mutable_data(), 0x42, 64);
+  EXPECT_FALSE(Deserialize(junk).ok());
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,164 @@
+// Decoder on a real file written in the test: tasks by footer bytes, a segment's rows read and
+// sliced from its row group, dictionaries resolved, category ids, and the join that checks
+// nulls against the options and points every output slot at its column.
+#include "decode/decoder.h"
+
+#include <arrow/api.h>
+
+#include <string>
+#include <vector>
+
+#include "decode/test_dataset_internal.h"
+
+namespace stoker {
+namespace {
+
+class DecoderTest : public test_dataset::DatasetTest {};
+
+// The values of an int64 array.
+std::vector<int64_t> Int64s(const arrow::Array& array) {
+  const auto& typed = static_cast<const arrow::Int64Array&>(array);
+  return {typed.raw_values(), typed.raw_values() + typed.length()};
+}
+
+const std::shared_ptr<arrow::Array>& ArrayOf(const DecodedColumns& columns,
+                                             const std::string& field) {
+  for (const auto& [name, array] : columns.arrays) {
+    if (name == field) return array;
+  }
+  static const std::shared_ptr<arrow::Array> none;
+  ADD_FAILURE() << "no array '" << field << "'";
+  return none;
+}
+
+TEST_F(DecoderTest, TasksGroupAColumnsByTheirFooterBytes) {
+  auto decoder = MakeDecoder(Options({"id", "x", "s"}));
+  ASSERT_NE(decoder, nullptr);
+  const Plan plan = PlanOf({{0, 0, 40, false}, {1, 10, 20, false}});
+  // A budget below any column: one task per column, in schema order.
+  auto one_each = decoder->MakeTasks(plan, 0, 1);
+  ASSERT_EQ(one_each.size(), 3u);
+  EXPECT_EQ(one_each[0].fields, std::vector<std::string>{"id"});
+  EXPECT_EQ(one_each[2].fields, std::vector<std::string>{"s"});
+  // A large budget: one task for the segment, costing the footer's bytes of its rows.
+  auto whole = decoder->MakeTasks(plan, 0, int64_t{1} << 30);
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_EQ(whole[0].fields, (std::vector<std::string>{"id", "x", "s"}));
+  const RowGroupRef& rg = catalog_->row_groups()[1];
+  int64_t footer_bytes = 0;
+  for (const char* field : {"id", "x", "s"}) footer_bytes += catalog_->FieldBytes(rg, field);
+  auto half = decoder->MakeTasks(plan, 1, int64_t{1} << 30);
+  ASSERT_EQ(half.size(), 1u);
+  EXPECT_EQ(half[0].segment, 1);
+  EXPECT_NEAR(static_cast<double>(half[0].estimated_bytes), footer_bytes / 2.0, 2.0);
+}
+
+TEST_F(DecoderTest, ASegmentIsItsRowGroupsRowsWithDictionariesResolved) {
+  auto decoder = MakeDecoder(Options({"id", "x", "s"}));
+  ASSERT_NE(decoder, nullptr);
+  // Rows 45..54: the second row group from its sixth row.
+  const Plan plan = PlanOf({{1, 5, 10, false}});
+  ASSERT_OK_AND_ASSIGN(DecodedColumns decoded,
+                       decoder->Decode(plan, decoder->MakeTasks(plan, 0, int64_t{1} << 30)[0]));
+  EXPECT_GT(decoded.bytes, 0);
+  const auto& id = ArrayOf(decoded, "id");
+  ASSERT_NE(id, nullptr);
+  EXPECT_EQ(Int64s(*id), (std::vector<int64_t>{45, 46, 47, 48, 49, 50, 51, 52, 53, 54}));
+  const auto& x = ArrayOf(decoded, "x");
+  ASSERT_NE(x, nullptr);
+  ASSERT_EQ(x->length(), 10);
+  EXPECT_TRUE(x->IsNull(0));  // 45 % 7 == 3
+  EXPECT_TRUE(x->IsNull(7));  // 52
+  EXPECT_EQ(x->null_count(), 2);
+  EXPECT_DOUBLE_EQ(static_cast<const arrow::DoubleArray&>(*x).Value(1), 46 * 0.25);
+  // The dictionary column comes back as its plain values.
+  const auto& s = ArrayOf(decoded, "s");
+  ASSERT_NE(s, nullptr);
+  ASSERT_EQ(s->type_id(), arrow::Type::LARGE_STRING);
+  const auto& colors = static_cast<const arrow::LargeStringArray&>(*s);
+  EXPECT_EQ(colors.GetView(0), "red");    // 45 % 3 == 0
+  EXPECT_EQ(colors.GetView(1), "green");  // 46
+  EXPECT_EQ(colors.GetView(2), "blue");   // 47
+
+  // DecodeRows, the row-group entry point, gives the same rows.
+  ASSERT_OK_AND_ASSIGN(DecodedColumns rows, decoder->DecodeRows(1, {"id"}, 5, 10));
+  EXPECT_TRUE(rows.arrays[0].second->Equals(*id));
+}
+
+TEST_F(DecoderTest, CategoriesAreIdsUnderANameThatCarriesTheVocabulary) {
+  LoaderOptions options = Options({"s", "id"});
+  options.categories["s"] = {"blue", "red"};  // green is out of the vocabulary: id 0
+  auto decoder = MakeDecoder(options);
+  ASSERT_NE(decoder, nullptr);
+  ASSERT_OK_AND_ASSIGN(DecodedColumns decoded, decoder->DecodeRows(0, {"id", "s"}, 0, 4));
+  EXPECT_EQ(Int64s(*ArrayOf(decoded, "s")), (std::vector<int64_t>{2, 0, 1, 2}));
+  EXPECT_EQ(decoder->CacheName("id"), "id");
+  EXPECT_EQ(decoder->CacheName("s").rfind("s|vocabulary=", 0), 0u) << decoder->CacheName("s");
+  EXPECT_EQ(decoder->CachePrefix(), "");  // no user transform
+  EXPECT_EQ(decoder->DecodedNames({"id"}), std::vector<std::string>{"id"});
+}
+
+TEST_F(DecoderTest, JoinChecksNullsAgainstTheOptionsAndNamesTheRows) {
+  const Plan plan = PlanOf({{1, 5, 10, false}});
+  auto decode_and_join = [&](const LoaderOptions& options) -> Result<std::shared_ptr<DecodedItem>> {
+    auto decoder = MakeDecoder(options);
+    if (decoder == nullptr) return Status::Invalid("not resolved");
+    std::vector<DecodedColumns> parts;
+    for (const DecodeTask& task : decoder->MakeTasks(plan, 0, 1)) {
+      STOKER_ASSIGN_OR_RAISE(auto part, decoder->Decode(plan, task));
+      parts.push_back(std::move(part));
+    }
+    return decoder->Join(plan, 0, std::move(parts));
+  };
+  // x has two nulls in rows 45..54, and no option says what they become.
+  auto refused = decode_and_join(Options({"id", "x"}));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(GetErrorKind(refused.status()), ErrorKind::kNullValues);
+  const std::string message = refused.status().message();
+  for (const std::string& part :
+       {std::string("column 'x' has 2 null(s)"), "rows 5-14 of '" + path_ + "', row group 1",
+        std::string("(40 rows)"), std::string("null_mask=['x']")}) {
+    EXPECT_NE(message.find(part), std::string::npos) << part << " in " << message;
+  }
+
+  LoaderOptions masked = Options({"id", "x"});
+  masked.column_options["x"].null_mask = true;
+  ASSERT_OK_AND_ASSIGN(auto item, decode_and_join(masked));
+  EXPECT_EQ(item->segment, 0);
+  EXPECT_EQ(item->num_rows, 10);
+  EXPECT_EQ(item->row_begin, 5);
+  EXPECT_EQ(item->first_row_id, 45);  // 40 rows in row group 0
+  EXPECT_EQ(item->where, "'" + path_ + "', row group 1");
+  ASSERT_EQ(item->sources.size(), 2u);  // one slot per output column, in order
+  const ColumnSource& id = item->sources[0];
+  EXPECT_EQ(reinterpret_cast<const int64_t*>(id.values)[0], 45);
+  EXPECT_EQ(reinterpret_cast<const int64_t*>(id.values)[9], 54);
+  EXPECT_EQ(id.validity, nullptr);
+  const ColumnSource& x = item->sources[1];
+  ASSERT_NE(x.validity, nullptr);
+  EXPECT_FALSE(x.IsValid(0));
+  EXPECT_TRUE(x.IsValid(1));
+  EXPECT_DOUBLE_EQ(reinterpret_cast<const double*>(x.values)[1], 46 * 0.25);
+}
+
+TEST_F(DecoderTest, ListsKeepTheirRowsAndTheirOffsets) {
+  LoaderOptions options = Options({"l"});
+  options.column_options["l"].list_mode = ListMode::kRagged;
+  auto decoder = MakeDecoder(options);
+  ASSERT_NE(decoder, nullptr);
+  const Plan plan = PlanOf({{2, 1, 4, false}});  // rows 81..84
+  ASSERT_OK_AND_ASSIGN(auto part, decoder->Decode(plan, decoder->MakeTasks(plan, 0, 1)[0]));
+  std::vector<DecodedColumns> parts;
+  parts.push_back(std::move(part));
+  ASSERT_OK_AND_ASSIGN(auto item, decoder->Join(plan, 0, std::move(parts)));
+  const ColumnSource& l = item->sources[0];
+  // 81 % 4 == 1 element, 82: 2, 83: 3, 84: 0.
+  std::vector<int64_t> lengths;
+  for (int64_t row = 0; row < 4; ++row) lengths.push_back(l.End(row) - l.Begin(row));
+  EXPECT_EQ(lengths, (std::vector<int64_t>{1, 2, 3, 0}));
+  const auto* values = reinterpret_cast<const int32_t*>(l.values);
+  EXPECT_EQ(values[l.Begin(2) + 2], 832);  // row 83, element 2
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,95 @@
+#include "decode/vocabulary_ids.h"
+
+#include <arrow/array/builder_primitive.h>
+#include <arrow/buffer.h>
+#include <arrow/util/bit_util.h>
+
+#include <vector>
+
+namespace stoker {
+namespace {
+
+template <typename StringArray>
+void LookupAll(const Vocabulary& vocabulary, const StringArray& array, int64_t* out,
+               uint8_t* valid) {
+  for (int64_t i = 0; i < array.length(); ++i) {
+    valid[i] = array.IsValid(i);
+    out[i] = valid[i] ? vocabulary.Lookup(array.GetView(i)) : 0;
+  }
+}
+
+// The ids of one chunk's values, and whether each row is valid (one byte per row). A row whose
+// dictionary index points at a null entry is null, as MaterializeDictionary makes it.
+Status LookupChunk(const Vocabulary& vocabulary, const arrow::Array& chunk,
+                   const std::string& field, const std::string& where, int64_t* out,
+                   uint8_t* valid) {
+  switch (chunk.type_id()) {
+    case arrow::Type::STRING:
+    case arrow::Type::BINARY:
+      LookupAll(vocabulary, static_cast<const arrow::BinaryArray&>(chunk), out, valid);
+      return Status::OK();
+    case arrow::Type::LARGE_STRING:
+    case arrow::Type::LARGE_BINARY:
+      LookupAll(vocabulary, static_cast<const arrow::LargeBinaryArray&>(chunk), out, valid);
+      return Status::OK();
+    case arrow::Type::DICTIONARY: {
+      // Each dictionary entry is looked up once; rows then only index.
+      const auto& dict = static_cast<const arrow::DictionaryArray&>(chunk);
+      const int64_t entries = dict.dictionary()->length();
+      std::vector<int64_t> ids(entries);
+      std::vector<uint8_t> entry_valid(entries);
+      STOKER_RETURN_NOT_OK(LookupChunk(vocabulary, *dict.dictionary(), field, where, ids.data(),
+                                       entry_valid.data()));
+      for (int64_t i = 0; i < dict.length(); ++i) {
+        out[i] = 0;
+        valid[i] = 0;
+        if (dict.IsNull(i)) continue;
+        const int64_t index = dict.GetValueIndex(i);
+        if (index < 0 || index >= entries) {
+          return MakeError(ErrorKind::kCorruptFile, "column '" + field + "' of " + where +
+                                                        " has a dictionary index " +
+                                                        std::to_string(index) + " outside its " +
+                                                        std::to_string(entries) + " entries");
+        }
+        out[i] = ids[index];
+        valid[i] = entry_valid[index];
+      }
+      return Status::OK();
+    }
+    default:
+      return MakeError(ErrorKind::kUnsupportedType, "categories: column '" + field + "' of " +
+                                                        where + " holds " +
+                                                        chunk.type()->ToString() + ", not strings");
+  }
+}
+
+}  // namespace
+
+Result<std::shared_ptr<arrow::Array>> ApplyVocabulary(const Vocabulary& vocabulary,
+                                                      const arrow::ChunkedArray& column,
+                                                      const std::string& field,
+                                                      const std::string& where) {
+  const int64_t rows = column.length();
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> ids,
+                        arrow::AllocateBuffer(rows * static_cast<int64_t>(sizeof(int64_t))));
+  std::vector<uint8_t> valid(rows);
+  auto* out = reinterpret_cast<int64_t*>(ids->mutable_data());
+  int64_t at = 0;
+  for (const auto& chunk : column.chunks()) {
+    STOKER_RETURN_NOT_OK(LookupChunk(vocabulary, *chunk, field, where, out + at, &valid[at]));
+    at += chunk->length();
+  }
+  int64_t nulls = 0;
+  for (uint8_t v : valid) nulls += v == 0;
+  std::shared_ptr<arrow::Buffer> validity;
+  if (nulls > 0) {
+    ARROW_ASSIGN_OR_RAISE(validity, arrow::AllocateBitmap(rows));
+    for (int64_t i = 0; i < rows; ++i) {
+      arrow::bit_util::SetBitTo(validity->mutable_data(), i, valid[i] != 0);
+    }
+  }
+  return std::static_pointer_cast<arrow::Array>(
+      std::make_shared<arrow::Int64Array>(rows, ids, validity, nulls));
+}
+
+}  // namespace stoker

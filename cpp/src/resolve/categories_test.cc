@@ -1,0 +1,240 @@
+// Categories (vocabularies, "auto" from dictionary pages or a column scan) and the feature
+// groups' resolution: dtypes, masks, and casts decided from the footer statistics. The ids
+// themselves: decode/vocabulary_ids_test.cc.
+#include "resolve/categories.h"
+
+#include <arrow/api.h>
+#include <arrow/io/file.h>
+#include <gtest/gtest.h>
+#include <parquet/arrow/writer.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "resolve/resolve_columns.h"
+#include "resolve/vocabulary.h"
+#include "util/test_status_internal.h"
+
+namespace stoker {
+namespace {
+
+std::shared_ptr<arrow::Array> Strings(const std::vector<std::optional<std::string>>& values) {
+  arrow::StringBuilder builder;
+  for (const auto& value : values) {
+    EXPECT_TRUE((value ? builder.Append(*value) : builder.AppendNull()).ok());
+  }
+  return builder.Finish().ValueOrDie();
+}
+
+template <typename Builder, typename T>
+std::shared_ptr<arrow::Array> Numbers(const std::vector<std::optional<T>>& values) {
+  Builder builder;
+  for (const auto& value : values) {
+    EXPECT_TRUE((value ? builder.Append(*value) : builder.AppendNull()).ok());
+  }
+  return builder.Finish().ValueOrDie();
+}
+std::shared_ptr<arrow::Array> Int64s(const std::vector<std::optional<int64_t>>& values) {
+  return Numbers<arrow::Int64Builder>(values);
+}
+std::shared_ptr<arrow::Array> Int32s(const std::vector<std::optional<int32_t>>& values) {
+  return Numbers<arrow::Int32Builder>(values);
+}
+std::shared_ptr<arrow::Array> Doubles(const std::vector<std::optional<double>>& values) {
+  return Numbers<arrow::DoubleBuilder>(values);
+}
+
+TEST(Vocabulary, IdsStartAtOneAndZeroIsOutOfVocabulary) {
+  auto vocabulary = Vocabulary::Make({"b", "a"}, Vocabulary::Origin::kGiven, "c");
+  ASSERT_TRUE(vocabulary.ok());
+  EXPECT_EQ((*vocabulary)->Lookup("b"), 1);
+  EXPECT_EQ((*vocabulary)->Lookup("a"), 2);
+  EXPECT_EQ((*vocabulary)->Lookup("z"), 0);
+  auto reordered = Vocabulary::Make({"a", "b"}, Vocabulary::Origin::kGiven, "c");
+  EXPECT_NE((*vocabulary)->hash(), (*reordered)->hash());
+  auto twice = Vocabulary::Make({"a", "a"}, Vocabulary::Origin::kGiven, "col");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(GetErrorKind(twice.status()), ErrorKind::kInvalidOption);
+  EXPECT_NE(twice.status().message().find("categories['col']"), std::string::npos);
+}
+
+TEST(LoaderOptions, GroupsAndCategoriesAreFingerprinted) {
+  LoaderOptions base;
+  base.sources = {"/data"};
+  const uint64_t plain = base.Fingerprint();
+  LoaderOptions grouped = base;
+  grouped.feature_groups = {{"dense", {"a", "b"}, DType::kFloat32, false}};
+  LoaderOptions other_dtype = grouped;
+  other_dtype.feature_groups[0].dtype = DType::kFloat64;
+  LoaderOptions masked = grouped;
+  masked.feature_groups[0].null_mask = true;
+  LoaderOptions auto_vocabulary = base;
+  auto_vocabulary.categories["c"] = {};
+  LoaderOptions given = base;
+  given.categories["c"] = {"x", "y"};
+  LoaderOptions reordered = base;
+  reordered.categories["c"] = {"y", "x"};
+  const std::vector<uint64_t> prints = {plain,
+                                        grouped.Fingerprint(),
+                                        other_dtype.Fingerprint(),
+                                        masked.Fingerprint(),
+                                        auto_vocabulary.Fingerprint(),
+                                        given.Fingerprint(),
+                                        reordered.Fingerprint()};
+  for (size_t i = 0; i < prints.size(); ++i) {
+    for (size_t j = i + 1; j < prints.size(); ++j) EXPECT_NE(prints[i], prints[j]) << i << j;
+  }
+  EXPECT_TRUE(given.Validate().ok());
+  LoaderOptions twice = base;
+  twice.categories["c"] = {"x", "x"};
+  EXPECT_EQ(GetErrorKind(twice.Validate()), ErrorKind::kInvalidOption);
+  LoaderOptions both = grouped;
+  both.features = {"a"};
+  EXPECT_EQ(GetErrorKind(both.Validate()), ErrorKind::kInvalidOption);
+}
+
+class FeaturesAndCategoriesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("stoker_categories_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Writes `table` in row groups of 2 rows; `dictionary`: dictionary-encode the pages.
+  std::shared_ptr<Catalog> Write(const std::shared_ptr<arrow::Table>& table, bool dictionary,
+                                 bool statistics = true) {
+    const std::string path = (dir_ / "data.parquet").string();
+    auto sink = *arrow::io::FileOutputStream::Open(path);
+    parquet::WriterProperties::Builder builder;
+    if (!dictionary) builder.disable_dictionary();
+    if (!statistics) builder.disable_statistics();
+    auto props = parquet::ArrowWriterProperties::Builder().store_schema()->build();
+    EXPECT_TRUE(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), sink, 2,
+                                           builder.build(), props)
+                    .ok());
+    EXPECT_TRUE(sink->Close().ok());
+    path_ = path;
+    return *Catalog::Open({path}, 1);
+  }
+
+  LoaderOptions Options() {
+    LoaderOptions options;
+    options.sources = {path_};
+    return options;
+  }
+
+  std::filesystem::path dir_;
+  std::string path_;
+};
+
+TEST_F(FeaturesAndCategoriesTest, AutoVocabularyFromDictionaryPagesOrAScan) {
+  auto values = Strings({"pear", "fig", std::nullopt, "apple", "fig", "kiwi"});
+  auto table = arrow::Table::Make(arrow::schema({arrow::field("fruit", arrow::utf8())}), {values});
+  for (bool dictionary : {true, false}) {
+    auto catalog = Write(table, dictionary);
+    auto vocabulary = BuildVocabulary(*catalog, "fruit");
+    ASSERT_TRUE(vocabulary.ok()) << vocabulary.status().ToString();
+    EXPECT_EQ((*vocabulary)->values(), (std::vector<std::string>{"apple", "fig", "kiwi", "pear"}));
+    EXPECT_EQ((*vocabulary)->origin(),
+              dictionary ? Vocabulary::Origin::kDictionaryPages : Vocabulary::Origin::kColumnScan);
+  }
+}
+
+TEST_F(FeaturesAndCategoriesTest, CategoricalColumnsResolveToInt64Ids) {
+  auto table = arrow::Table::Make(
+      arrow::schema({arrow::field("fruit", arrow::utf8()), arrow::field("n", arrow::int32())}),
+      {Strings({"b", "a"}), Int32s({1, 2})});
+  auto catalog = Write(table, true);
+  LoaderOptions options = Options();
+  options.columns = {"fruit"};
+  options.categories["fruit"] = {};
+  auto spec = ResolveColumns(*catalog, options);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->columns[0].dtype, DType::kInt64);
+  EXPECT_EQ(spec->columns[0].kind, ColumnKind::kDense);
+  EXPECT_EQ(spec->columns[0].annotation, "category");
+  ASSERT_EQ(spec->vocabularies.count("fruit"), 1u);
+  EXPECT_EQ(spec->vocabularies.at("fruit")->values(), (std::vector<std::string>{"a", "b"}));
+  options.categories = {{"n", {}}};
+  options.columns = {"n"};
+  auto numbers = ResolveColumns(*catalog, options);
+  ASSERT_FALSE(numbers.ok());
+  EXPECT_EQ(GetErrorKind(numbers.status()), ErrorKind::kUnsupportedType);
+  options.categories = {{"other", {}}};
+  auto unknown = ResolveColumns(*catalog, options);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(GetErrorKind(unknown.status()), ErrorKind::kInvalidOption);
+}
+
+TEST_F(FeaturesAndCategoriesTest, GroupsKeepTheirDtypesAndMasks) {
+  auto table = arrow::Table::Make(
+      arrow::schema({arrow::field("a", arrow::float64()), arrow::field("b", arrow::int64()),
+                     arrow::field("s", arrow::utf8())}),
+      {Doubles({1.5, std::nullopt}), Int64s({3, 4}), Strings({"u", "v"})});
+  auto catalog = Write(table, true);
+  LoaderOptions options = Options();
+  options.feature_groups = {{"dense", {"a"}, DType::kFloat64, true},
+                            {"ids", {"b", "s"}, DType::kInt64, false}};
+  options.categories["s"] = {"v"};
+  auto spec = ResolveColumns(*catalog, options);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->feature_groups.size(), 2u);
+  EXPECT_EQ(spec->feature_groups[0].first, 0u);
+  EXPECT_EQ(spec->feature_groups[0].count, 1u);
+  EXPECT_TRUE(spec->feature_groups[0].null_mask);
+  EXPECT_TRUE(spec->features[0].options.null_mask);  // the group's mask lets nulls through
+  EXPECT_EQ(spec->feature_groups[1].first, 1u);
+  EXPECT_EQ(spec->feature_groups[1].dtype, DType::kInt64);
+  EXPECT_EQ(spec->features[2].dtype, DType::kInt64);
+  ASSERT_NE(spec->features[2].vocabulary, nullptr);
+
+  options.feature_groups[1].name = "a";  // a column's name
+  auto clash = ResolveColumns(*catalog, options);
+  ASSERT_FALSE(clash.ok());
+  EXPECT_EQ(GetErrorKind(clash.status()), ErrorKind::kInvalidOption);
+  EXPECT_NE(clash.status().message().find("clashes"), std::string::npos);
+}
+
+TEST_F(FeaturesAndCategoriesTest, IntegerToFloatCastsUseStatistics) {
+  auto table = arrow::Table::Make(
+      arrow::schema({arrow::field("small", arrow::int64()), arrow::field("big", arrow::int64())}),
+      {Int64s({-9007199254740992, 5, 16777216}), Int64s({9007199254740993, 1, 2})});
+  auto catalog = Write(table, false);
+  LoaderOptions options = Options();
+  options.features = {"small"};
+  options.features_dtype = DType::kFloat64;
+  EXPECT_TRUE(ResolveColumns(*catalog, options).ok());  // |v| <= 2^53
+  options.features_dtype = DType::kFloat32;
+  auto beyond_float32 = ResolveColumns(*catalog, options);
+  ASSERT_FALSE(beyond_float32.ok());  // 2^53 > 2^24
+  EXPECT_NE(beyond_float32.status().message().find("features_dtype='float64'"), std::string::npos)
+      << beyond_float32.status().message();
+  options.features = {"big"};
+  options.features_dtype = DType::kFloat64;
+  auto big = ResolveColumns(*catalog, options);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(GetErrorKind(big.status()), ErrorKind::kLossyCast);
+  const std::string message = big.status().message();
+  EXPECT_NE(message.find("'big'"), std::string::npos) << message;
+  EXPECT_NE(message.find("statistics reach"), std::string::npos) << message;
+  EXPECT_NE(message.find("features_dtype='int64'"), std::string::npos) << message;
+  EXPECT_NE(message.find("allow_lossy_cast=True"), std::string::npos) << message;
+  options.features_dtype = DType::kInt64;  // the suggested fix
+  EXPECT_TRUE(ResolveColumns(*catalog, options).ok());
+
+  auto unproven = Write(table, false, /*statistics=*/false);
+  options.features = {"small"};
+  options.features_dtype = DType::kFloat64;
+  auto no_stats = ResolveColumns(*unproven, options);
+  ASSERT_FALSE(no_stats.ok());
+  EXPECT_NE(no_stats.status().message().find("no min/max statistics"), std::string::npos);
+  options.allow_lossy_cast = true;
+  EXPECT_TRUE(ResolveColumns(*unproven, options).ok());
+}
+
+}  // namespace
+}  // namespace stoker

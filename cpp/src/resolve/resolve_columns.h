@@ -1,0 +1,33 @@
+// ResolveColumns: every requested column and feature turned into a ColumnSpec once, at open, so
+// that every type, option and cast error surfaces before a thread starts, all of them in one
+// error (one line per column).
+#pragma once
+
+#include <arrow/type_fwd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "catalog/catalog.h"
+#include "resolve/column_spec.h"
+#include "stoker/error.h"
+#include "stoker/options.h"
+
+namespace stoker {
+
+/// Resolves `options.columns` / `options.features` against the catalog's schema or, with a user
+/// transform, against its output schema (plus the partition columns). `transform_schema`: that
+/// schema when already learned (ProbeUserTransform); null: learned here by calling the transform.
+Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options,
+                                  std::shared_ptr<arrow::Schema> transform_schema = nullptr);
+
+/// Resolves `name` alone, as a column or (`feature`) as a feature alone in its group, with the
+/// options' choices for it (its vocabulary, its chains): one spec, or one per output of a column
+/// whose transforms give several. What Describe reports per column; cross-column checks (a
+/// column listed twice, clashing names) are left out.
+Result<std::vector<ColumnSpec>> ResolveColumnAlone(
+    const Catalog& catalog, const LoaderOptions& options,
+    const std::shared_ptr<arrow::Schema>& transform_schema, const std::string& name, bool feature);
+
+}  // namespace stoker

@@ -1,0 +1,160 @@
+#include "resolve/vocabulary.h"
+
+#include <parquet/column_page.h>
+#include <parquet/column_reader.h>
+#include <parquet/exception.h>
+#include <parquet/file_reader.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "catalog/row_group_reader.h"
+#include "util/hash.h"
+
+namespace stoker {
+namespace {
+
+// Whether every data page of the chunk is dictionary-encoded, so its dictionary page holds every
+// value it has. Without encoding stats (old writers) we cannot tell: the chunk is read.
+bool AllPagesFromDictionary(const parquet::ColumnChunkMetaData& chunk) {
+  if (!chunk.has_dictionary_page()) return false;
+  const auto& stats = chunk.encoding_stats();
+  if (stats.empty()) return false;
+  for (const auto& page : stats) {
+    if (page.page_type != parquet::PageType::DATA_PAGE &&
+        page.page_type != parquet::PageType::DATA_PAGE_V2) {
+      continue;
+    }
+    if (page.encoding != parquet::Encoding::PLAIN_DICTIONARY &&
+        page.encoding != parquet::Encoding::RLE_DICTIONARY) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The values of a PLAIN byte-array dictionary page: a 4-byte little-endian length, then bytes.
+Status ReadDictionaryPage(const parquet::DictionaryPage& page, const std::string& where,
+                          std::set<std::string>* out) {
+  const uint8_t* data = page.data();
+  const int64_t size = page.size();
+  int64_t at = 0;
+  for (int32_t i = 0; i < page.num_values(); ++i) {
+    uint32_t length = 0;
+    if (at + 4 > size) break;
+    std::memcpy(&length, data + at, 4);
+    at += 4;
+    if (at + static_cast<int64_t>(length) > size) {
+      return MakeError(ErrorKind::kCorruptFile,
+                       "the dictionary page of " + where + " is shorter than its values");
+    }
+    out->emplace(reinterpret_cast<const char*>(data + at), length);
+    at += length;
+  }
+  return Status::OK();
+}
+
+// Adds the distinct non-null values of a string array (plain or dictionary) to `out`.
+void CollectValues(const arrow::Array& array, std::set<std::string>* out) {
+  if (array.type_id() == arrow::Type::DICTIONARY) {
+    // Every entry, as a dictionary page gives them (a pandas category's unused categories too).
+    CollectValues(*static_cast<const arrow::DictionaryArray&>(array).dictionary(), out);
+    return;
+  }
+  for (int64_t i = 0; i < array.length(); ++i) {
+    if (array.IsNull(i)) continue;
+    if (array.type_id() == arrow::Type::LARGE_STRING) {
+      out->emplace(static_cast<const arrow::LargeStringArray&>(array).GetView(i));
+    } else {
+      out->emplace(static_cast<const arrow::StringArray&>(array).GetView(i));
+    }
+  }
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Vocabulary>> Vocabulary::Make(std::vector<std::string> values,
+                                                           Origin origin,
+                                                           const std::string& column) {
+  auto out = std::make_shared<Vocabulary>();
+  out->origin_ = origin;
+  Fnv1a hash;
+  hash.Add("vocabulary-v1");
+  out->ids_.reserve(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!out->ids_.emplace(values[i], static_cast<int64_t>(i) + 1).second) {
+      return MakeError(
+          ErrorKind::kInvalidOption,
+          "categories['" + column + "'] lists '" + values[i] + "' twice; each value gets one id");
+    }
+    hash.AddInt(values[i].size());
+    hash.Add(values[i]);
+  }
+  out->hash_ = hash.digest();
+  out->values_ = std::move(values);
+  return std::shared_ptr<const Vocabulary>(std::move(out));
+}
+
+int64_t Vocabulary::Lookup(std::string_view value) const {
+  auto it = ids_.find(value);
+  return it == ids_.end() ? 0 : it->second;
+}
+
+Result<std::shared_ptr<const Vocabulary>> BuildVocabulary(const Catalog& catalog,
+                                                          const std::string& field) {
+  std::set<std::string> values;
+  bool scanned = false;
+  const auto& row_groups = catalog.row_groups();
+  for (int index = 0; index < static_cast<int>(row_groups.size()); ++index) {
+    const RowGroupRef& rg = row_groups[index];
+    const CatalogFile& file = catalog.files()[rg.file];
+    const FieldLeaves& leaves = file.fields.at(field);
+    const std::string where = catalog.Where(rg);
+    const int leaf = leaves.leaves.empty() ? -1 : leaves.leaves.front();
+    bool done = false;
+    if (leaves.leaves.size() == 1 &&
+        AllPagesFromDictionary(*file.metadata->RowGroup(rg.row_group)->ColumnChunk(leaf))) {
+      // The dictionary page alone: the chunk's first page.
+      STOKER_ASSIGN_OR_RAISE(auto input, file.Open());
+      Status failure;
+      try {
+        auto reader = parquet::ParquetFileReader::Open(input, parquet::default_reader_properties(),
+                                                       file.metadata);
+        auto pages = reader->RowGroup(rg.row_group)->GetColumnPageReader(leaf);
+        std::shared_ptr<parquet::Page> page = pages->NextPage();
+        if (page && page->type() == parquet::PageType::DICTIONARY_PAGE) {
+          const auto& dictionary = static_cast<const parquet::DictionaryPage&>(*page);
+          if (dictionary.encoding() == parquet::Encoding::PLAIN ||
+              dictionary.encoding() == parquet::Encoding::PLAIN_DICTIONARY) {
+            failure = ReadDictionaryPage(dictionary, where, &values);
+            done = failure.ok();
+          }
+        }
+      } catch (const parquet::ParquetException& e) {
+        failure = MakeError(ErrorKind::kCorruptFile, "cannot read the dictionary page of column '" +
+                                                         field + "' of " + where + ": " + e.what());
+      }
+      STOKER_RETURN_NOT_OK(failure);
+    }
+    if (done) continue;
+    // Not all from the dictionary (or no dictionary): read the column chunk once.
+    scanned = true;
+    STOKER_ASSIGN_OR_RAISE(auto table, ReadRowGroupTable(catalog, index, {field}));
+    for (const auto& chunk : table->column(0)->chunks()) CollectValues(*chunk, &values);
+  }
+  return Vocabulary::Make(
+      std::vector<std::string>(values.begin(), values.end()),
+      scanned ? Vocabulary::Origin::kColumnScan : Vocabulary::Origin::kDictionaryPages, field);
+}
+
+Result<std::shared_ptr<const Vocabulary>> BuildPartitionVocabulary(const Catalog& catalog,
+                                                                   int key) {
+  std::set<std::string> values;
+  for (const auto& file : catalog.files()) values.insert(file.partition_values[key]);
+  return Vocabulary::Make(std::vector<std::string>(values.begin(), values.end()),
+                          Vocabulary::Origin::kPartitionValues,
+                          catalog.schema()->field(catalog.num_file_fields() + key)->name());
+}
+
+}  // namespace stoker

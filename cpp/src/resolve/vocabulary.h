@@ -1,0 +1,63 @@
+// Vocabularies of categorical columns: string columns delivered as int64 ids
+// (LoaderOptions::categories).
+//
+// Id 0 is the out-of-vocabulary id; vocabulary value i (0-based) gets id i + 1. A vocabulary is
+// given by the user (a list, or a file read by the Python front) or built at open ("auto"): the
+// sorted distinct values of the dataset, read from the row groups' dictionary pages where every
+// data page of the column chunk is dictionary-encoded, otherwise by reading the column chunk.
+// Ids replace the strings in the decoder (decode/vocabulary_ids.h), before the ready-tensor
+// cache, so a cache entry's name carries the vocabulary's hash (Decoder::CacheName).
+// Thread safety: a Vocabulary is immutable after Make(); share it freely.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "catalog/catalog.h"
+#include "stoker/error.h"
+
+namespace stoker {
+
+class Vocabulary {
+ public:
+  /// How an "auto" vocabulary was built (for describe and the docs).
+  enum class Origin { kGiven, kDictionaryPages, kColumnScan, kPartitionValues };
+
+  /// Checks `values` (no duplicates) and indexes them; errors name `column`.
+  static Result<std::shared_ptr<const Vocabulary>> Make(std::vector<std::string> values,
+                                                        Origin origin, const std::string& column);
+
+  const std::vector<std::string>& values() const { return values_; }
+  int64_t size() const { return static_cast<int64_t>(values_.size()); }
+  Origin origin() const { return origin_; }
+  /// FNV-1a of the values in order: part of the fingerprint and the cache entry names.
+  uint64_t hash() const { return hash_; }
+  /// The id of `value`: 1..size(), or 0 when it is not in the vocabulary.
+  int64_t Lookup(std::string_view value) const;
+
+ private:
+  struct TextHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+  };
+  std::vector<std::string> values_;
+  std::unordered_map<std::string, int64_t, TextHash, std::equal_to<>> ids_;
+  Origin origin_ = Origin::kGiven;
+  uint64_t hash_ = 0;
+};
+
+/// Builds the "auto" vocabulary of file column `field` (a string, large_string or
+/// dictionary<string> column): the sorted distinct non-null values over every row group.
+Result<std::shared_ptr<const Vocabulary>> BuildVocabulary(const Catalog& catalog,
+                                                          const std::string& field);
+
+/// The "auto" vocabulary of hive partition column number `key` (in partition order): its sorted
+/// distinct values over the files.
+Result<std::shared_ptr<const Vocabulary>> BuildPartitionVocabulary(const Catalog& catalog, int key);
+
+}  // namespace stoker
