@@ -11,6 +11,7 @@ from . import _stoker
 from ._options import (Source, check_int, check_storage_options, column_options, feature_columns,
                        normalise_sources, parse_size, set_categories, set_features, set_transforms,
                        storage_value, transform_chains)
+from ._option_names import check_names
 from ._redact import redact_uri
 from .errors import InvalidOptionError
 from .loader import Loader
@@ -62,9 +63,7 @@ def describe(source: Source, columns: Optional[Sequence[str]] = None,
             corrupt footer, schema mismatch, storage errors).
     """
     defaults = _loader_defaults()
-    unknown = sorted(set(loader_options) - set(defaults))
-    if unknown:
-        raise TypeError(f"describe() got unexpected keyword argument(s): {', '.join(unknown)}")
+    check_names(loader_options, defaults, "stoker.describe()")
     kw = {name: loader_options.get(name, defaults[name]) for name in _DESCRIBED}
     if isinstance(columns, str) or isinstance(features, str):
         raise InvalidOptionError("columns and features take a list of names, not a string")

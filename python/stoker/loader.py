@@ -24,6 +24,7 @@ from ._distributed import agree_on_seed, default_num_threads, resolve_rank
 from ._pyworkers import make_runner
 from ._state import STATE_VERSION, check_state
 from ._user_transform import TransformGlue, user_transform
+from ._option_names import suggest_unknown_options
 from ._options import (Source, check_int, check_storage_options, column_options, feature_columns,
                        normalise_sources, output_columns, parse_size, set_categories, set_features,
                        set_transforms, storage_value, transform_chains)
@@ -238,6 +239,7 @@ class Loader:
             :class:`~stoker.errors.UnsupportedTypeError` naming this option.
     """
 
+    @suggest_unknown_options("stoker.Loader()")
     def __init__(
         self,
         source: Source,
@@ -541,6 +543,13 @@ class Loader:
     def __len__(self) -> int:
         """Batches per epoch for this rank (the same on every rank)."""
         return self._live().num_batches
+
+    def __getitem__(self, index: Any) -> Any:
+        # torch's DataLoader(loader) takes a class with __len__ for a map-style dataset.
+        raise TypeError(
+            "stoker.Loader is not indexable (loader[i]): it delivers whole batches from its own "
+            "threads. Iterate it (for batch in loader), or give torch's DataLoader "
+            "stoker.IterableDataset(source, **options) with batch_size=None")
 
     def __repr__(self) -> str:
         if self._engine is None:
