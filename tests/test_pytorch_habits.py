@@ -80,18 +80,23 @@ def _features(data, dtype, output="numpy"):
         return next(iter(ld))["features"]
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.dtype("float16"), torch.float16, "float16"])
+@pytest.mark.parametrize("dtype", [np.float64, np.dtype("float64"), torch.float64, "float64"])
 def test_dtype_objects_are_taken_where_a_dtype_is(data, dtype):
     got = _features(data, dtype)
-    assert got.dtype == np.float16
-    np.testing.assert_array_equal(got, _features(data, "float16"))
-    assert _features(data, {"features": dtype}).dtype == np.float16
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, _features(data, "float64"))
+    assert _features(data, {"features": dtype}).dtype == np.float64
 
 
-def test_torch_bfloat16_features_dtype(data):
-    got = _features(data, torch.bfloat16, output="torch")
-    assert got.dtype == torch.bfloat16
-    assert torch.equal(got, _features(data, "bfloat16", output="torch"))
+def test_torch_bfloat16_in_an_op(data):
+    options = dict(columns=["a"], batch_size=100, shuffle=False, output="torch")
+    with stoker.Loader(data, transforms={"a": [ops.cast(torch.bfloat16, lossy=True)]},
+                       **options) as loader:
+        got = next(iter(loader))["a"]
+    with stoker.Loader(data, transforms={"a": [ops.cast("bfloat16", lossy=True)]},
+                       **options) as loader:
+        want = next(iter(loader))["a"]
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
 
 
 def test_dtype_objects_in_ops(data):
