@@ -188,8 +188,8 @@ class DiskCache {
   const DiskCacheOptions options_;
   mutable DiskCacheCounters counters_;
   // The folder's structure and lock file (cache_files.h), and its byte budget (cache_budget.h).
-  std::unique_ptr<const CacheFolderFiles> files_;
-  std::unique_ptr<const CacheBudget> budget_;
+  const std::unique_ptr<const CacheFolderFiles> files_;
+  const std::unique_ptr<const CacheBudget> budget_;
   std::atomic<uint64_t> temp_seq_{0};
   mutable std::atomic<bool> warned_{false};
 };
