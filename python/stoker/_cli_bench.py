@@ -102,7 +102,8 @@ def bottleneck_of(stats: Dict[str, Any]) -> Tuple[str, str]:
         return f"unknown: {wait}, and the loader reported no stages", "unknown"
     top = f["pools"][0]
     stage, stage_pct = top["stages"][0]
-    busy = (f"the {top['pool']} ({_threads(top['threads'])}) were busy {top['busy_pct']}% "
+    verb = "were" if top["pool"].endswith("s") else "was"
+    busy = (f"the {top['pool']} ({_threads(top['threads'])}) {verb} busy {top['busy_pct']}% "
             f"of the run")
     if top["busy_pct"] >= SATURATED_PCT:
         of_pool = f", {stage_pct}% of it in '{stage}'" if len(top["stages"]) > 1 else ""
