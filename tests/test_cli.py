@@ -177,7 +177,7 @@ def _assert_verdict_matches_the_report(out):
     verdict = out.split("verdict: ")[1]
     report = out.split("verdict: ")[0]
     for pct in re.findall(r"(\d+)% (?:of|the)", verdict):
-        assert re.search(rf"\b{pct}% ", report), (pct, out)
+        assert re.search(rf"\b{pct}%", report), (pct, out)
     pools = re.findall(r"^    (\w+) +busy +(\d+)% of (\d+) thread", report, re.M)
     assert pools, out
     category = verdict.split(":")[0]
