@@ -69,7 +69,7 @@ def test_ops_written_as_calls_are_the_ops_functions():
 @pytest.mark.parametrize("op, needle", [
     ("decode_imag()", "unknown op 'decode_imag' (did you mean 'decode_image'?)"),
     ("resize([32, 32], bogus=1)", "bogus"),
-    ("resize(size)", "literals"),
+    ("resize(size)", "argument 'size' is not a literal"),
     ("__import__('os')", "unknown op '__import__'"),
     ("resize(", "write it like a call"),
     (7, "an op is a string"),

@@ -179,15 +179,19 @@ def parse_op(spec: Any, column: str = "?") -> Dict[str, Any]:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise _cli_error(f"{where}: unknown op {name!r}{hint}; the ops are "
                          f"{', '.join(ops.__all__)}")
-    try:
-        if any(isinstance(a, ast.Starred) for a in call_args) or \
-                any(k.arg is None for k in call_kwargs):
-            raise ValueError("* and ** arguments")
-        args = [ast.literal_eval(a) for a in call_args]
-        kwargs = {k.arg: ast.literal_eval(k.value) for k in call_kwargs}
-    except ValueError as error:
-        raise _cli_error(f"{where}: op {spec!r}: arguments must be literals (numbers, strings, "
-                         f"lists): {error}") from None
+    if any(isinstance(a, ast.Starred) for a in call_args) or \
+            any(k.arg is None for k in call_kwargs):
+        raise _cli_error(f"{where}: op {spec!r}: no * or ** arguments")
+
+    def literal(node: ast.AST) -> Any:
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            raise _cli_error(f"{where}: op {spec!r}: argument {ast.unparse(node)!r} is not a "
+                             "literal (a number, string, list or dict)") from None
+
+    args = [literal(a) for a in call_args]
+    kwargs = {k.arg: literal(k.value) for k in call_kwargs}
     try:
         return getattr(ops, name)(*args, **kwargs)
     except TypeError as error:
