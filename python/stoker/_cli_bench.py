@@ -239,7 +239,8 @@ def format_result(r: Dict[str, Any]) -> str:
         lines.append(_cache_line(cache))
     lines.append("  stages (seconds summed over each stage's threads):")
     for st in r["stats"].get("stages", []):
-        lines.append(f"    {st['name']:10s} busy {st['busy_s']:8.3f}  wait-in {st['wait_in_s']:8.3f}  "
+        lines.append(f"    {st['name']:10s} busy {st['busy_s']:8.3f}  "
+                     f"wait-in {st['wait_in_s']:8.3f}  "
                      f"wait-out {st['wait_out_s']:8.3f}  items {st['items']:>8,}  "
                      f"{st['bytes'] / 1e6:>10,.1f} MB  ({st['threads']} {st['pool']})")
     lines.append("  pools (busy share of threads x wall time):")

@@ -256,10 +256,10 @@ _FLAGS = [
     ("--allow-lossy-cast", "allow_lossy_cast", dict(action="store_const", const=True)),
     ("--cache-dir", "cache_dir", dict(help="node-local cache folder (ready tensors, remote "
                                            "blocks)")),
-    ("--transforms", "transforms", dict(type=_json_object, metavar="JSON",
-                                        help='transform chains, e.g. \'{"image": ["decode_image()", '
-                                             '"resize([32, 32])", "to_chw()"]}\' (ops as in '
-                                             "stoker.ops, or as dicts {\"op\": ...})")),
+    ("--transforms", "transforms", dict(
+        type=_json_object, metavar="JSON",
+        help='transform chains, e.g. \'{"image": ["decode_image()", "resize([32, 32])", '
+             '"to_chw()"]}\' (ops as in stoker.ops, or as dicts {"op": ...})')),
 ]
 
 
