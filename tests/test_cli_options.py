@@ -43,8 +43,8 @@ def images(tmp_path_factory):
         "image": pa.array([jpeg_bytes(rng, w, h) for w, h in sizes], pa.binary()),
         "label": pa.array(np.arange(60) % 10, pa.int64()),
         "city": pa.array([["oslo", "lima", "kyiv"][i % 3] for i in range(60)]),
-        "x": pa.array(rng.standard_normal(60)),
-        "y": pa.array(rng.standard_normal(60)),
+        "x": pa.array(rng.standard_normal(60).astype(np.float32)),
+        "y": pa.array(rng.standard_normal(60).astype(np.float32)),
     }), path, row_group_size=20)
     return path
 
