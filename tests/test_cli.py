@@ -168,7 +168,8 @@ def test_bench_prints_rates_stages_and_verdict(dataset):
     verdict = [line for line in out.splitlines() if line.startswith("verdict: ")]
     assert len(verdict) == 1
     assert verdict[0].split(": ")[1].split(":")[0] in (
-        "startup", "consumer", "starved", "decode-bound", "batch-bound", "sequence-bound")
+        "startup", "consumer", "starved", "contended", "decode-bound", "batch-bound",
+        "sequence-bound")
     _assert_verdict_matches_the_report(out)
 
 
@@ -183,8 +184,11 @@ def _assert_verdict_matches_the_report(out):
     category = verdict.split(":")[0]
     if category.endswith("-bound") and category != "I/O-bound":
         assert max(int(p[1]) for p in pools) >= 75, out
-    elif category in ("starved", "I/O-bound"):
+    elif category in ("starved", "I/O-bound", "contended"):
         assert max(int(p[1]) for p in pools) < 75, out
+    if category == "contended":
+        load, cpus = re.search(r"load average ([\d.]+) on (\d+) CPUs", report).groups()
+        assert float(load) > int(cpus) and f"{load} on {cpus} CPUs" in verdict, out
 
 
 def test_bench_seconds_stops(dataset):
@@ -230,6 +234,12 @@ VERDICTS = [
      ["waited 60%", "busy 20% of the run", "no pool was saturated"]),
     ("I/O-bound", _stats([_stage("fetch", "fetcher", 1, 0.2), _stage("decode", *W2, 0.3)], 0.7),
      ["waited 70%", "busiest: the fetcher (1 thread) was busy 20%"]),
+    # The same with a load average above the CPUs: other processes hold the cores.
+    ("contended", dict(_stats([_stage("decode", *W2, 0.1), _stage("batch", *W2, 0.3)], 0.6),
+                       load_avg=7.26, cpus=2),
+     ["waited 60%", "busy 20% of the run", "load average was 7.3 on 2 CPUs"]),
+    ("starved", dict(_stats([_stage("decode", *W2, 0.1), _stage("batch", *W2, 0.3)], 0.6),
+                     load_avg=2.0, cpus=2), ["no pool was saturated"]),
     ("startup", _stats([_stage("decode", *W2, 0.5)], 0.7, first=0.6), ["after 0.600 s, 60%"]),
     ("unknown", _stats([], 0.5), ["no stages"]),
     ("unknown", _stats([_stage("decode", *W2, 0.5)], 0.0, wall=0.0), ["no time"]),

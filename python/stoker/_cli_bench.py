@@ -4,6 +4,7 @@ verdict naming the bottleneck."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -30,6 +31,8 @@ _ADVICE = {
            "epochs read locally",
     "starved": "the threads wait for input rather than work: more data in flight "
                "(prefetch_bytes), smaller tasks (task_bytes) or more row groups, or a faster disk",
+    "contended": "other processes hold the cores: measure on an idle machine, or give stoker "
+                 "fewer threads than the free cores",
 }
 _GENERIC_ADVICE = "give its pool more threads, or make the stage's work cheaper"
 # The verdict's thresholds, on the whole percentages the report prints.
@@ -70,9 +73,11 @@ def figures(stats: Dict[str, Any]) -> Dict[str, Any]:
                       "busy_pct": _pct(busy, threads * wall),
                       "stages": [(m["name"], _pct(float(m["busy_s"]), busy)) for m in ranked]})
     pools.sort(key=lambda p: (-p["busy_pct"], -p["busy_s"] / p["threads"]))
+    load, cpus = stats.get("load_avg"), stats.get("cpus")
     return {"wall_s": wall, "wait_s": wait, "wait_pct": _pct(wait, wall),
             "startup_s": startup, "startup_pct": _pct(startup, wall), "pools": pools,
-            "remote": any(s["name"] == "fetch" for s in stats.get("stages", []))}
+            "remote": any(s["name"] == "fetch" for s in stats.get("stages", [])),
+            "load_avg": None if load is None else round(float(load), 1), "cpus": cpus}
 
 
 def _threads(n: int) -> str:
@@ -85,8 +90,10 @@ def bottleneck_of(stats: Dict[str, Any]) -> Tuple[str, str]:
     In order: ``startup`` (the first batch came after half the run or more: the numbers
     measure opening, not streaming); ``consumer`` (the loop waited for batches less than 10% of
     the time); ``<stage>-bound`` (the busiest pool was busy at least 75% of its threads x wall
-    time: the stage that took most of its time); ``I/O-bound`` (no pool saturated, remote
-    source); ``starved`` (no pool saturated, the loop waited all the same); ``unknown``.
+    time: the stage that took most of its time); ``contended`` (no pool saturated, and the
+    machine's load average exceeds its CPUs: other processes hold the cores); ``I/O-bound`` (no
+    pool saturated, remote source); ``starved`` (no pool saturated, the loop waited all the
+    same); ``unknown``.
     """
     f = figures(stats)
     if f["wall_s"] <= 0:
@@ -109,6 +116,10 @@ def bottleneck_of(stats: Dict[str, Any]) -> Tuple[str, str]:
         of_pool = f", {stage_pct}% of it in '{stage}'" if len(top["stages"]) > 1 else ""
         return (f"{stage}-bound: {busy}{of_pool}; {wait}; "
                 f"{_ADVICE.get(stage, _GENERIC_ADVICE)}", f"{stage}-bound")
+    if f["load_avg"] is not None and f["cpus"] and f["load_avg"] > f["cpus"]:
+        return (f"contended: {wait}, yet no pool was saturated (busiest: {busy}), and the "
+                f"load average was {f['load_avg']:.1f} on {f['cpus']} CPUs; "
+                f"{_ADVICE['contended']}", "contended")
     category = "I/O-bound" if f["remote"] else "starved"
     return (f"{category}: {wait}, yet no pool was saturated (busiest: {busy}); "
             f"{_ADVICE['I/O' if f['remote'] else 'starved']}", category)
@@ -204,11 +215,27 @@ def run_bench(uri: str, loader_kwargs: Dict[str, Any], batches: Optional[int],
               "mb_per_s": rows * bytes_per_row / wall / 1e6 if wall else 0.0,
               "output_mb_per_s": _output_bytes(stats) / wall / 1e6 if wall else 0.0,
               "cache_dir": kwargs.get("cache_dir"), "stats": stats}
-    measured = dict(stats, wall_s=wall, open_s=open_s, first_batch_s=first)
+    measured = dict(stats, wall_s=wall, open_s=open_s, first_batch_s=first,
+                    load_avg=_load_average(), cpus=_cpus())
     result["figures"] = figures(measured)
     result["verdict"], result["bottleneck"] = bottleneck_of(measured)
     out(format_result(result))
     return result
+
+
+def _load_average() -> Optional[float]:
+    """The machine's 1-minute load average at the end of the run (None where unknown)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 def _output_bytes(stats: Dict[str, Any]) -> int:
@@ -250,5 +277,7 @@ def format_result(r: Dict[str, Any]) -> str:
                      f"  ({split})")
     lines.append(f"    consumer   waited {f['wait_s']:.3f} s ({f['wait_pct']}% of wall time); "
                  f"peak in flight {r['stats'].get('peak_inflight_bytes', 0) / 2**20:,.1f} MiB")
+    if f.get("load_avg") is not None:
+        lines.append(f"  machine  load average {f['load_avg']:.1f} on {f['cpus']} CPUs")
     lines.append(f"verdict: {r['verdict']}")
     return "\n".join(lines)
