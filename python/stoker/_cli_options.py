@@ -276,6 +276,8 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
                             "it is not JSON: -o batch_size=256 -o prefetch_bytes=512MiB "
                             "-o 'categories={\"city\": \"auto\"}'")
     for flag, option, kwargs in _FLAGS:
+        if kwargs.get("action") is None and "metavar" not in kwargs and "choices" not in kwargs:
+            kwargs = dict(kwargs, metavar=option.upper())
         group.add_argument(flag, dest=f"opt_{option}", default=None, **kwargs)
 
 
