@@ -2,7 +2,8 @@
 
 This module holds construction, iteration and lifecycle. Option building lives in ``_options``
 (``build``, shared with ``describe``), resume in ``_resume``, the Python stages (``transform=``,
-``augment=``, ``python_workers``) in ``_pystages``, the conversion of engine batches in
+``augment=``, ``python_workers``) in ``_pystages``, the epoch rule and stall meter in
+``_epochs``, the exit and fork hooks in ``_live``, the conversion of engine batches in
 ``_convert``, rank discovery in ``_distributed``.
 """
 
