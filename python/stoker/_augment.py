@@ -105,7 +105,7 @@ class AugmentStage:
             if description is None:
                 raise TransformError(
                     f"{where}: augment= returned {type(value).__name__} for key {key!r}; it must "
-                    "return numpy arrays (or stoker.Ragged of numpy arrays)")
+                    "return numpy arrays or CPU torch tensors (or stoker.Ragged of numpy arrays)")
             found[key] = description
         if self._schema is None:
             self._schema = found

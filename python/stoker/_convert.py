@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from typing import Any, Callable, Dict, FrozenSet, List, Mapping
 
 import numpy as np
@@ -30,8 +31,8 @@ from . import _stoker
 from ._ragged import Ragged
 from .errors import InternalError, InvalidOptionError, TransformError
 
-__all__ = ["Route", "map_arrays", "lengths_key", "mask_key", "valid_key", "added_keys",
-           "check_output_names"]
+__all__ = ["Route", "from_torch", "map_arrays", "lengths_key", "mask_key", "valid_key",
+           "added_keys", "check_output_names"]
 
 
 # ------------------------------------------------------------------ the keys a column adds
@@ -108,6 +109,28 @@ def _narrow_to_bfloat16(values: np.ndarray) -> np.ndarray:
     nan = (x & 0x7FFFFFFF) > 0x7F800000
     rounded = (x + (0x7FFF + ((x >> 16) & 1))) >> 16
     return np.where(nan, (x >> 16) | 0x40, rounded).astype(np.uint16).view(np.int16)
+
+
+def from_torch(out: Any) -> Any:
+    """``augment=`` output with CPU torch tensors (torchvision.transforms.v2 code returns them) as
+    numpy arrays sharing their memory; a bfloat16 tensor becomes float32, as augment= receives
+    bfloat16 columns. The schema checks then see numpy, whichever the user returned."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(out, Mapping):
+        return out
+    result = dict(out)
+    for key, value in out.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        if value.device.type != "cpu":
+            raise TransformError(
+                f"augment= returned a tensor on {value.device} for key {key!r}; return CPU "
+                "tensors or numpy arrays (the loader moves batches to device= itself)")
+        value = value.detach()
+        if value.dtype == torch.bfloat16:
+            value = value.float()
+        result[key] = value.numpy()
+    return result
 
 
 class Route:

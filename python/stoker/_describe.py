@@ -8,6 +8,7 @@ import inspect
 from typing import Any, Mapping, Optional, Sequence
 
 from . import _stoker
+from ._option_names import check_names
 from ._options import Source, build
 from ._redact import redact_uri
 from .loader import Loader
@@ -56,9 +57,7 @@ def describe(source: Source, columns: Optional[Sequence[str]] = None,
             corrupt footer, schema mismatch, storage errors).
     """
     defaults = _loader_defaults()
-    unknown = sorted(set(loader_options) - set(defaults))
-    if unknown:
-        raise TypeError(f"describe() got unexpected keyword argument(s): {', '.join(unknown)}")
+    check_names(loader_options, defaults, "stoker.describe()")
     kw = {name: loader_options.get(name, value) for name, value in defaults.items()}
     kw["storage_options"] = storage_options
     # The Loader's own option building: what describe() reads is what a Loader would.

@@ -9,6 +9,7 @@ import re
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from . import _stoker
+from ._dtypes import dtype_name
 from .errors import InvalidOptionError
 
 __all__ = ["Source", "parse_size", "normalise_sources", "storage_value", "column_options",
@@ -75,7 +76,13 @@ def _chain(chain: Any, where: str) -> list:
             raise InvalidOptionError(
                 f"{where}[{position}] is {op!r}, not an op: use stoker.ops "
                 "(e.g. stoker.ops.resize(224)) or a dict {'op': name, **params}")
-    return [dict(op) for op in chain]
+    return [_dtype_param(dict(op), f"{where}[{position}]") for position, op in enumerate(chain)]
+
+
+def _dtype_param(op: dict, where: str) -> dict:
+    if "dtype" in op:
+        op["dtype"] = dtype_name(op["dtype"], f"{where} ({op['op']}) dtype")
+    return op
 
 
 def transform_chains(transforms: Any) -> dict:
@@ -220,7 +227,7 @@ def set_features(opts: Any, features: Any, features_dtype: Any, features_name: s
     if features is None:
         if isinstance(features_dtype, Mapping):
             raise InvalidOptionError("features_dtype is a dict but features is not given")
-        opts.features_dtype = features_dtype
+        opts.features_dtype = dtype_name(features_dtype, "features_dtype")
         opts.features_name = features_name
         return null_mask
     grouped = isinstance(features, Mapping)
@@ -244,13 +251,11 @@ def set_features(opts: Any, features: Any, features_dtype: Any, features_name: s
             raise InvalidOptionError(
                 f"features_dtype names group(s) {unknown}, which features does not define; "
                 f"groups: {sorted(groups)}")
-        dtypes = {name: features_dtype.get(name, "float32") for name in groups}
-    elif isinstance(features_dtype, str):
-        dtypes = {name: features_dtype for name in groups}
+        dtypes = {name: dtype_name(features_dtype.get(name, "float32"),
+                                   f"features_dtype[{name!r}]") for name in groups}
     else:
-        raise InvalidOptionError(
-            f"features_dtype must be a dtype name or a dict {{group: dtype}}, got "
-            f"{features_dtype!r}")
+        one = dtype_name(features_dtype, "features_dtype (a dtype, or a dict {group: dtype})")
+        dtypes = {name: one for name in groups}
     masked: set = set()
     rest = null_mask
     if null_mask is True:

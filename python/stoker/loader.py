@@ -21,6 +21,7 @@ from ._convert import Route, check_output_names
 from ._device import DeviceFeeder
 from ._epochs import MAX_EPOCH, EpochCursor, EpochIterator, StallMeter
 from ._loader_doc import ARGS
+from ._option_names import suggest_unknown_options
 from ._options import Source, build, parse_size
 from ._pystages import PythonStages
 from ._resume import Resumable
@@ -44,6 +45,7 @@ class Loader(Resumable):
     :class:`stoker._resume.Resumable`.
     """
 
+    @suggest_unknown_options("stoker.Loader()")
     def __init__(
         self,
         source: Source,
@@ -170,6 +172,13 @@ class Loader(Resumable):
     def __len__(self) -> int:
         """Batches per epoch for this rank (the same on every rank)."""
         return self._live().num_batches
+
+    def __getitem__(self, index: Any) -> Any:
+        # torch's DataLoader(loader) takes a class with __len__ for a map-style dataset.
+        raise TypeError(
+            "stoker.Loader is not indexable (loader[i]): it delivers whole batches from its own "
+            "threads. Iterate it (for batch in loader), or give torch's DataLoader "
+            "stoker.IterableDataset(source, **options) with batch_size=None")
 
     def __repr__(self) -> str:
         if self._engine is None:
