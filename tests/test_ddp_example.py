@@ -122,7 +122,7 @@ def killed(data, tmp_path_factory):
                 # process group) would leave them training. A lost node loses them all at once.
                 workers = _children(proc.pid)
                 for pid in workers:
-                    os.killpg(pid, signal.SIGKILL)
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
                 proc.send_signal(signal.SIGKILL)
                 break
     finally:
@@ -198,3 +198,78 @@ def test_ranks_that_find_different_checkpoints_refuse(data, killed, tmp_path):
                 "(epoch") in err, err[-3000:]
         assert "rank 1: no checkpoint" in err
         assert "step 1\n" not in out
+
+
+# ------------------------------------------------------------------------------------ Lightning
+LIGHTNING = os.path.join(ROOT, "examples", "lightning_train.py")
+LIGHTNING_ARGS = ["--label", "target", "--features", "x*", "--batch-size", str(BATCH),
+                  "--epochs", str(EPOCHS), "--shuffle-window", "300", "--seed", "5"]
+
+
+def _lightning(devices: int, args, **popen) -> subprocess.Popen:
+    # Lightning launches the other ranks itself (rank 0 runs this script and starts the others).
+    cmd = [sys.executable, LIGHTNING, "--devices", str(devices)] + LIGHTNING_ARGS + args
+    return subprocess.Popen(cmd, env=_env(), text=True, **popen)
+
+
+def _lightning_run(devices: int, args, cwd) -> None:
+    proc = _lightning(devices, args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=150)
+    assert proc.returncode == 0, out[-2000:] + err[-3000:]
+
+
+@pytest.mark.slow
+def test_lightning_resumes_after_sigkill(data, tmp_path):
+    pytest.importorskip("lightning")
+    _lightning_run(2, ["--data", data, "--weights", str(tmp_path / "ref"), "--log-ids",
+                       str(tmp_path / "ref-ids")], tmp_path)
+    reference = [_log(tmp_path / "ref-ids", r) for r in range(2)]
+    assert [len(log) for log in reference] == [STEPS, STEPS]
+    _check_epochs(reference)
+
+    kill_at = random.Random(2514).choice(
+        [s for s in range(EVERY + 1, STEPS - 2) if 0 < s % EVERY < EVERY - 1])
+    ckpt = tmp_path / "ckpt"
+    victim = _lightning(2, ["--data", data, "--ckpt-dir", str(ckpt), "--every-n-steps",
+                            str(EVERY), "--log-ids", str(tmp_path / "ids"), "--step-sleep",
+                            "0.15"], cwd=tmp_path, start_new_session=True,
+                        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "stderr", "w"))
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and victim.poll() is None:
+            try:
+                if any(r["step"] >= kill_at for r in _log(tmp_path / "ids", 0)):
+                    break
+            except FileNotFoundError:
+                pass
+            time.sleep(0.02)
+        ranks = _children(victim.pid)
+        os.killpg(victim.pid, signal.SIGKILL)  # rank 0 and the ranks it started: the whole job
+        for pid in ranks:
+            os.killpg(os.getpgid(pid), signal.SIGKILL) if os.path.exists(f"/proc/{pid}") else None
+    finally:
+        victim.kill()
+        victim.wait(30)
+    assert ranks, "never reached the kill step: " + open(tmp_path / "stderr").read()[-3000:]
+    resume_step = kill_at - kill_at % EVERY
+    assert os.path.exists(ckpt / f"step={resume_step}.ckpt"), sorted(os.listdir(ckpt))
+
+    for world in (2, 1):
+        run = tmp_path / f"on{world}"
+        run.mkdir()
+        shutil.copytree(ckpt, run / "ckpt")
+        _lightning_run(world, ["--data", data, "--ckpt-dir", str(run / "ckpt"), "--resume",
+                               str(run / "ckpt" / f"step={resume_step}.ckpt"), "--weights",
+                               str(run / "w"), "--log-ids", str(run / "ids")], run)
+        before = [[r for r in _log(tmp_path / "ids", rank) if r["step"] <= resume_step]
+                  for rank in range(2)]
+        after = [_log(run / "ids", rank) for rank in range(world)]
+        assert all(log[0]["step"] == resume_step + 1 for log in after)
+        assert len({len(log) for log in after}) == 1, "the ranks took different numbers of steps"
+        _check_epochs(before + after)
+        if world == 2:
+            for rank in range(2):
+                ref = torch.load(tmp_path / f"ref.rank{rank}", weights_only=True)
+                got = torch.load(run / f"w.rank{rank}", weights_only=True)
+                for key in ref:
+                    assert torch.equal(ref[key], got[key]), f"rank {rank}: {key} differs"
