@@ -178,11 +178,15 @@ def main() -> None:
         print(f"features ({len(features)}, {dtype}): {', '.join(features)}; label: {args.label}",
               flush=True)
     columns = [args.label] + ([args.id] if args.log_ids or args.ids_out else [])
-    loader = stoker.Loader(args.data, columns=columns, features=features, features_dtype=dtype,
-                           allow_lossy_cast=args.allow_lossy_cast, batch_size=args.batch_size,
-                           shuffle_window=args.shuffle_window, drop_last=args.drop_last,
-                           padding_mask=not args.drop_last, seed=args.seed,
-                           output="torch")  # rank, world size: from torchrun
+    try:
+        loader = stoker.Loader(args.data, columns=columns, features=features,
+                               features_dtype=dtype, allow_lossy_cast=args.allow_lossy_cast,
+                               batch_size=args.batch_size, shuffle_window=args.shuffle_window,
+                               drop_last=args.drop_last, padding_mask=not args.drop_last,
+                               seed=args.seed, output="torch")  # rank, world size: from torchrun
+    except stoker.errors.LossyCastError as e:
+        raise SystemExit(f"{e}\nIn this example: --features-dtype float64 keeps the values, "
+                         "--allow-lossy-cast rounds them.") from None
 
     torch.manual_seed(0)  # the same initial weights on every rank and every restart
     model = torch.nn.Sequential(torch.nn.Linear(len(features), 16), torch.nn.ReLU(),
