@@ -170,7 +170,8 @@ def test_resume_after_sigkill_on_another_number_of_ranks(data, reference, killed
     # The checkpoint holds the plain model (no DDP "module." keys): plain torch loads it.
     state = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=True)
     assert sorted(state["model"]) == ["0.bias", "0.weight", "2.bias", "2.weight"]
-    assert state["loader"]["world_size"] == world
+    if state["step"] > resume_step:  # saved by the resumed job
+        assert state["loader"]["world_size"] == world
 
 
 def _free_port() -> int:
