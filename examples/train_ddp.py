@@ -110,7 +110,7 @@ def resolve_features(args: argparse.Namespace) -> tuple[list[str], str]:
         described = stoker.describe(args.data, features=features, features_dtype="float32",
                                     allow_lossy_cast=args.allow_lossy_cast).columns
         lossy = [c.name for c in described if c.name in features and not c.ok
-                 and c.error_kind == "LossyCastError"]
+                 and c.error_kind == "lossy_cast"]
         dtype = "float64" if lossy else "float32"
     return features, dtype
 
