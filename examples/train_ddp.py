@@ -57,7 +57,8 @@ def parse_args() -> argparse.Namespace:
                         "every feature fits it without loss, else float64 (pandas' default)")
     p.add_argument("--allow-lossy-cast", action="store_true",
                    help="allow casts that may lose precision (float64 -> float32)")
-    p.add_argument("--id", default="id", help="row id column, read only for --log-ids/--ids-out")
+    p.add_argument("--id", default="id",
+                   help="row id column for --log-ids/--ids-out (read when the dataset has it)")
     p.add_argument("--drop-last", action="store_true",
                    help="drop the rows that fill no batch on every rank (default: pad, masked)")
     p.add_argument("--epochs", type=int, default=2)
@@ -79,9 +80,12 @@ def parse_args() -> argparse.Namespace:
 
 
 def resolve_features(args: argparse.Namespace) -> tuple[list[str], str]:
-    """The feature columns (in the dataset's column order for globs) and their dtype."""
+    """The feature columns (in the dataset's column order for globs) and their dtype; clears
+    ``args.id`` when the dataset has no such column."""
     columns = stoker.describe(args.data).columns
     names = [c.name for c in columns]
+    if args.id not in names:
+        args.id = None
     if args.label not in names:
         raise SystemExit(f"--label {args.label!r}: no such column; the columns: {', '.join(names)}")
     excluded = {args.label, args.id}
@@ -177,7 +181,11 @@ def main() -> None:
     if rank == 0:
         print(f"features ({len(features)}, {dtype}): {', '.join(features)}; label: {args.label}",
               flush=True)
-    columns = [args.label] + ([args.id] if args.log_ids or args.ids_out else [])
+    if (args.log_ids or args.ids_out) and args.id is None:
+        raise SystemExit("--log-ids/--ids-out need a row id column: name it with --id")
+    # The id column is read whenever the dataset has one, logged or not: the loader's options
+    # (which its checkpointed state must match) do not depend on the logging flags.
+    columns = [args.label] + ([args.id] if args.id else [])
     try:
         loader = stoker.Loader(args.data, columns=columns, features=features,
                                features_dtype=dtype, allow_lossy_cast=args.allow_lossy_cast,
@@ -197,6 +205,9 @@ def main() -> None:
     if args.ckpt_dir:
         os.makedirs(args.ckpt_dir, exist_ok=True)  # before step 1: a bad path fails now
         state = load_checkpoint(args.ckpt_dir, rank)
+        position = None if state is None else (state["step"], state["loader"]["epoch"],
+                                               state["loader"]["batch"])
+        agree_on_resume(position, world_size, distributed)  # before anything is loaded
         if state is not None:
             saved = state.get("features")
             if saved is not None and saved != features:
@@ -206,10 +217,6 @@ def main() -> None:
             optimizer.load_state_dict(state["optimizer"])
             loader.load_state_dict(state["loader"])  # another world size: elastic resume
             step = state["step"]
-        position = None if state is None else (step, state["loader"]["epoch"],
-                                               state["loader"]["batch"])
-        agree_on_resume(position, world_size, distributed)
-        if state is not None:
             print(f"rank {rank}: resumed at step {step}, epoch {loader.epoch} (saved on "
                   f"{state['loader']['world_size']} ranks, now {world_size})", flush=True)
     # DDP wraps the model after the load: its state_dict keys stay those of the plain model.
@@ -234,7 +241,7 @@ def main() -> None:
             loss.backward()
             optimizer.step()
             step += 1
-            if log or args.ids_out:
+            if log or args.ids_out:  # (args.id is set: checked at start-up)
                 ids = batch[args.id]
                 if not args.drop_last:
                     ids = ids[~batch["__padding__"]]
