@@ -47,7 +47,8 @@ class StokerData(L.LightningDataModule):
     def train_dataloader(self):
         # Created after the process group exists: rank and world size come from it.
         a = self.args
-        loader = stoker.Loader(a.data, columns=[a.label, a.id], features=self.features,
+        loader = stoker.Loader(a.data, columns=[a.label] + ([a.id] if a.id else []),
+                               features=self.features,
                                features_dtype=self.dtype, allow_lossy_cast=a.allow_lossy_cast,
                                batch_size=a.batch_size, shuffle_window=a.shuffle_window,
                                drop_last=False, padding_mask=True, seed=a.seed, output="torch")
@@ -69,7 +70,7 @@ class Regressor(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         real = ~batch["__padding__"]  # rows repeated to even the ranks out do not count
-        ids = batch[self.id_column][real].tolist()
+        ids = batch[self.id_column][real].tolist() if self.id_column else []
         self.seen.setdefault(self.current_epoch, []).extend(ids)
         if self.log_ids:
             if self.log_file is None:

