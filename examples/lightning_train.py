@@ -117,7 +117,10 @@ def main() -> None:
     torch.use_deterministic_algorithms(True)
     features, dtype = resolve_features(args)
     torch.manual_seed(0)
-    model = Regressor(len(features), args.label, args.id, args.log_ids, args.step_sleep)
+    # In the features' dtype from the start: Lightning restores a checkpoint's weights before its
+    # precision plugin converts the module, so a float32 module would round float64 weights.
+    model = Regressor(len(features), args.label, args.id, args.log_ids,
+                      args.step_sleep).to(getattr(torch, dtype))
     callbacks = []
     if args.ckpt_dir:
         callbacks.append(L.pytorch.callbacks.ModelCheckpoint(dirpath=args.ckpt_dir, save_top_k=-1,
