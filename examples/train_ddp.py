@@ -42,7 +42,7 @@ import torch.distributed as dist
 import stoker
 
 CHECKPOINT = "checkpoint.pt"
-FORMAT = 2  # 1: the per-rank rank<r>.pt files of earlier versions of this example
+FORMAT = 2  # 1: the per-rank rank<r>.pt files of earlier versions of this example (refused)
 
 
 def parse_args() -> argparse.Namespace:
@@ -119,16 +119,14 @@ def resolve_features(args: argparse.Namespace) -> tuple[list[str], str]:
     return features, dtype
 
 
-def load_checkpoint(ckpt_dir: str, rank: int):
-    """CKPT/checkpoint.pt, or an earlier version's rank0.pt (its DDP keys unwrapped), or None."""
+def load_checkpoint(ckpt_dir: str):
+    """CKPT/checkpoint.pt, or None."""
     path = os.path.join(ckpt_dir, CHECKPOINT)
     if os.path.exists(path):
         return torch.load(path, weights_only=True)
-    legacy = os.path.join(ckpt_dir, "rank0.pt")  # rank 0's serves every rank and world size
-    if os.path.exists(legacy):
-        state = torch.load(legacy, weights_only=True)
-        state["model"] = {k.removeprefix("module."): v for k, v in state["model"].items()}
-        return state
+    if os.path.exists(os.path.join(ckpt_dir, "rank0.pt")):
+        raise SystemExit(f"{ckpt_dir} holds rank<r>.pt checkpoints of an earlier version of this "
+                         "example (other loader options, DDP's module. keys); start a new folder")
     return None
 
 
@@ -204,7 +202,7 @@ def main() -> None:
     step = 0
     if args.ckpt_dir:
         os.makedirs(args.ckpt_dir, exist_ok=True)  # before step 1: a bad path fails now
-        state = load_checkpoint(args.ckpt_dir, rank)
+        state = load_checkpoint(args.ckpt_dir)
         position = None if state is None else (state["step"], state["loader"]["epoch"],
                                                state["loader"]["batch"])
         agree_on_resume(position, world_size, distributed)  # before anything is loaded
