@@ -438,13 +438,16 @@ class StructBytesTest : public ::testing::Test {
     ASSERT_OK(bytes.Finish(&a_bytes));
     ASSERT_OK(paths.Finish(&a_paths));
     ASSERT_OK(numbers.Finish(&a_numbers));
-    auto image = arrow::StructArray::Make({a_bytes, a_paths}, {"bytes", "path"});
-    auto meta = arrow::StructArray::Make({a_paths, a_numbers}, {"name", "size"});
+    using Arrays = std::vector<std::shared_ptr<arrow::Array>>;
+    using Names = std::vector<std::string>;
+    auto image = arrow::StructArray::Make(Arrays{a_bytes, a_paths}, Names{"bytes", "path"});
+    auto meta = arrow::StructArray::Make(Arrays{a_paths, a_numbers}, Names{"name", "size"});
     ASSERT_TRUE(image.ok() && meta.ok());
-    auto table = arrow::Table::Make(arrow::schema({arrow::field("image", (*image)->type()),
-                                                   arrow::field("meta", (*meta)->type()),
-                                                   arrow::field("label", arrow::int64())}),
-                                    {*image, *meta, a_numbers});
+    auto table =
+        arrow::Table::Make(arrow::schema(arrow::FieldVector{arrow::field("image", (*image)->type()),
+                                                            arrow::field("meta", (*meta)->type()),
+                                                            arrow::field("label", arrow::int64())}),
+                           Arrays{*image, *meta, a_numbers});
     auto sink = arrow::io::FileOutputStream::Open(path_);
     ASSERT_TRUE(sink.ok());
     ASSERT_OK(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), *sink, 2));
