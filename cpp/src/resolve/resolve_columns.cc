@@ -130,9 +130,9 @@ StructChains ChainStructBytes(const arrow::Schema& schema, const LoaderOptions& 
     });
     if (parent == chained.end()) {
       out.options.columns.push_back(column);
-    } else if (column == parent->first) {
+    } else if (column == parent->first || (AllColumns(options) && column == parent->second)) {
       out.options.columns.push_back(parent->second);
-    } else if (!AllColumns(options) && column == parent->second) {
+    } else if (column == parent->second) {
       problems->push_back(MakeError(ErrorKind::kInvalidOption,
                                     "columns names both '" + parent->first + "' and '" + column +
                                         "', and transforms['" + parent->first + "'] reads '" +
