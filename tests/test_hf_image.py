@@ -10,6 +10,7 @@ The reference is Pillow's decode of the same bytes (PNG: lossless, so equal pixe
 from __future__ import annotations
 
 import io
+import time
 from typing import Dict, List
 
 import numpy as np
@@ -233,3 +234,22 @@ def test_fingerprints_tell_the_spellings_apart(arrow_file, tmp_path):
                        batch_size=2, shuffle=False) as loader:
         with pytest.raises(errors.StokerError):
             loader.load_state_dict(first)
+
+
+def test_both_spellings_share_the_cache_entries(arrow_file, tmp_path):
+    """The same bytes through the same ops: one entry, whichever name the output takes."""
+    cache = str(tmp_path / "cache")
+    found = []
+    for columns, transforms in ((["image.bytes"], {"image.bytes": CHAIN}),
+                                (["image"], {"image": CHAIN})):
+        with stoker.Loader(arrow_file, columns=columns, transforms=transforms, batch_size=5,
+                           shuffle=False, cache_dir=cache) as loader:
+            list(loader)
+            deadline = time.monotonic() + 30  # entries are written behind: wait for them
+            while loader.stats()["cache"]["writes"] < loader.stats()["cache"]["misses"]:
+                assert time.monotonic() < deadline, loader.stats()["cache"]
+                time.sleep(0.01)
+            stats = loader.stats()
+            found.append((stats["cache"]["hits"], stats["transforms"]["prefix_rows"]))
+    assert found[0][0] == 0 and found[0][1] == ROWS  # cold: every row decoded
+    assert found[1][0] > 0 and found[1][1] == 0  # warm from the leaf spelling's entries
