@@ -128,18 +128,17 @@ StructChains ChainStructBytes(const arrow::Schema& schema, const LoaderOptions& 
     auto parent = std::find_if(chained.begin(), chained.end(), [&](const auto& entry) {
       return column == entry.first || column.rfind(entry.first + ".", 0) == 0;
     });
-    if (parent == chained.end()) {
-      out.options.columns.push_back(column);
-    } else if (column == parent->first || (AllColumns(options) && column == parent->second)) {
+    const bool field = parent != chained.end();  // a chained struct, or one of its fields
+    if (field && (column == parent->first || (AllColumns(options) && column == parent->second))) {
       out.options.columns.push_back(parent->second);
-    } else if (column == parent->second) {
+    } else if (field && column == parent->second) {
       problems->push_back(MakeError(ErrorKind::kInvalidOption,
                                     "columns names both '" + parent->first + "' and '" + column +
                                         "', and transforms['" + parent->first + "'] reads '" +
                                         column + "' as column '" + parent->first + "'; keep '" +
                                         parent->first + "'"));
-    } else if (!AllColumns(options)) {
-      out.options.columns.push_back(column);  // another field, named: delivered as it is
+    } else if (!field || !AllColumns(options)) {
+      out.options.columns.push_back(column);  // another column, or a field named: as it is
     }
   }
   return out;
