@@ -228,7 +228,11 @@ Result<DatasetDescription> Describe(const LoaderOptions& options) {
   } else {
     // A struct parent is described leaf by leaf, each with its own footer facts.
     const arrow::Schema& schema = transform_schema ? *transform_schema : *catalog->schema();
+    // Each leaf once: columns=["image", "image.path"] with transforms on the struct "image"
+    // names image.path twice (its chain reads image.bytes alone, resolve_columns.h).
+    std::set<std::string> described;
     for (const auto& name : ExpandParents(schema, options.columns)) {
+      if (!described.insert(name).second) continue;
       for (auto& column : DescribeColumn(*catalog, options, transform_schema, name, false)) {
         out.columns.push_back(std::move(column));
       }

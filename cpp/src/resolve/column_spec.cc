@@ -59,10 +59,11 @@ std::string NullAdvice(const ColumnSpec& spec) {
            "'] to get a validity mask (fill_null does not apply to strings and lists)";
   }
   if (spec.chain) {
-    // Its ops see the values first: neither fill_null= nor null_mask= reaches them.
+    // Its ops see the values first: neither fill_null= nor null_mask= reaches them. Named as
+    // delivered (a struct's chain on its bytes field takes the struct's options).
     return "; start its transforms with ops.fill_null(value) to replace them, or pass "
            "on_error={'" +
-           name + "': 'zero'} to get zeros there, false in '" + name + "_valid'";
+           spec.name + "': 'zero'} to get zeros there, false in '" + spec.name + "_valid'";
   }
   return "; pass " + fill + " to replace them or null_mask=['" + name + "'] to get a validity mask";
 }

@@ -6,6 +6,7 @@
 #include <parquet/statistics.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "resolve/chains.h"
@@ -16,15 +17,131 @@
 namespace stoker {
 namespace {
 
+// Whether nothing names the columns: every column is delivered.
+bool AllColumns(const LoaderOptions& options) {
+  return options.columns.empty() && options.features.empty() && options.feature_groups.empty();
+}
+
 // The columns delivered one tensor each: `options.columns` (a struct parent stands for its
 // leaves), or every column when neither columns nor features are given.
 std::vector<std::string> RequestedColumns(const arrow::Schema& schema,
                                           const LoaderOptions& options) {
   std::vector<std::string> columns = ExpandParents(schema, options.columns);
-  if (columns.empty() && options.features.empty() && options.feature_groups.empty()) {
+  if (AllColumns(options)) {
     for (const auto& field : schema.fields()) columns.push_back(field->name());
   }
   return columns;
+}
+
+// The options as resolved, when transforms name a struct by its own name. A struct with a binary
+// `bytes` field (HuggingFace's Image and Audio features: struct<bytes: binary, path: string>) is
+// then one column: its chain reads `<struct>.bytes` and its output takes the struct's name
+// (`renamed`, leaf -> output); its other fields are delivered only when columns names them.
+struct StructChains {
+  LoaderOptions options;
+  std::map<std::string, std::string> renamed;
+  std::map<std::string, std::string> chained;  // struct -> its bytes field
+  std::set<std::string> failed;                // structs named by transforms without one
+};
+
+bool IsBinary(const arrow::DataType& type) {
+  return type.id() == arrow::Type::BINARY || type.id() == arrow::Type::LARGE_BINARY;
+}
+
+// The fields of struct `name` (not itself a column), in schema order: "s.a", "s.b.c".
+std::vector<std::string> StructLeaves(const arrow::Schema& schema, const std::string& name) {
+  std::vector<std::string> leaves;
+  if (schema.GetFieldIndex(name) >= 0) return leaves;
+  const std::string prefix = name + ".";
+  for (const auto& field : schema.fields()) {
+    if (field->name().compare(0, prefix.size(), prefix) == 0) leaves.push_back(field->name());
+  }
+  return leaves;
+}
+
+// transforms['`name`'] on struct `name` (whose fields are `leaves`) without a binary bytes field.
+Status StructTransformError(const std::string& name, const std::vector<std::string>& leaves) {
+  std::string fields;
+  for (const auto& leaf : leaves) fields += (fields.empty() ? "'" : ", '") + leaf + "'";
+  return MakeError(
+      ErrorKind::kInvalidOption,
+      "transforms['" + name + "']: column '" + name + "' is a struct of fields " + fields +
+          ", and transforms apply to one field: name it, as in transforms={'" + leaves.front() +
+          "': [...]} (a struct takes transforms under its own name only when it has "
+          "a binary 'bytes' field, as HuggingFace's Image and Audio features do: "
+          "the ops then read the bytes)");
+}
+
+// The struct parents named by transforms (one chain or several outputs) whose chains read their
+// bytes field, with the options rewritten to name that field; a struct without one is a problem.
+StructChains ChainStructBytes(const arrow::Schema& schema, const LoaderOptions& options,
+                              std::vector<Status>* problems) {
+  StructChains out{options, {}, {}, {}};
+  std::set<std::string> keys;
+  for (const auto& [name, unused] : options.transforms) keys.insert(name);
+  for (const auto& [name, unused] : options.transform_outputs) keys.insert(name);
+  std::map<std::string, std::string>& chained = out.chained;
+  for (const std::string& name : keys) {
+    const std::vector<std::string> leaves = StructLeaves(schema, name);
+    const bool requested =
+        AllColumns(options) ||
+        std::find(options.columns.begin(), options.columns.end(), name) != options.columns.end();
+    // Not a struct, or not requested: reported as such by the checks that follow.
+    if (leaves.empty() || !requested) continue;
+    const std::string bytes = name + ".bytes";
+    const int index = schema.GetFieldIndex(bytes);
+    if (index < 0 || !IsBinary(*schema.field(index)->type())) {
+      problems->push_back(StructTransformError(name, leaves));
+      out.failed.insert(name);
+      out.options.transforms.erase(name);
+      out.options.transform_outputs.erase(name);
+      continue;
+    }
+    if (options.transforms.count(bytes) || options.transform_outputs.count(bytes)) {
+      problems->push_back(MakeError(ErrorKind::kInvalidOption,
+                                    "transforms names both '" + name + "' and '" + bytes +
+                                        "', which read the same bytes; keep one"));
+      out.failed.insert(name);
+      out.options.transforms.erase(name);
+      out.options.transform_outputs.erase(name);
+      continue;
+    }
+    if (auto chain = out.options.transforms.extract(name)) {
+      out.options.transforms.emplace(bytes, std::move(chain.mapped()));
+      out.renamed[bytes] = name;
+    }
+    if (auto outputs = out.options.transform_outputs.extract(name)) {
+      out.options.transform_outputs.emplace(bytes, std::move(outputs.mapped()));
+    }
+    chained[name] = bytes;
+  }
+  if (chained.empty()) return out;
+  // The struct stands for its bytes field alone, in columns or among all the columns.
+  std::vector<std::string> columns;
+  if (AllColumns(options)) {
+    for (const auto& field : schema.fields()) columns.push_back(field->name());
+  } else {
+    columns = options.columns;
+  }
+  out.options.columns.clear();
+  for (const std::string& column : columns) {
+    auto parent = std::find_if(chained.begin(), chained.end(), [&](const auto& entry) {
+      return column == entry.first || column.rfind(entry.first + ".", 0) == 0;
+    });
+    const bool field = parent != chained.end();  // a chained struct, or one of its fields
+    if (field && (column == parent->first || (AllColumns(options) && column == parent->second))) {
+      out.options.columns.push_back(parent->second);
+    } else if (field && column == parent->second) {
+      problems->push_back(MakeError(ErrorKind::kInvalidOption,
+                                    "columns names both '" + parent->first + "' and '" + column +
+                                        "', and transforms['" + parent->first + "'] reads '" +
+                                        column + "' as column '" + parent->first + "'; keep '" +
+                                        parent->first + "'"));
+    } else if (!field || !AllColumns(options)) {
+      out.options.columns.push_back(column);  // another column, or a field named: as it is
+    }
+  }
+  return out;
 }
 
 // on_error='zero' on a list column, whose chain gives a list per row: there is no zero tensor to
@@ -94,10 +211,18 @@ Status CheckOnErrorZero(const ColumnSpec& spec) {
 // its several chains (group number `*groups`, then incremented). Its name, and its outputs',
 // go into `*seen_outputs`.
 Status ResolveColumn(const std::string& name, const std::vector<std::string>& columns,
-                     const LoaderOptions& options, ColumnLookup& lookup, int* groups,
-                     std::set<std::string>* seen_outputs, OutputSpec* out) {
+                     const LoaderOptions& options,
+                     const std::map<std::string, std::string>& renamed, ColumnLookup& lookup,
+                     int* groups, std::set<std::string>* seen_outputs, OutputSpec* out) {
   if (!seen_outputs->insert(name).second) {
     return MakeError(ErrorKind::kInvalidOption, "column '" + name + "' is listed twice in columns");
+  }
+  // A struct's chain on its bytes field: delivered under the struct's name.
+  auto output = renamed.find(name);
+  if (output != renamed.end() && !seen_outputs->insert(output->second).second) {
+    return MakeError(ErrorKind::kInvalidOption,
+                     "transforms['" + output->second + "'] output '" + output->second +
+                         "' clashes with another column or output of that name");
   }
   if (auto outputs = options.transform_outputs.find(name);
       outputs != options.transform_outputs.end()) {
@@ -106,6 +231,10 @@ Status ResolveColumn(const std::string& name, const std::vector<std::string>& co
   }
   ColumnSpec spec;
   STOKER_RETURN_NOT_OK(lookup.Find(name, &spec));
+  if (output != renamed.end()) {
+    spec.name = output->second;
+    spec.field = name;
+  }
   auto chain = options.transforms.find(name);
   // A list's pad_value applies to the chain's output: checked after it.
   if (chain == options.transforms.end() || spec.layout != SourceLayout::kList) {
@@ -239,19 +368,25 @@ void SetFields(const ColumnLookup& lookup, OutputSpec* out) {
 
 }  // namespace
 
-Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options,
+Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& given,
                                   std::shared_ptr<arrow::Schema> transform_schema) {
+  // Every problem is collected, so that one error lists them all (CombineProblems).
+  std::vector<Status> problems;
+  // The dataset's structs named by transforms (with transform=, its outputs are the columns).
+  const StructChains structs = given.user_transform
+                                   ? StructChains{given, {}, {}, {}}
+                                   : ChainStructBytes(*catalog.schema(), given, &problems);
+  const LoaderOptions& options = structs.options;
   OutputSpec out;
   STOKER_ASSIGN_OR_RAISE(ColumnLookup lookup,
                          ColumnLookup::Make(catalog, options, std::move(transform_schema), &out));
   const arrow::Schema& schema = lookup.schema();
-  // Every problem is collected, so that one error lists them all (CombineProblems).
-  std::vector<Status> problems;
   std::set<std::string> seen_outputs;
   const std::vector<std::string> columns = RequestedColumns(schema, options);
   int groups = 0;
   for (const auto& name : columns) {
-    if (Status status = ResolveColumn(name, columns, options, lookup, &groups, &seen_outputs, &out);
+    if (Status status = ResolveColumn(name, columns, options, structs.renamed, lookup, &groups,
+                                      &seen_outputs, &out);
         !status.ok()) {
       problems.push_back(std::move(status));
     }
@@ -277,6 +412,25 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& o
 Result<std::vector<ColumnSpec>> ResolveColumnAlone(
     const Catalog& catalog, const LoaderOptions& options,
     const std::shared_ptr<arrow::Schema>& transform_schema, const std::string& name, bool feature) {
+  // A field of a struct named by transforms (Describe lists structs by their fields): its bytes
+  // field is the struct's column, its other fields nothing unless columns names them.
+  std::string column = name;
+  if (!feature && !options.user_transform) {
+    std::vector<Status> problems;
+    const StructChains structs = ChainStructBytes(*catalog.schema(), options, &problems);
+    const auto& named = structs.options.columns;
+    for (const auto& [parent, bytes] : structs.chained) {
+      if (name == bytes) {
+        column = parent;
+      } else if (name.rfind(parent + ".", 0) == 0 &&
+                 std::find(named.begin(), named.end(), name) == named.end()) {
+        return std::vector<ColumnSpec>{};
+      }
+    }
+    for (const std::string& parent : structs.failed) {
+      if (name.rfind(parent + ".", 0) == 0) column = parent;  // its error
+    }
+  }
   LoaderOptions one = options;
   one.columns.clear();
   one.features.clear();
@@ -291,20 +445,20 @@ Result<std::vector<ColumnSpec>> ResolveColumnAlone(
       }
     }
   } else {
-    one.columns.push_back(name);
+    one.columns.push_back(column);
   }
   // Only this column's vocabulary (an "auto" one is built from the data).
   one.categories.clear();
-  if (auto categories = options.categories.find(name); categories != options.categories.end()) {
+  if (auto categories = options.categories.find(column); categories != options.categories.end()) {
     one.categories.insert(*categories);
   }
   // Only this column's transform chain: what the chain produces is part of its description.
   one.transforms.clear();
-  if (auto chain = options.transforms.find(name); chain != options.transforms.end()) {
+  if (auto chain = options.transforms.find(column); chain != options.transforms.end()) {
     one.transforms.insert(*chain);
   }
   one.transform_outputs.clear();
-  if (auto outputs = options.transform_outputs.find(name);
+  if (auto outputs = options.transform_outputs.find(column);
       outputs != options.transform_outputs.end() && !feature) {
     one.transform_outputs.insert(*outputs);
   }

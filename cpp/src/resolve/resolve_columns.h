@@ -19,13 +19,19 @@ namespace stoker {
 /// Resolves `options.columns` / `options.features` against the catalog's schema or, with a user
 /// transform, against its output schema (plus the partition columns). `transform_schema`: that
 /// schema when already learned (ProbeUserTransform); null: learned here by calling the transform.
+/// A struct named in both columns and transforms (a HuggingFace Image() feature, struct<bytes:
+/// binary, path: string>) is one column: its chain reads `<struct>.bytes`, the output named after
+/// the struct; its other fields only where columns names them. Any other struct named by
+/// transforms is an error naming its fields.
 Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options,
                                   std::shared_ptr<arrow::Schema> transform_schema = nullptr);
 
 /// Resolves `name` alone, as a column or (`feature`) as a feature alone in its group, with the
 /// options' choices for it (its vocabulary, its chains): one spec, or one per output of a column
 /// whose transforms give several. What Describe reports per column; cross-column checks (a
-/// column listed twice, clashing names) are left out.
+/// column listed twice, clashing names) are left out. A field of a struct whose transforms read
+/// its bytes: the bytes field gives the struct's column, another field nothing unless columns
+/// names it.
 Result<std::vector<ColumnSpec>> ResolveColumnAlone(
     const Catalog& catalog, const LoaderOptions& options,
     const std::shared_ptr<arrow::Schema>& transform_schema, const std::string& name, bool feature);

@@ -420,5 +420,110 @@ TEST_F(ResolveColumnsTest, OnErrorZeroOnlyForColumnsWithTransforms) {
   EXPECT_TRUE(spec->columns[0].options.on_error_zero);
 }
 
+// A HuggingFace Image() column, struct<bytes: binary, path: string>, and a struct without bytes.
+class StructBytesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("stoker_struct_bytes_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "images.parquet").string();
+    arrow::BinaryBuilder bytes;
+    ASSERT_OK(bytes.AppendValues({"\x89PNG", "\x89PNG"}));
+    arrow::StringBuilder paths;
+    ASSERT_OK(paths.AppendValues({"a.png", "b.png"}));
+    arrow::Int64Builder numbers;
+    ASSERT_OK(numbers.AppendValues({1, 2}));
+    std::shared_ptr<arrow::Array> a_bytes, a_paths, a_numbers;
+    ASSERT_OK(bytes.Finish(&a_bytes));
+    ASSERT_OK(paths.Finish(&a_paths));
+    ASSERT_OK(numbers.Finish(&a_numbers));
+    using Arrays = std::vector<std::shared_ptr<arrow::Array>>;
+    using Names = std::vector<std::string>;
+    auto image = arrow::StructArray::Make(Arrays{a_bytes, a_paths}, Names{"bytes", "path"});
+    auto meta = arrow::StructArray::Make(Arrays{a_paths, a_numbers}, Names{"name", "size"});
+    ASSERT_TRUE(image.ok() && meta.ok());
+    auto table =
+        arrow::Table::Make(arrow::schema(arrow::FieldVector{arrow::field("image", (*image)->type()),
+                                                            arrow::field("meta", (*meta)->type()),
+                                                            arrow::field("label", arrow::int64())}),
+                           Arrays{*image, *meta, a_numbers});
+    auto sink = arrow::io::FileOutputStream::Open(path_);
+    ASSERT_TRUE(sink.ok());
+    ASSERT_OK(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), *sink, 2));
+    ASSERT_OK((*sink)->Close());
+    auto catalog = Catalog::Open({path_}, 1);
+    ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
+    catalog_ = *catalog;
+  }
+
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  LoaderOptions Options(std::vector<std::string> columns, const std::string& transformed) {
+    LoaderOptions options;
+    options.sources = {path_};
+    options.columns = std::move(columns);
+    options.transforms[transformed] = {
+        OpSpec{"decode_image", {}},
+        OpSpec{"resize", {{"size", ParamValue(ParamValue::List{4, 4})}}}};
+    return options;
+  }
+
+  std::filesystem::path dir_;
+  std::string path_;
+  std::shared_ptr<Catalog> catalog_;
+};
+
+TEST_F(StructBytesTest, TheStructsChainReadsItsBytesUnderItsName) {
+  auto spec = ResolveColumns(*catalog_, Options({"image", "label"}, "image"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->columns.size(), 2u);  // no image.path
+  const ColumnSpec& image = spec->columns[0];
+  EXPECT_EQ(image.name, "image");
+  EXPECT_EQ(image.Field(), "image.bytes");
+  ASSERT_NE(image.chain, nullptr);
+  EXPECT_EQ(image.output_shape, (std::vector<int64_t>{4, 4, 3}));
+  EXPECT_EQ(spec->file_fields, (std::vector<std::string>{"image.bytes", "label"}));
+
+  // The path when named; every column when none is: the struct is one column.
+  spec = ResolveColumns(*catalog_, Options({"image", "image.path"}, "image"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->columns.size(), 2u);
+  EXPECT_EQ(spec->columns[1].name, "image.path");
+  spec = ResolveColumns(*catalog_, Options({}, "image"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  std::vector<std::string> names;
+  for (const ColumnSpec& column : spec->columns) names.push_back(column.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"image", "meta.name", "meta.size", "label"}));
+
+  // Describe's per-field resolution agrees: the bytes field is the struct's column, the path
+  // nothing.
+  auto alone =
+      ResolveColumnAlone(*catalog_, Options({"image"}, "image"), nullptr, "image.bytes", false);
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  ASSERT_EQ(alone->size(), 1u);
+  EXPECT_EQ((*alone)[0].name, "image");
+  alone = ResolveColumnAlone(*catalog_, Options({"image"}, "image"), nullptr, "image.path", false);
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_TRUE(alone->empty());
+}
+
+TEST_F(StructBytesTest, OtherStructsNameTheFieldToTransform) {
+  auto spec = ResolveColumns(*catalog_, Options({"meta"}, "meta"));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(GetErrorKind(spec.status()), ErrorKind::kInvalidOption);
+  const std::string message = spec.status().message();
+  EXPECT_NE(message.find("'meta.name', 'meta.size'"), std::string::npos) << message;
+  EXPECT_NE(message.find("transforms={'meta.name': [...]}"), std::string::npos) << message;
+  EXPECT_EQ(message.find("problems"), std::string::npos) << message;  // one problem only
+
+  LoaderOptions both = Options({"image"}, "image");
+  both.transforms["image.bytes"] = both.transforms["image"];
+  spec = ResolveColumns(*catalog_, both);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("both 'image' and 'image.bytes'"), std::string::npos)
+      << spec.status().message();
+}
+
 }  // namespace
 }  // namespace stoker
