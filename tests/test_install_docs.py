@@ -89,7 +89,7 @@ def test_install_md_as_a_package_in_a_fresh_venv(tmp_path):
         "assert stoker.__file__.startswith(sys.prefix), stoker.__file__\n"
         f"path = {str(tmp_path / 'x.parquet')!r}\n"
         "pq.write_table(pa.table({'x': np.arange(100, dtype=np.int64)}), path, row_group_size=30)\n"
-        "with stoker.Loader(path, batch_size=32, seed=1) as loader:\n"
+        "with stoker.Loader(path, batch_size=32, seed=1, drop_last=False) as loader:\n"
         "    got = np.sort(np.concatenate([b['x'] for b in loader]))\n"
         "assert (got == np.arange(100)).all(), got\n"
         "so = stoker._stoker.__file__\n"
