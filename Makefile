@@ -32,10 +32,12 @@ $(VENV)/.setup-done: requirements.txt requirements-build.txt bench/requirements-
 	$(PIP) install -q --no-deps -r bench/requirements-nodeps.txt
 	touch $@
 
-# Incremental: scikit-build-core reuses build/<wheel tag> and ninja rebuilds what changed.
+# Incremental: scikit-build-core reuses build/<wheel tag> and ninja rebuilds what changed. The
+# folder is named here, not in pyproject.toml, so a user's `pip install .` from a clone builds in a
+# temporary folder and never re-points this one at another environment.
 build: setup
-	$(PIP) install -q --no-build-isolation -e . \
-	  -Ccmake.define.STOKER_BUILD_TESTS=ON -Cbuild.verbose=false
+	$(PIP) install -q --no-build-isolation -e . -Cbuild-dir=build/{wheel_tag} \
+	  -Ccmake.define.STOKER_BUILD_TESTS=ON -Ccmake.define.STOKER_WERROR=ON -Cbuild.verbose=false
 
 demo: build
 	$(PY) -m stoker demo
@@ -52,7 +54,7 @@ test-python:
 # AddressSanitizer + UndefinedBehaviorSanitizer over the C++ unit tests.
 test-asan: setup
 	$(VENV)/bin/cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-	  -DSTOKER_SANITIZE=ON -DSTOKER_BUILD_TESTS=ON -DSTOKER_BUILD_PYTHON=OFF \
+	  -DSTOKER_SANITIZE=ON -DSTOKER_WERROR=ON -DSTOKER_BUILD_TESTS=ON -DSTOKER_BUILD_PYTHON=OFF \
 	  -DPython3_EXECUTABLE=$(abspath $(PY)) -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) >/dev/null
 	$(VENV)/bin/cmake --build $(ASAN_DIR) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS)
@@ -66,7 +68,7 @@ test-asan: setup
 TSAN_FORK_TESTS := DiskCacheTest\.(GetOrFillRunsTheFillerOncePerKeyAcrossProcesses|GetOrFillWaiterTakesOverFromAKilledFiller|OpenRemovesOnlyAbandonedTempFiles|AProcessForkedDuringAFillDoesNotKeepTheKeyLocked|KilledWriterLeavesNoEntryAndTheNextOpenRemovesItsTempFile|ProcessesSharingAFolderSeeOnlyWholeEntriesWithinBudget|ObjectOpenedBeforeForkWorksInTheChild)
 test-tsan: setup
 	$(VENV)/bin/cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DSTOKER_TSAN=ON -DSTOKER_BUILD_TESTS=ON -DSTOKER_BUILD_PYTHON=OFF \
+	  -DSTOKER_TSAN=ON -DSTOKER_WERROR=ON -DSTOKER_BUILD_TESTS=ON -DSTOKER_BUILD_PYTHON=OFF \
 	  -DPython3_EXECUTABLE=$(abspath $(PY)) -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) >/dev/null
 	$(VENV)/bin/cmake --build $(TSAN_DIR) -j $(JOBS)
 	ARROW_DEFAULT_MEMORY_POOL=system TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
