@@ -1,10 +1,9 @@
 """The Loader: iterate a Parquet dataset as batches of ready tensors.
 
-This module holds construction, iteration and lifecycle. Option building lives in ``_options``
-(``build``, shared with ``describe``), resume in ``_resume``, the Python stages (``transform=``,
-``augment=``, ``python_workers``) in ``_pystages``, the epoch rule and stall meter in
-``_epochs``, the exit and fork hooks in ``_live``, the conversion of engine batches in
-``_convert``, rank discovery in ``_distributed``.
+Construction, iteration and lifecycle. Option building: ``_options.build`` (shared with
+``describe``); resume: ``_resume``; the Python stages (``transform=``, ``augment=``,
+``python_workers``): ``_pystages``; the epoch rule and stall meter: ``_epochs``; exit and fork
+hooks: ``_live``; engine batches to numpy/torch: ``_convert``; ranks: ``_distributed``.
 """
 
 from __future__ import annotations
@@ -68,7 +67,7 @@ class Loader(Resumable):
         pad_value: Union[float, Mapping[str, float]] = 0,
         fill_null: Union[None, float, Mapping[str, float]] = None,
         null_mask: Union[bool, Sequence[str]] = False,
-        features_dtype: Union[str, Mapping[str, str]] = "float32",
+        features_dtype: Union[str, Any, Mapping[str, Any]] = "float32",  # or a numpy/torch dtype
         features_name: str = "features",
         allow_lossy_cast: bool = False,
         categories: Optional[Mapping[str, Union[str, os.PathLike, Sequence[str]]]] = None,
@@ -95,9 +94,7 @@ class Loader(Resumable):
         self._engine = None  # first: close() and __del__ work whatever raises below
         self._stages: Optional[PythonStages] = None
         self._runner = None
-        arguments = dict(locals())
-        del arguments["self"]
-        built = build(**arguments)
+        built = build(**{name: value for name, value in locals().items() if name != "self"})
         self._options = opts = built.options
         self._seed, self._seed_given = opts.seed, built.seed_given
         self._transforms = built.transforms  # checked chains, with a Petastorm store's codec ops
@@ -173,12 +170,10 @@ class Loader(Resumable):
         """Batches per epoch for this rank (the same on every rank)."""
         return self._live().num_batches
 
-    def __getitem__(self, index: Any) -> Any:
-        # torch's DataLoader(loader) takes a class with __len__ for a map-style dataset.
-        raise TypeError(
-            "stoker.Loader is not indexable (loader[i]): it delivers whole batches from its own "
-            "threads. Iterate it (for batch in loader), or give torch's DataLoader "
-            "stoker.IterableDataset(source, **options) with batch_size=None")
+    def __getitem__(self, index: Any) -> Any:  # DataLoader(loader) indexes what has a __len__
+        raise TypeError("stoker.Loader is not indexable (loader[i]): it delivers whole batches. "
+                        "Iterate it, or give torch's DataLoader stoker.IterableDataset(source, "
+                        "**options) with batch_size=None")
 
     def __repr__(self) -> str:
         if self._engine is None:
