@@ -6,6 +6,7 @@
 #include <arrow/record_batch.h>
 
 #include <algorithm>
+#include <ranges>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -95,7 +96,7 @@ std::vector<FeatureBlockPlan> PlanBlocks(const OutputSpec& spec,
     for (size_t f = 0; f < group.count; ++f) {
       const ColumnSpec& feature = spec.features[group.first + f];
       const bool eligible = feature.layout == SourceLayout::kFixed && feature.inner == 1 &&
-                            uses[feature.Field()] == 1 && in_task.count(feature.Field()) > 0;
+                            uses[feature.Field()] == 1 && in_task.contains(feature.Field());
       if (!eligible) {
         close();
         continue;
@@ -179,7 +180,9 @@ Status BuildBlocks(const std::vector<FeatureBlockPlan>& plans, int64_t rows, Nam
       }
     }
     std::sort(index.begin(), index.end());
-    for (auto it = index.rbegin(); it != index.rend(); ++it) arrays->erase(arrays->begin() + *it);
+    for (const auto position : std::ranges::reverse_view(index)) {
+      arrays->erase(arrays->begin() + position);
+    }
     arrays->emplace_back(BlockName(plan),
                          std::make_shared<arrow::FixedSizeBinaryArray>(
                              arrow::fixed_size_binary(count * width), rows, std::move(matrix)));
@@ -207,7 +210,7 @@ bool EntryMatches(const NamedArrays& arrays, const std::vector<std::string>& sto
     for (const ColumnSpec* spec : match->specs) present.insert(spec->Field());
   }
   for (const auto& field : stored) {
-    if (present.count(field) == 0) return false;
+    if (!present.contains(field)) return false;
   }
   return true;
 }
