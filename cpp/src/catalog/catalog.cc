@@ -20,7 +20,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <ranges>
 #include <thread>
 #include <unordered_set>
 
@@ -312,8 +311,8 @@ bool HasStructOrMap(const arrow::DataType& type) {
 // Wraps `type` in the list levels (`large` per level, outermost first) above a leaf.
 std::shared_ptr<arrow::DataType> WrapLists(std::shared_ptr<arrow::DataType> type,
                                            const std::vector<bool>& large) {
-  for (const bool is_large : std::ranges::reverse_view(large)) {
-    type = is_large ? arrow::large_list(type) : arrow::list(type);
+  for (auto it = large.rbegin(); it != large.rend(); ++it) {
+    type = *it ? arrow::large_list(type) : arrow::list(type);
   }
   return type;
 }

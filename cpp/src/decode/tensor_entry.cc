@@ -6,7 +6,6 @@
 #include <arrow/record_batch.h>
 
 #include <algorithm>
-#include <ranges>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -180,9 +179,7 @@ Status BuildBlocks(const std::vector<FeatureBlockPlan>& plans, int64_t rows, Nam
       }
     }
     std::sort(index.begin(), index.end());
-    for (const auto position : std::ranges::reverse_view(index)) {
-      arrays->erase(arrays->begin() + position);
-    }
+    for (auto it = index.rbegin(); it != index.rend(); ++it) arrays->erase(arrays->begin() + *it);
     arrays->emplace_back(BlockName(plan),
                          std::make_shared<arrow::FixedSizeBinaryArray>(
                              arrow::fixed_size_binary(count * width), rows, std::move(matrix)));
