@@ -26,14 +26,17 @@ namespace nb = nanobind;
 namespace stoker::python {
 namespace {
 
+// CPython's thread identifiers (PyThread_get_thread_ident, threading's `ident`).
+using ThreadIdent = unsigned long;  // NOLINT(google-runtime-int): CPython's own type
+
 std::atomic<int> threads_in_engine{0};
 // The thread that runs the atexit hooks and finalizes (the main thread); CPython never ends it.
-std::atomic<unsigned long> finalizing_thread{0};
+std::atomic<ThreadIdent> finalizing_thread{0};
 std::mutex consumers_mutex;
 // Threads that started an epoch or took a batch and have not seen the end of an epoch since:
 // they are iterating, or unwinding from an error (LoaderClosedError once the loaders are
 // stopped), and may be daemon threads.
-std::set<unsigned long> consumers;  // GUARDED_BY(consumers_mutex)
+std::set<ThreadIdent> consumers;  // GUARDED_BY(consumers_mutex)
 
 bool Finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -57,7 +60,7 @@ void LetEngineThreadsFinish() {
     nb::gil_scoped_release release;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  std::set<unsigned long> iterating;
+  std::set<ThreadIdent> iterating;
   {
     std::lock_guard<std::mutex> lock(consumers_mutex);
     iterating.swap(consumers);
@@ -69,7 +72,7 @@ void LetEngineThreadsFinish() {
   nb::object current = threading.attr("current_thread")();
   for (nb::handle thread : threading.attr("enumerate")()) {
     if (thread.is(current) || thread.attr("ident").is_none()) continue;
-    if (iterating.count(nb::cast<unsigned long>(thread.attr("ident"))) == 0) continue;
+    if (!iterating.contains(nb::cast<ThreadIdent>(thread.attr("ident")))) continue;
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     if (left <= 0) break;
     thread.attr("join")(left);
@@ -100,7 +103,7 @@ ReleaseGil::~ReleaseGil() {
 bool PythonFinalizing() { return Finalizing(); }
 
 void NoteIterating(bool done) {
-  const unsigned long me = PyThread_get_thread_ident();
+  const ThreadIdent me = PyThread_get_thread_ident();
   std::lock_guard<std::mutex> lock(consumers_mutex);
   if (done) {
     consumers.erase(me);
@@ -110,8 +113,8 @@ void NoteIterating(bool done) {
 }
 
 void RegisterExitHook(nb::module_& m) {
-  finalizing_thread = nb::cast<unsigned long>(
-      nb::module_::import_("threading").attr("main_thread")().attr("ident"));
+  finalizing_thread =
+      nb::cast<ThreadIdent>(nb::module_::import_("threading").attr("main_thread")().attr("ident"));
   m.def("_let_engine_threads_finish", &LetEngineThreadsFinish,
         "atexit hook: lets daemon threads that iterate a stopped engine finish (at most 1 s).");
   // Registered when the module is imported, so before stoker.loader's hook that stops every

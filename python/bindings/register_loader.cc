@@ -27,7 +27,7 @@ constexpr auto kInterruptGrace = std::chrono::milliseconds(200);
 
 // One Loader::Open running on a helper thread (see OpenInterruptibly).
 struct PendingOpen {
-  explicit PendingOpen(const LoaderOptions& caller_options) : options(caller_options) {}
+  explicit PendingOpen(LoaderOptions caller_options) : options(std::move(caller_options)) {}
   const LoaderOptions options;  // a copy: the caller's is gone once it has been interrupted
   arrow::StopSource stop;
   std::mutex mutex;

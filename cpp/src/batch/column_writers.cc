@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "util/convert.h"
 #include "util/recycling_pool.h"
@@ -178,8 +179,8 @@ void SlabLayout::Bind(const std::shared_ptr<Slab>& slab) const {
 
 // --- DenseWriter ---------------------------------------------------------------------------
 
-DenseWriter::DenseWriter(const ColumnSpec& spec, int slot, int output)
-    : ColumnWriter(output), spec_(spec), slot_(slot) {}
+DenseWriter::DenseWriter(ColumnSpec spec, int slot, int output)
+    : ColumnWriter(output), spec_(std::move(spec)), slot_(slot) {}
 
 // A dense [B, row_shape...] values tensor of the spec's dtype, placed in the slab.
 void SizeDense(const ColumnSpec& spec, const std::vector<int64_t>& row_shape, int64_t rows,
@@ -203,8 +204,8 @@ Status DenseWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
 
 // --- PaddedWriter --------------------------------------------------------------------------
 
-PaddedWriter::PaddedWriter(const ColumnSpec& spec, int slot, int output)
-    : ColumnWriter(output), spec_(spec), slot_(slot) {}
+PaddedWriter::PaddedWriter(ColumnSpec spec, int slot, int output)
+    : ColumnWriter(output), spec_(std::move(spec)), slot_(slot) {}
 
 namespace {
 
@@ -336,8 +337,8 @@ Status PaddedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
 
 // --- OffsetsWriter -------------------------------------------------------------------------
 
-OffsetsWriter::OffsetsWriter(const ColumnSpec& spec, int slot, int output)
-    : ColumnWriter(output), spec_(spec), slot_(slot) {}
+OffsetsWriter::OffsetsWriter(ColumnSpec spec, int slot, int output)
+    : ColumnWriter(output), spec_(std::move(spec)), slot_(slot) {}
 
 // The range of the next level's items under items [begin, end) of `level`.
 std::pair<int64_t, int64_t> Descend(const ColumnSource::Level& level, int64_t begin, int64_t end) {
@@ -440,8 +441,8 @@ Status OffsetsWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
 
 // --- PartitionWriter -----------------------------------------------------------------------
 
-PartitionWriter::PartitionWriter(const ColumnSpec& spec, int slot, int output)
-    : ColumnWriter(output), spec_(spec), slot_(slot) {}
+PartitionWriter::PartitionWriter(ColumnSpec spec, int slot, int output)
+    : ColumnWriter(output), spec_(std::move(spec)), slot_(slot) {}
 
 void PartitionWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
   Describe(spec_, column);

@@ -92,7 +92,7 @@ class ColumnWriter {
 /// consecutive rows copied at once), nulls filled with fill_null or zero.
 class DenseWriter final : public ColumnWriter {
  public:
-  DenseWriter(const ColumnSpec& spec, int slot, int output);
+  DenseWriter(ColumnSpec spec, int slot, int output);
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
   Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 
@@ -104,7 +104,7 @@ class DenseWriter final : public ColumnWriter {
 /// kPadded lists: values [B, longest row of the batch] padded with pad_value, lengths int64 [B].
 class PaddedWriter final : public ColumnWriter {
  public:
-  PaddedWriter(const ColumnSpec& spec, int slot, int output);
+  PaddedWriter(ColumnSpec spec, int slot, int output);
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
   Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 
@@ -117,7 +117,7 @@ class PaddedWriter final : public ColumnWriter {
 /// empty.
 class OffsetsWriter final : public ColumnWriter {
  public:
-  OffsetsWriter(const ColumnSpec& spec, int slot, int output);
+  OffsetsWriter(ColumnSpec spec, int slot, int output);
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
   Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 
@@ -129,7 +129,7 @@ class OffsetsWriter final : public ColumnWriter {
 /// Hive partition columns (one value per item): int64 [B], or strings (values + offsets).
 class PartitionWriter final : public ColumnWriter {
  public:
-  PartitionWriter(const ColumnSpec& spec, int slot, int output);
+  PartitionWriter(ColumnSpec spec, int slot, int output);
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
   Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 

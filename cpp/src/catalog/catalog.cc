@@ -11,7 +11,7 @@
 #include <parquet/file_reader.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
-#include <time.h>
+#include <time.h>  // NOLINT(modernize-deprecated-headers): POSIX clock_gettime, CLOCK_REALTIME_COARSE
 
 #include <algorithm>
 #include <atomic>
@@ -586,7 +586,7 @@ Status ReadFooter(const ListedFile& listed, std::shared_ptr<DiskCache> block_cac
                  nullptr, &columns);
     for (auto& [name, column] : columns) {
       // A name seen twice (a column literally named "a.b" beside struct a) keeps the first.
-      if (out->fields.count(name)) continue;
+      if (out->fields.contains(name)) continue;
       fields.push_back(arrow::field(name, column.type, schema_field.field->nullable()));
       out->fields[name] = std::move(column);
     }
@@ -753,7 +753,7 @@ Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& s
       }
       const size_t index = position[field->name()];
       const auto& current = fields[index];
-      if (catalog->conflicts_.count(field->name())) continue;
+      if (catalog->conflicts_.contains(field->name())) continue;
       auto unified = UnifyTypes(current->type(), field->type());
       if (!unified) {
         const auto& first_type = schemas[it->second]->GetFieldByName(field->name())->type();
@@ -798,7 +798,7 @@ Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& s
   }
   catalog->num_file_fields_ = static_cast<int>(fields.size());
   for (size_t k = 0; k < keys.size(); ++k) {
-    if (first_file.count(keys[k])) {
+    if (first_file.contains(keys[k])) {
       return MakeError(ErrorKind::kSchemaMismatch,
                        "hive partition key '" + keys[k] + "' is also a column in the files");
     }

@@ -22,7 +22,8 @@ Status ResolveIndices(const arrow::Array& indices, const arrow::Array& values,
       (*rows)[i] = -1;
       continue;
     }
-    const int64_t index = static_cast<int64_t>(raw[i]);
+    // int8 indices are signed in Arrow: a negative one is rejected below.
+    const int64_t index = static_cast<int64_t>(raw[i]);  // NOLINT(bugprone-signed-char-misuse)
     if (index < 0 || index >= dict_length) {
       return Status::IndexError("dictionary index ", index, " at row ", i, " is outside [0, ",
                                 dict_length, ")");

@@ -180,8 +180,9 @@ Result<std::shared_ptr<arrow::Array>> RunCachedPrefix(const Catalog& catalog,
                                                       const std::shared_ptr<arrow::Array>& array,
                                                       int row_group, int64_t row_begin) {
   const RowGroupRef& rg = catalog.row_groups()[row_group];
-  if (spec.layout == SourceLayout::kList)
+  if (spec.layout == SourceLayout::kList) {
     return RunListChain(catalog.Where(rg), spec, array, row_begin);
+  }
   const transform::Chain& chain = *spec.chain;
   // Read the raw column as the chain's input: the spec before the transform describes it.
   ColumnSpec raw = spec;

@@ -94,7 +94,7 @@ Result<std::shared_ptr<arrow::Array>> ConvertValues(const ValueConversion& conve
     data->type = array->type_id() == arrow::Type::LIST ? arrow::list(values->type())
                                                        : arrow::large_list(values->type());
     data->child_data = {values->data()};
-    return arrow::MakeArray(std::move(data));
+    return arrow::MakeArray(data);
   }
   const arrow::ArrayData& data = *array->data();
   const int64_t length = data.length;

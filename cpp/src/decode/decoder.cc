@@ -5,6 +5,7 @@
 #include <arrow/util/logging.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -48,7 +49,7 @@ const ValueConversion* Decoder::Conversion(const std::string& field) const {
 std::string Decoder::CacheName(const std::string& field) const {
   // A converted column's entries hold the converted values (time_unit, decimals).
   const ValueConversion* conversion = Conversion(field);
-  const std::string base = conversion ? field + "|" + conversion->tag : field;
+  std::string base = conversion ? field + "|" + conversion->tag : field;
   // Category ids are stored, not strings: the entry belongs to this vocabulary only.
   if (auto vocabulary = spec_->vocabularies.find(field); vocabulary != spec_->vocabularies.end()) {
     char hash[17];
@@ -84,7 +85,7 @@ std::vector<DecodeTask> Decoder::MakeTasks(const Plan& plan, int segment,
       current.segment = segment;
     }
     current.fields.push_back(field);
-    current.estimated_bytes += static_cast<int64_t>(bytes * std::max(fraction, 0.0) + 0.5);
+    current.estimated_bytes += static_cast<int64_t>(std::llround(bytes * std::max(fraction, 0.0)));
   }
   tasks.push_back(std::move(current));  // may be empty when only partition columns are read
   return tasks;

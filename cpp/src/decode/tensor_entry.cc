@@ -95,7 +95,7 @@ std::vector<FeatureBlockPlan> PlanBlocks(const OutputSpec& spec,
     for (size_t f = 0; f < group.count; ++f) {
       const ColumnSpec& feature = spec.features[group.first + f];
       const bool eligible = feature.layout == SourceLayout::kFixed && feature.inner == 1 &&
-                            uses[feature.Field()] == 1 && in_task.count(feature.Field()) > 0;
+                            uses[feature.Field()] == 1 && in_task.contains(feature.Field());
       if (!eligible) {
         close();
         continue;
@@ -207,7 +207,7 @@ bool EntryMatches(const NamedArrays& arrays, const std::vector<std::string>& sto
     for (const ColumnSpec* spec : match->specs) present.insert(spec->Field());
   }
   for (const auto& field : stored) {
-    if (present.count(field) == 0) return false;
+    if (!present.contains(field)) return false;
   }
   return true;
 }

@@ -29,13 +29,13 @@ void UpdatePeak(std::atomic<int64_t>* peak, int64_t value) {
 
 Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decoder> decoder,
                    std::shared_ptr<const BatchAssembler> assembler,
-                   std::shared_ptr<CachedDecoder> cached_decoder, const PipelineOptions& options,
+                   std::shared_ptr<CachedDecoder> cached_decoder, PipelineOptions options,
                    int64_t start_batch, std::shared_ptr<PipelineCounters> counters)
     : plan_(std::move(plan)),
       decoder_(std::move(decoder)),
       assembler_(std::move(assembler)),
       cached_decoder_(std::move(cached_decoder)),
-      options_(options),
+      options_(std::move(options)),
       start_batch_(start_batch),
       counters_(std::move(counters)),
       io_context_(arrow::default_memory_pool(), fetch_stop_.token()),
@@ -437,7 +437,7 @@ Status Pipeline::Next(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* don
   std::unique_lock<std::mutex> lock(mutex_);
   const int64_t wait_start = NowNs();
   output_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
-    return stopping_ || ready_.count(next_output_) > 0 || next_output_ == end_batch_ ||
+    return stopping_ || ready_.contains(next_output_) || next_output_ == end_batch_ ||
            next_output_ >= error_batch_;
   });
   counters_->consumer_wait_ns += NowNs() - wait_start;

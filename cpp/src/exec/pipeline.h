@@ -99,7 +99,7 @@ class Pipeline {
  public:
   Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decoder> decoder,
            std::shared_ptr<const BatchAssembler> assembler,
-           std::shared_ptr<CachedDecoder> cached_decoder, const PipelineOptions& options,
+           std::shared_ptr<CachedDecoder> cached_decoder, PipelineOptions options,
            int64_t start_batch, std::shared_ptr<PipelineCounters> counters);
   ~Pipeline();
 

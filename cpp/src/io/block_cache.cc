@@ -151,7 +151,7 @@ Status VersionCheck::ConfirmAfter(Clock::time_point read_end) {
   const Clock::time_point start = Clock::now();
   running_start_ = start;
   lock.unlock();
-  const Status status = check_();
+  Status status = check_();
   lock.lock();
   running_ = false;
   ++rounds_;

@@ -78,7 +78,7 @@ Result<int> ParseConcurrency(const std::map<std::string, std::string>& storage) 
   auto it = storage.find(kConcurrencyKey);
   if (it == storage.end()) return 0;
   char* end = nullptr;
-  const long v = std::strtol(it->second.c_str(), &end, 10);
+  const int64_t v = std::strtoll(it->second.c_str(), &end, 10);
   if (it->second.empty() || *end != '\0' || v < 1 || v > 4096) {
     return MakeError(ErrorKind::kInvalidOption, std::string("storage_options['") + kConcurrencyKey +
                                                     "'] must be an integer in [1, 4096]");

@@ -1,7 +1,7 @@
 #include "io/local_listing.h"
 
 #include <dirent.h>
-#include <limits.h>
+#include <limits.h>  // NOLINT(modernize-deprecated-headers): POSIX PATH_MAX
 #include <sys/stat.h>
 #include <unistd.h>
 

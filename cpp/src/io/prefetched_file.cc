@@ -44,9 +44,8 @@ class PrefetchedFile : public arrow::io::RandomAccessFile {
                  arrow::StopToken stop)
       : base_(std::move(base)), requests_(std::move(requests)), stop_(std::move(stop)) {}
 
-  ~PrefetchedFile() override {
-    // Never touch the base file from here: requests still running keep it alive themselves.
-  }
+  // Never touches the base file: requests still running keep it alive themselves.
+  ~PrefetchedFile() override = default;
 
   arrow::Status Close() override {
     closed_ = true;

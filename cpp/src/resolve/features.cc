@@ -113,12 +113,12 @@ Status CheckGroup(const FeatureGroup& group, bool single, const std::set<std::st
   }
   // A group of the dict form must not share a name with any column of the dataset (the batch key
   // would read as that column); the single group only with the requested ones.
-  if (taken.count(group.name) || (!single && schema.GetFieldIndex(group.name) >= 0)) {
+  if (taken.contains(group.name) || (!single && schema.GetFieldIndex(group.name) >= 0)) {
     return MakeError(ErrorKind::kInvalidOption,
                      (single ? "features_name '" : "feature group '") + group.name +
                          "' clashes with a column of that name; rename the group");
   }
-  if (taken.count(group.name + "_mask") && group.null_mask) {
+  if (taken.contains(group.name + "_mask") && group.null_mask) {
     return MakeError(ErrorKind::kInvalidOption,
                      "feature group '" + group.name + "' adds '" + group.name +
                          "_mask', which is also a column; rename the group");

@@ -169,7 +169,7 @@ Status ColumnLookup::FindField(int index, const ColumnOptions& options, ColumnSp
   STOKER_RETURN_NOT_OK(Classify(name, type, options, options_->user_transform ? nullptr : catalog_,
                                 options_->allow_lossy_cast, spec));
   STOKER_RETURN_NOT_OK(MakeCategorical(spec));
-  const bool transformed = options_->transforms.count(name) > 0;
+  const bool transformed = options_->transforms.contains(name);
   STOKER_RETURN_NOT_OK(SettleListOfStrings(name, *type, transformed, spec));
   if (spec->list_levels > 0 && transformed) {
     return Unsupported(name, *type,
@@ -188,8 +188,8 @@ Status ColumnLookup::FindField(int index, const ColumnOptions& options, ColumnSp
 Status ColumnLookup::MakeCategorical(ColumnSpec* spec) {
   auto given = options_->categories.find(spec->name);
   if (given == options_->categories.end()) return Status::OK();
-  const bool transformed = options_->transforms.count(spec->name) > 0 ||
-                           options_->transform_outputs.count(spec->name) > 0;
+  const bool transformed =
+      options_->transforms.contains(spec->name) || options_->transform_outputs.contains(spec->name);
   return ResolveCategory(*catalog_, given->second, transformed, options_->user_transform != nullptr,
                          spec, &out_->vocabularies);
 }

@@ -261,11 +261,11 @@ void CheckSeveralOutputs(const LoaderOptions& options, const std::vector<std::st
                                                    "' with several outputs, which is "
                                                    "not in columns"));
     }
-    if (options.transforms.count(name)) {
+    if (options.transforms.contains(name)) {
       problems->push_back(MakeError(ErrorKind::kInvalidOption, "transforms gives column '" + name +
                                                                    "' both one chain and several"));
     }
-    if (feature_names.count(name)) {
+    if (feature_names.contains(name)) {
       problems->push_back(
           MakeError(ErrorKind::kInvalidOption,
                     "column '" + name +
@@ -279,7 +279,7 @@ void CheckSeveralOutputs(const LoaderOptions& options, const std::vector<std::st
 void CheckNamedColumns(const LoaderOptions& options, const std::set<std::string>& seen_outputs,
                        const std::set<std::string>& feature_names, std::vector<Status>* problems) {
   auto requested = [&](const std::string& name) {
-    return seen_outputs.count(name) || feature_names.count(name);
+    return seen_outputs.contains(name) || feature_names.contains(name);
   };
   for (const auto& [name, chain] : options.transforms) {
     if (!requested(name)) {
@@ -356,12 +356,12 @@ void SetFields(const ColumnLookup& lookup, OutputSpec* out) {
   const std::set<std::string>& needed = lookup.needed();
   if (out->user_transform) {
     for (const auto& field : lookup.transform_schema()->fields()) {
-      if (needed.count(field->name())) out->decoded_fields.push_back(field->name());
+      if (needed.contains(field->name())) out->decoded_fields.push_back(field->name());
     }
     return;
   }
   for (const auto& field : lookup.schema().fields()) {
-    if (needed.count(field->name())) out->file_fields.push_back(field->name());
+    if (needed.contains(field->name())) out->file_fields.push_back(field->name());
   }
   out->decoded_fields = out->file_fields;
 }

@@ -94,7 +94,7 @@ Result<std::vector<std::string>> TransformInputs(
     }
   }
   for (int i = 0; i < catalog.num_file_fields(); ++i) {
-    if (wanted.count(schema.field(i)->name())) inputs.push_back(schema.field(i)->name());
+    if (wanted.contains(schema.field(i)->name())) inputs.push_back(schema.field(i)->name());
   }
   return CheckUnified(catalog, std::move(inputs));
 }

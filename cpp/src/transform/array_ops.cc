@@ -107,7 +107,7 @@ Result<ElementType> ParseDescr(std::string_view descr, bool* swap) {
     return Corrupt("npy header: bad dtype " + std::string(descr));
   }
   char* end = nullptr;
-  const long bytes = std::strtol(size.c_str(), &end, 10);
+  const int64_t bytes = std::strtoll(size.c_str(), &end, 10);
   const auto type = ParseElementType(name + std::to_string(bytes * 8));
   if (!type || *end != '\0') {
     if (kind == 'f' && *end == '\0' && (bytes == 10 || bytes == 12 || bytes == 16)) {

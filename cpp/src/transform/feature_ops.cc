@@ -456,8 +456,9 @@ class FillNullOp : public OpBase {
     }
     uint8_t* dst = out->Allocate(resolved_.element, resolved_.shape);
     const int size = ElementSize(resolved_.element);
-    for (int64_t i = 0; i < out->num_elements(); ++i)
+    for (int64_t i = 0; i < out->num_elements(); ++i) {
       StoreValue(resolved_.element, dst + i * size, fill_number_);
+    }
     return Status::OK();
   }
 
@@ -491,8 +492,9 @@ Result<std::unique_ptr<Op>> MakeClip(ParamReader* params) {
   } else {
     STOKER_RETURN_NOT_OK(params->Raw("max", ParamValue()).status());
   }
-  if (!params->Has("min") && !params->Has("max"))
+  if (!params->Has("min") && !params->Has("max")) {
     return params->Error("min", "or 'max' is required");
+  }
   if (low > high) return params->Error("max", "must not be below 'min'");
   return std::make_unique<ClipOp>(*params, low, high);
 }

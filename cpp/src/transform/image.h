@@ -44,7 +44,7 @@ struct ImageDecodeOptions {
 /// animated WebP, GIF, BMP, TIFF, JPEG 2000, AVIF, HEIF, more than max_pixels) kUnsupportedInput;
 /// the message gives the reason. A failure leaves nothing behind that changes how the thread
 /// decodes its next image.
-Status DecodeImage(std::string_view bytes, const ImageDecodeOptions& options, Value* out);
+Status DecodeImage(std::string_view bytes, const ImageDecodeOptions& requested, Value* out);
 
 /// Decodes the part of a JPEG that `box` (inside the image) needs, at full size: rows above the box
 /// are skipped and columns outside it cropped (libjpeg's jpeg_skip_scanlines and

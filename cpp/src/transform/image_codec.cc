@@ -24,6 +24,9 @@ extern "C" {
 namespace stoker::transform {
 namespace {
 
+// The byte counts that libjpeg-turbo's and libjpeg's C APIs take (tjDecompress2, jpeg_mem_src).
+using CUnsignedLong = unsigned long;  // NOLINT(google-runtime-int): the C APIs' own type
+
 using internal::Corrupt;
 using internal::Unsupported;
 
@@ -249,7 +252,7 @@ Status ReadJpegHeader(std::string_view bytes, JpegHeader* header) {
   void* const handle = DecompressHandle();
   if (!handle) return Status::OutOfMemory("tjInitDecompress failed");
   if (tjDecompressHeader3(handle, reinterpret_cast<const unsigned char*>(bytes.data()),
-                          static_cast<unsigned long>(bytes.size()), &header->width, &header->height,
+                          static_cast<CUnsignedLong>(bytes.size()), &header->width, &header->height,
                           &header->subsampling, &header->colorspace) != 0) {
     return JpegFailure(bytes, "JPEG header: " + TakeHandleError(handle));
   }
@@ -304,7 +307,7 @@ Status DecodeJpeg(std::string_view bytes, const ImageDecodeOptions& options, Val
   void* const handle = DecompressHandle();
   if (!handle) return Status::OutOfMemory("tjInitDecompress failed");
   if (tjDecompress2(handle, reinterpret_cast<const unsigned char*>(bytes.data()),
-                    static_cast<unsigned long>(bytes.size()), target, out_width, 0, out_height,
+                    static_cast<CUnsignedLong>(bytes.size()), target, out_width, 0, out_height,
                     pixel_format, 0) != 0) {
     // Warnings (a truncated file, extraneous bytes) fail too, as they do in Pillow.
     return JpegFailure(bytes, "JPEG data: " + TakeHandleError(handle));
@@ -529,7 +532,7 @@ Status DecodeJpegRegion(std::string_view bytes, const ImageDecodeOptions& option
                        std::string(started ? "JPEG data: " : "JPEG header: ") + errors.message);
   }
   jpeg_mem_src(cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
-               static_cast<unsigned long>(bytes.size()));
+               static_cast<CUnsignedLong>(bytes.size()));
   jpeg_read_header(cinfo, TRUE);
   const int64_t height = cinfo->image_height, width = cinfo->image_width;
   const bool gray_source = cinfo->jpeg_color_space == JCS_GRAYSCALE;

@@ -52,9 +52,13 @@ Coefficients Precompute(int64_t in_size, double in0, double in1, int64_t out_siz
   for (int64_t xx = 0; xx < out_size; ++xx) {
     const double center = in0 + (xx + 0.5) * scale;
     const double ss = 1.0 / filter_scale;
-    int64_t xmin = static_cast<int64_t>(center - support + 0.5);
+    // Pillow's resample.c rounds the window's ends this way (truncation, then clamped): kept for
+    // bit-exact parity with Pillow.
+    int64_t xmin =
+        static_cast<int64_t>(center - support + 0.5);  // NOLINT(bugprone-incorrect-roundings)
     if (xmin < 0) xmin = 0;
-    int64_t xmax = static_cast<int64_t>(center + support + 0.5);
+    int64_t xmax =
+        static_cast<int64_t>(center + support + 0.5);  // NOLINT(bugprone-incorrect-roundings)
     if (xmax > in_size) xmax = in_size;
     xmax -= xmin;
     double total = 0.0;
@@ -557,7 +561,7 @@ __attribute__((target("sse4.1"))) int64_t DeinterleaveRgbSse41(const uint8_t* sr
   for (; i + 16 <= count; i += 16) {
     const auto* p = reinterpret_cast<const __m128i*>(src + i * 3);
     const __m128i a = _mm_loadu_si128(p), b = _mm_loadu_si128(p + 1), c = _mm_loadu_si128(p + 2);
-    for (int ch = 0; ch < 3; ++ch) {
+    for (int64_t ch = 0; ch < 3; ++ch) {
       const __m128i plane =
           _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, _mm_load_si128(m + ch * 3)),
                                     _mm_shuffle_epi8(b, _mm_load_si128(m + ch * 3 + 1))),

@@ -160,8 +160,9 @@ class ResizeOp : public OpBase {
 
   Result<ValueType> Resolve(const ValueType& input) const override {
     STOKER_RETURN_NOT_OK(CheckImage(Name(), input, /*uint8_only=*/true));
-    if (size_.size() == 2)
+    if (size_.size() == 2) {
       return ValueType::Tensor(input.element, {size_[0], size_[1], input.shape[2]});
+    }
     return ValueType::Tensor(input.element, {kVariableDim, kVariableDim, input.shape[2]});
   }
 

@@ -140,8 +140,9 @@ Result<std::unique_ptr<Op>> MakeOp(const std::string& name, const Params& params
     }
   }
   std::string names;
-  for (const Registered& entry : kOps)
+  for (const Registered& entry : kOps) {
     names += (names.empty() ? "" : ", ") + std::string(entry.name);
+  }
   return MakeError(ErrorKind::kInvalidOption,
                    "unknown transform op '" + name + "' (ops: " + names + ")");
 }

@@ -160,7 +160,7 @@ Result<std::vector<std::string>> ParamReader::StringList(
 
 Status ParamReader::Finish() const {
   for (const auto& [name, value] : params_) {
-    if (used_.count(name) == 0) {
+    if (!used_.contains(name)) {
       std::string known;
       for (const auto& [used_name, unused] : used_) {
         known += (known.empty() ? "" : ", ") + used_name;

@@ -135,6 +135,7 @@ class Value {
     struct rebind {
       using other = UninitializedAllocator;
     };
+    // NOLINTNEXTLINE(readability-non-const-parameter): placement new writes the byte at p.
     void construct(uint8_t* p) noexcept { ::new (static_cast<void*>(p)) uint8_t; }
     void construct(uint8_t* p, uint8_t value) noexcept { *p = value; }
   };

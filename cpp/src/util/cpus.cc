@@ -21,7 +21,7 @@ std::string CgroupPath(bool v2) {
     const auto second = line.find(':', first + 1);
     if (first == std::string::npos || second == std::string::npos) continue;
     const std::string controllers = line.substr(first + 1, second - first - 1);
-    const std::string path = line.substr(second + 1);
+    std::string path = line.substr(second + 1);
     if (v2 && line.compare(0, first, "0") == 0 && controllers.empty()) return path;
     if (!v2) {
       std::stringstream names(controllers);

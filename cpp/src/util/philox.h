@@ -15,7 +15,7 @@ using PhiloxCounter = std::array<uint32_t, 4>;
 using PhiloxKey = std::array<uint32_t, 2>;
 
 /// Runs the 10-round Philox4x32 bijection on one counter block.
-PhiloxCounter Philox4x32(PhiloxCounter counter, PhiloxKey key);
+PhiloxCounter Philox4x32(PhiloxCounter ctr, PhiloxKey key);
 
 /// Purposes keep streams for different decisions independent.
 enum class RandomPurpose : uint32_t {

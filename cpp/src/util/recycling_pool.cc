@@ -80,7 +80,7 @@ arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t**
       return arrow::Status::OK();
     }
   }
-  const arrow::Status status = base_->Allocate(size_class, kAlignment, out);
+  arrow::Status status = base_->Allocate(size_class, kAlignment, out);
   if (!status.ok()) {
     std::lock_guard<std::mutex> lock(mutex_);
     in_use_ -= size;
