@@ -1,7 +1,7 @@
 #include "cache/cache_budget.h"
 
 #include <fcntl.h>
-#include <signal.h>
+#include <signal.h>  // NOLINT(modernize-deprecated-headers): POSIX kill()
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -160,9 +160,9 @@ Status CacheBudget::CleanTemps(const FolderLock& lock) const {
   for (const auto& name : names) {
     const std::string path = tmp_dir + "/" + name;
     // <32 hex>.<pid>.<seq>.tmp
-    long pid = 0;
+    int64_t pid = 0;
     const size_t dot = name.find('.');
-    if (dot != std::string::npos) pid = std::strtol(name.c_str() + dot + 1, nullptr, 10);
+    if (dot != std::string::npos) pid = std::strtoll(name.c_str() + dot + 1, nullptr, 10);
     // O_NONBLOCK: a FIFO planted here must not block the open.
     Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
     if (fd.get() < 0) continue;  // gone meanwhile, or not a file

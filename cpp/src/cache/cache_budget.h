@@ -13,7 +13,7 @@
 #pragma once
 
 #include <sys/types.h>
-#include <time.h>
+#include <time.h>  // NOLINT(modernize-deprecated-headers): POSIX timespec, clock_gettime
 
 #include <cstdint>
 #include <functional>

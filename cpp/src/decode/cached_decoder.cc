@@ -110,7 +110,7 @@ class ChunkSnapshot : public arrow::io::RandomAccessFile {
       const int64_t header[2] = {range.offset, (*read)->size()};
       XXH64_update(state, header, sizeof(header));
       XXH64_update(state, (*read)->data(), static_cast<size_t>((*read)->size()));
-      snapshot->pieces_.push_back({range.offset, std::move(*read)});
+      snapshot->pieces_.emplace_back(range.offset, std::move(*read));
     }
     *digest = XXH64_digest(state);
     XXH64_freeState(state);
