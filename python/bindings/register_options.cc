@@ -60,10 +60,9 @@ void RegisterOptions(nb::module_& m) {
           "dtype", [](const FeatureGroup& g) { return DTypeName(g.dtype); },
           [](FeatureGroup& g, const std::string& name) {
             if (!ParseDType(name, &g.dtype)) {
-              ThrowIfError(MakeError(
-                  ErrorKind::kInvalidOption,
-                  "features_dtype['" + g.name + "'] '" + name +
-                      "' is not a known dtype; known dtypes: " + KnownDTypes()));
+              ThrowIfError(MakeError(ErrorKind::kInvalidOption,
+                                     "features_dtype['" + g.name + "'] '" + name +
+                                         "' is not a known dtype; known dtypes: " + KnownDTypes()));
             }
           })
       .def_rw("null_mask", &FeatureGroup::null_mask);
@@ -80,8 +79,7 @@ void RegisterOptions(nb::module_& m) {
             if (!ParseDType(name, &o.features_dtype)) {
               ThrowIfError(MakeError(ErrorKind::kInvalidOption,
                                      "features_dtype '" + name +
-                                         "' is not a known dtype; known dtypes: " +
-                                         KnownDTypes()));
+                                         "' is not a known dtype; known dtypes: " + KnownDTypes()));
             }
           })
       .def_rw("feature_groups", &LoaderOptions::feature_groups)
