@@ -97,7 +97,7 @@ StructChains ChainStructBytes(const arrow::Schema& schema, const LoaderOptions& 
       out.options.transform_outputs.erase(name);
       continue;
     }
-    if (options.transforms.count(bytes) || options.transform_outputs.count(bytes)) {
+    if (options.transforms.contains(bytes) || options.transform_outputs.contains(bytes)) {
       problems->push_back(MakeError(ErrorKind::kInvalidOption,
                                     "transforms names both '" + name + "' and '" + bytes +
                                         "', which read the same bytes; keep one"));

@@ -16,14 +16,14 @@
 
 namespace stoker {
 
-/// Resolves `options.columns` / `options.features` against the catalog's schema or, with a user
+/// Resolves `given.columns` / `given.features` against the catalog's schema or, with a user
 /// transform, against its output schema (plus the partition columns). `transform_schema`: that
 /// schema when already learned (ProbeUserTransform); null: learned here by calling the transform.
 /// A struct named in both columns and transforms (a HuggingFace Image() feature, struct<bytes:
 /// binary, path: string>) is one column: its chain reads `<struct>.bytes`, the output named after
 /// the struct; its other fields only where columns names them. Any other struct named by
 /// transforms is an error naming its fields.
-Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& options,
+Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& given,
                                   std::shared_ptr<arrow::Schema> transform_schema = nullptr);
 
 /// Resolves `name` alone, as a column or (`feature`) as a feature alone in its group, with the
