@@ -54,6 +54,7 @@ def _xdist_group(item: pytest.Item) -> Optional[str]:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     for item in items:
         group = _xdist_group(item)
