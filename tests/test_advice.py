@@ -947,6 +947,22 @@ def test_output_key_clash(tmp_path, added):
         assert got[added].tolist() == list(range(10))
 
 
+def test_output_key_clash_of_inner_lengths(tmp_path):
+    # A padded list of lists also adds its inner lists' lengths, <name>_lengths_1.
+    path = str(tmp_path / "clash.parquet")
+    pq.write_table(pa.table({"ll": pa.array([[[1, 2], [3]], [[4]]] * 5),
+                             "ll_lengths_1": np.arange(10)}), path)
+    message = raises(InvalidOptionError, path, columns=["ll", "ll_lengths_1"], lists="padded")
+    assert "output key 'll_lengths_1' for column 'll' clashes" in message, message
+    assert "leave 'll_lengths_1' out of columns" in message
+    got = load(path, columns=["ll"], lists="padded", batch_size=10)
+    assert got["ll_lengths_1"][:2].tolist() == [[2, 1], [1, 0]]
+    lists = advice(message, "lists")
+    got = load(path, columns=["ll", "ll_lengths_1"], lists=lists, batch_size=10)
+    assert got["ll"][:2] == [[[1, 2], [3]], [[4]]]
+    assert got["ll_lengths_1"].tolist() == list(range(10))
+
+
 def test_transform_columns_empty(ds):
     message = raises(InvalidOptionError, ds["path"], transform=doubled, transform_columns=[])
     # "name at least one column, or pass None for all"

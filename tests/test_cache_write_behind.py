@@ -1,8 +1,9 @@
 """The ready-tensor cache fills behind the pipeline: batches never wait for the disk, a full queue
 skips entries (counted), and closing mid-fill never hangs.
 
-STOKER_TEST_CACHE_WRITE_DELAY_MS is a test-only hook (cpp/src/cache/README.md): the cache's writer
-pauses that long before each write, so the disk looks slower than decoding."""
+A slow disk is injected through the write path's test seam (CachedDecoder::SetWriteDelayForTesting,
+bound as the test-only ``stoker._stoker._testing_set_cache_write_delay_ms``): loaders opened after
+it is set pause that long before each write-behind write, so the disk looks slower than decoding."""
 
 import os
 import subprocess
@@ -12,6 +13,7 @@ import textwrap
 import pytest
 
 import stoker
+from stoker import _stoker
 from stoker_testdata import digest, write_uneven_dataset, write_wide_dataset
 
 HERE = os.path.dirname(__file__)
@@ -30,10 +32,17 @@ def reference(dataset):
     return digest(stoker.Loader(dataset, **OPTIONS))
 
 
+@pytest.fixture
+def slow_disk():
+    """Sets the write delay (ms) of loaders opened afterwards; off again after the test."""
+    yield _stoker._testing_set_cache_write_delay_ms
+    _stoker._testing_set_cache_write_delay_ms(0)
+
+
 def test_a_slow_disk_skips_entries_counts_them_and_changes_no_batch(dataset, reference,
-                                                                     tmp_path, monkeypatch):
+                                                                     tmp_path, slow_disk):
     cache_dir = str(tmp_path / "cache")
-    monkeypatch.setenv("STOKER_TEST_CACHE_WRITE_DELAY_MS", "300")
+    slow_disk(300)
     # A small prefetch budget makes the write queue small (half of it): it fills at once.
     loader = stoker.Loader(dataset, cache_dir=cache_dir, prefetch_bytes="64KiB", num_threads=2,
                            **OPTIONS)
@@ -43,7 +52,7 @@ def test_a_slow_disk_skips_entries_counts_them_and_changes_no_batch(dataset, ref
     assert stats["writes"] > 0  # the queue still took what fit
     assert stats["writes"] + stats["write_skipped"] == stats["misses"]
     loader.close()
-    monkeypatch.delenv("STOKER_TEST_CACHE_WRITE_DELAY_MS")
+    slow_disk(0)
     # A later epoch decodes the skipped entries again and stores them.
     again = stoker.Loader(dataset, cache_dir=cache_dir, **OPTIONS)
     assert digest(again) == reference
@@ -70,8 +79,8 @@ def test_the_next_epoch_of_the_same_loader_reads_the_first_ones_entries(dataset,
 
 
 def test_break_mid_fill_then_a_new_epoch_gives_the_same_batches(dataset, reference, tmp_path,
-                                                               monkeypatch):
-    monkeypatch.setenv("STOKER_TEST_CACHE_WRITE_DELAY_MS", "50")
+                                                               slow_disk):
+    slow_disk(50)
     loader = stoker.Loader(dataset, cache_dir=str(tmp_path / "cache"), num_threads=2, **OPTIONS)
     for i, _ in enumerate(loader):
         if i == 3:
@@ -81,11 +90,12 @@ def test_break_mid_fill_then_a_new_epoch_gives_the_same_batches(dataset, referen
     loader.close()
 
 
-def run_script(body, timeout=60, **env):
+def run_script(body, timeout=60, write_delay_ms=0):
     script = f"import os, sys, time\nsys.path.insert(0, {HERE!r})\nimport stoker\n"
+    script += f"stoker._stoker._testing_set_cache_write_delay_ms({write_delay_ms})\n"
     script += textwrap.dedent(body)
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, **env))
+                          timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +128,7 @@ def test_closing_while_entries_wait_to_be_written_does_not_hang(wide, tmp_path, 
             """),
     }[how]
     body += "print('OK', flush=True)\n"
-    result = run_script(body, timeout=60, STOKER_TEST_CACHE_WRITE_DELAY_MS="5000")
+    result = run_script(body, timeout=60, write_delay_ms=5000)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK" in result.stdout, result.stdout + result.stderr
     # Whatever was written is whole: a new loader reads the folder and gets the same batches.
@@ -130,11 +140,11 @@ def test_closing_while_entries_wait_to_be_written_does_not_hang(wide, tmp_path, 
 
 
 def test_the_epoch_ends_without_waiting_for_the_queue_and_flush_cache_waits(dataset, reference,
-                                                                          tmp_path, monkeypatch):
+                                                                          tmp_path, slow_disk):
     cache_dir = str(tmp_path / "cache")
     # Each write takes 2 s: were the epoch's end to wait for the queue, nothing would be left in
     # it when the loop ends.
-    monkeypatch.setenv("STOKER_TEST_CACHE_WRITE_DELAY_MS", "2000")
+    slow_disk(2000)
     loader = stoker.Loader(dataset, cache_dir=cache_dir, num_threads=2, **OPTIONS)
     batches = list(loader)  # a plain loop: no flush_cache(), unlike digest(loader)
     assert digest(batches) == reference
@@ -142,7 +152,7 @@ def test_the_epoch_ends_without_waiting_for_the_queue_and_flush_cache_waits(data
     assert ended["misses"] >= 3 and ended["write_skipped"] == 0
     assert ended["writes"] < ended["misses"]  # entries still queued after the epoch's end
     loader.close()  # drops the queue, finishes only the entry being written
-    monkeypatch.delenv("STOKER_TEST_CACHE_WRITE_DELAY_MS")
+    slow_disk(0)
     # flush_cache() waits for every queued entry: after it they are all on disk.
     filler = stoker.Loader(dataset, cache_dir=cache_dir, num_threads=2, **OPTIONS)
     assert digest(list(filler)) == reference

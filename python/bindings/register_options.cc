@@ -62,7 +62,8 @@ void RegisterOptions(nb::module_& m) {
             if (!ParseDType(name, &g.dtype)) {
               ThrowIfError(MakeError(
                   ErrorKind::kInvalidOption,
-                  "features_dtype['" + g.name + "'] '" + name + "' is not a known dtype"));
+                  "features_dtype['" + g.name + "'] '" + name +
+                      "' is not a known dtype; known dtypes: " + KnownDTypes()));
             }
           })
       .def_rw("null_mask", &FeatureGroup::null_mask);
@@ -78,7 +79,9 @@ void RegisterOptions(nb::module_& m) {
           [](LoaderOptions& o, const std::string& name) {
             if (!ParseDType(name, &o.features_dtype)) {
               ThrowIfError(MakeError(ErrorKind::kInvalidOption,
-                                     "features_dtype '" + name + "' is not a known dtype"));
+                                     "features_dtype '" + name +
+                                         "' is not a known dtype; known dtypes: " +
+                                         KnownDTypes()));
             }
           })
       .def_rw("feature_groups", &LoaderOptions::feature_groups)

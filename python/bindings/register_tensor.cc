@@ -49,6 +49,7 @@ nb::object ToNumpy(const Tensor& tensor) {
 }  // namespace
 
 void RegisterTensor(nb::module_& m) {
+  m.def("dtype_names", &DTypeNames);
   nb::enum_<ColumnKind>(m, "ColumnKind")
       .value("dense", ColumnKind::kDense)
       .value("padded", ColumnKind::kPadded)

@@ -91,9 +91,10 @@ def _show(description: tuple) -> str:
 class AugmentStage:
     """Runs ``augment=`` through a runner (thread or process mode) ahead of the consumer."""
 
-    def __init__(self, runner: Any, threads: int) -> None:
+    def __init__(self, runner: Any, threads: int, counter: Any = None) -> None:
         self._runner = runner
         self._threads = threads
+        self._counter = counter  # a StageCounter (waits) or None
         self._depth = threads + 1  # every thread busy, and one result waiting
         self._schema: Optional[Dict[str, tuple]] = None
 
@@ -104,7 +105,7 @@ class AugmentStage:
             if description is None:
                 raise TransformError(
                     f"{where}: augment= returned {type(value).__name__} for key {key!r}; it must "
-                    "return numpy arrays (or stoker.Ragged of numpy arrays)")
+                    "return numpy arrays or CPU torch tensors (or stoker.Ragged of numpy arrays)")
             found[key] = description
         if self._schema is None:
             self._schema = found
@@ -138,11 +139,15 @@ class AugmentStage:
         try:
             while True:
                 while not exhausted and len(pending) < self._depth:
+                    asked = time.perf_counter()
                     try:
                         batch, key, where = next(batches)
                     except StopIteration:
                         exhausted = True
                         break
+                    finally:
+                        if self._counter is not None:
+                            self._counter.add_wait(wait_in_s=time.perf_counter() - asked)
                     pending.append((pool.submit(self._runner.call, "augment", batch, where, key),
                                     where))
                     del batch
@@ -160,7 +165,12 @@ class AugmentStage:
                 del future
                 check_live()
                 self._check(out, where)
-                yield convert(out, where) if convert is not None else out
+                if convert is not None:
+                    out = convert(out, where)
+                handed = time.perf_counter()
+                yield out
+                if self._counter is not None:  # read-ahead full, until the loop asked again
+                    self._counter.add_wait(wait_out_s=time.perf_counter() - handed)
                 del out
         finally:
             for future, _ in pending:

@@ -8,6 +8,7 @@ import json
 import os
 
 from ._cli_inspect import CliError
+from ._cli_progress import Progress
 from .cache import cache_usage, clear_cache
 
 __all__ = ["run_cache"]
@@ -21,15 +22,19 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def run_cache(command: str, cache_dir: str, as_json: bool = False) -> int:
+def run_cache(command: str, cache_dir: str, as_json: bool = False, progress: bool = False) -> int:
     if not os.path.isdir(cache_dir):
         raise CliError(f"cache folder {cache_dir!r} does not exist")
+    # The scans are engine calls that report no counts: the progress line shows the time.
     if command == "clear":
-        before = cache_usage(cache_dir)
-        clear_cache(cache_dir)
+        with Progress("stoker cache clear: scanning", enabled=progress, tick=True) as bar:
+            before = cache_usage(cache_dir)
+            bar.label = f"stoker cache clear: removing {before['entries']:,} entries"
+            clear_cache(cache_dir)
         print(f"removed {before['entries']} entries ({_size(before['bytes'])}) from {cache_dir}")
         return 0
-    usage = cache_usage(cache_dir)
+    with Progress("stoker cache stats: scanning", enabled=progress, tick=True):
+        usage = cache_usage(cache_dir)
     if as_json:
         print(json.dumps(usage, indent=2))
         return 0

@@ -198,8 +198,13 @@ def format_report(r: Dict[str, Any], max_files: int = 10) -> str:
 
 
 def run_inspect(uri: str, columns: Optional[List[str]] = None, as_json: bool = False,
-                transforms: Optional[Dict[str, Any]] = None, **loader_options: Any) -> int:
-    report = inspect_dataset(uri, columns, transforms=transforms, **loader_options)
+                transforms: Optional[Dict[str, Any]] = None, progress: bool = False,
+                **loader_options: Any) -> int:
+    from ._cli_progress import Progress
+
+    # The footers are read by one engine call that reports no counts: the line shows the time.
+    with Progress("stoker inspect: reading footers", enabled=progress, tick=True):
+        report = inspect_dataset(uri, columns, transforms=transforms, **loader_options)
     if as_json:
         print(json.dumps(report, indent=1, default=str))
     else:

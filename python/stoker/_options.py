@@ -3,17 +3,19 @@ name the option."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from . import _stoker
+from ._dtypes import dtype_name
 from .errors import InvalidOptionError
 
 __all__ = ["Source", "parse_size", "normalise_sources", "storage_value", "column_options",
            "check_int", "transform_chains", "set_transforms", "output_columns", "set_features",
            "feature_columns", "feature_group_names", "set_categories", "TIME_UNITS",
-           "DECIMAL_MODES", "check_storage_options"]
+           "DECIMAL_MODES", "check_storage_options", "Built", "build"]
 
 Source = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
@@ -74,7 +76,13 @@ def _chain(chain: Any, where: str) -> list:
             raise InvalidOptionError(
                 f"{where}[{position}] is {op!r}, not an op: use stoker.ops "
                 "(e.g. stoker.ops.resize(224)) or a dict {'op': name, **params}")
-    return [dict(op) for op in chain]
+    return [_dtype_param(dict(op), f"{where}[{position}]") for position, op in enumerate(chain)]
+
+
+def _dtype_param(op: dict, where: str) -> dict:
+    if "dtype" in op:
+        op["dtype"] = dtype_name(op["dtype"], f"{where} ({op['op']}) dtype")
+    return op
 
 
 def transform_chains(transforms: Any) -> dict:
@@ -219,7 +227,7 @@ def set_features(opts: Any, features: Any, features_dtype: Any, features_name: s
     if features is None:
         if isinstance(features_dtype, Mapping):
             raise InvalidOptionError("features_dtype is a dict but features is not given")
-        opts.features_dtype = features_dtype
+        opts.features_dtype = dtype_name(features_dtype, "features_dtype")
         opts.features_name = features_name
         return null_mask
     grouped = isinstance(features, Mapping)
@@ -243,13 +251,11 @@ def set_features(opts: Any, features: Any, features_dtype: Any, features_name: s
             raise InvalidOptionError(
                 f"features_dtype names group(s) {unknown}, which features does not define; "
                 f"groups: {sorted(groups)}")
-        dtypes = {name: features_dtype.get(name, "float32") for name in groups}
-    elif isinstance(features_dtype, str):
-        dtypes = {name: features_dtype for name in groups}
+        dtypes = {name: dtype_name(features_dtype.get(name, "float32"),
+                                   f"features_dtype[{name!r}]") for name in groups}
     else:
-        raise InvalidOptionError(
-            f"features_dtype must be a dtype name or a dict {{group: dtype}}, got "
-            f"{features_dtype!r}")
+        one = dtype_name(features_dtype, "features_dtype (a dtype, or a dict {group: dtype})")
+        dtypes = {name: one for name in groups}
     masked: set = set()
     rest = null_mask
     if null_mask is True:
@@ -347,3 +353,202 @@ def check_storage_options(sources: Sequence[str], storage_options: Any) -> None:
             f"storage_options ({', '.join(sorted(map(str, storage_options)))}) configure remote "
             f"filesystems (s3://, gs://, hdfs://, ...), but source {local[0]!r} is a local path, "
             "where they would be ignored: drop storage_options, or give the remote URI")
+
+
+# ------------------------------------------------------------------------------------- build
+
+
+@dataclasses.dataclass
+class Built:
+    """What :func:`build` made of a Loader's (or ``describe``'s) keyword arguments."""
+
+    options: Any  # _stoker.LoaderOptions
+    transforms: dict  # checked transforms= chains, with a Petastorm store's codec ops
+    seed_given: bool = False
+    device: Any = None  # the parsed device=, or None (CPU)
+    functions: dict = dataclasses.field(default_factory=dict)  # Python callables by name
+    transform_fn: Optional[Callable[..., Any]] = None  # transform= as a plain callable
+    transform_fingerprint: str = ""
+    finishing: Any = None  # _petastorm.Finishing: Petastorm fields finished in Python, or None
+
+
+def build(source: Source, columns: Optional[Sequence[str]], features: Any, *,
+          describe: bool = False, **kw: Any) -> Built:
+    """A Loader's keyword arguments (``kw``: every other ``Loader.__init__`` argument) checked,
+    with errors that name the option, and turned into the engine's ``LoaderOptions``.
+
+    ``describe=True``: what ``stoker.describe`` needs, the same way: the options that change a
+    description are set (the others are checked only where a Loader would check them cheaply;
+    no rank, seed or device is resolved, so nothing talks to torch.distributed), and a Petastorm
+    store's fields are planned one by one (a field the Loader refuses is described as stored).
+    """
+    if not describe:
+        output = kw["output"]
+        if output not in ("numpy", "torch"):
+            raise InvalidOptionError(f"output must be 'numpy' or 'torch', got {output!r}")
+        if output == "torch":
+            try:
+                import torch  # noqa: F401
+            except ImportError:
+                raise InvalidOptionError("output='torch' needs PyTorch: pip install torch") from None
+    if isinstance(columns, str) or isinstance(features, str):
+        raise InvalidOptionError("columns and features take a list of names, not a string")
+    checked_ints = ("num_io_threads",) if describe else \
+        ("batch_size", "num_threads", "num_io_threads", "max_retries")
+    for name in checked_ints:
+        check_int(name, kw[name])
+    built = Built(options=_stoker.LoaderOptions(), transforms={})
+    if not describe:
+        _check_loader_only(built, kw)
+    opts = built.options
+    opts.sources = normalise_sources(source)
+    opts.columns = list(columns) if columns is not None else []
+    null_mask = set_features(opts, features, kw["features_dtype"], kw["features_name"],
+                             kw["null_mask"])
+    set_categories(opts, kw["categories"])
+    opts.allow_lossy_cast = bool(kw["allow_lossy_cast"])
+    if not describe:
+        _set_loader_only(built, kw)
+    else:
+        opts.num_io_threads = kw["num_io_threads"] or 0
+    storage_options = kw["storage_options"]
+    if storage_options is not None:
+        if not isinstance(storage_options, Mapping):
+            raise InvalidOptionError("storage_options must be a dict of strings")
+        check_storage_options(opts.sources, storage_options)
+        opts.storage_options = {str(k): storage_value(v) for k, v in storage_options.items()}
+    if describe:
+        check_int("max_retries", kw["max_retries"])
+    opts.max_retries = kw["max_retries"]
+    opts.retry_base_delay_s = float(kw["retry_base_delay"])
+    if describe:
+        # Sizes are checked as a Loader checks them, though they do not change the description.
+        for name in ("prefetch_bytes", "task_bytes", "cache_bytes", "cache_min_free_bytes"):
+            parse_size(kw[name], name)
+    else:
+        cache_dir = kw["cache_dir"]
+        opts.cache_dir = os.path.abspath(os.fspath(cache_dir)) if cache_dir is not None else ""
+        opts.cache_bytes = parse_size(kw["cache_bytes"], "cache_bytes")
+        opts.cache_min_free_bytes = parse_size(kw["cache_min_free_bytes"],
+                                               "cache_min_free_bytes")
+    transforms = kw["transforms"]
+    built.transforms = transform_chains(transforms) if transforms is not None else {}
+    _plan_petastorm(built, columns, kw, describe)
+    if built.transforms:
+        set_transforms(opts, built.transforms)
+    transform_columns = kw.get("transform_columns")
+    if built.transform_fn is not None and transform_columns is not None:
+        if isinstance(transform_columns, str) or not all(
+                isinstance(name, str) for name in transform_columns):
+            raise InvalidOptionError("transform_columns takes a list of column names")
+        if not transform_columns:
+            raise InvalidOptionError("transform_columns is empty: name at least one "
+                                     "column, or pass None for all")
+        opts.transform_columns = list(transform_columns)
+    opts.default_column_options, opts.column_options = column_options(
+        kw["lists"], kw["pad_value"], kw["fill_null"], null_mask,
+        opts.columns + feature_columns(opts), kw["on_error"], kw["time_unit"], kw["decimals"])
+    return built
+
+
+def _check_loader_only(built: Built, kw: Mapping[str, Any]) -> None:
+    """The Loader's checks of seed, the Python callables and the device, in the Loader's order
+    (before any LoaderOptions field is set)."""
+    from ._device import parse_device
+    from ._pyworkers import check_python_options
+    from ._user_transform import user_transform
+
+    seed = kw["seed"]
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or
+                             not 0 <= seed < 2**64):
+        raise InvalidOptionError(f"seed must be an integer in [0, 2**64) or None, got {seed!r}")
+    python_workers = kw["python_workers"]
+    check_python_options(python_workers, kw["python_start_method"])
+    augment, transform = kw["augment"], kw["transform"]
+    if augment is not None and not callable(augment):
+        raise InvalidOptionError(
+            f"augment must be a callable fn(batch, rng) -> dict, got {type(augment).__name__}")
+    if augment is not None:
+        built.functions["augment"] = augment
+    if transform is not None:
+        built.transform_fn, built.transform_fingerprint = user_transform(
+            transform, kw["transform_version"])
+        built.functions["transform"] = built.transform_fn
+    elif kw["transform_columns"] is not None or kw["transform_version"] is not None:
+        raise InvalidOptionError("transform_columns and transform_version need transform=")
+    if python_workers and not built.functions:
+        raise InvalidOptionError(
+            f"python_workers={python_workers} has nothing to run: it runs augment= (or "
+            "transform=) in worker processes")
+    device = kw["device"]
+    built.device = parse_device(device) if device is not None else None
+    if built.device is not None and kw["output"] != "torch":
+        raise InvalidOptionError(f"device={str(built.device)!r} needs output='torch'")
+    pin_memory = kw["pin_memory"]
+    if pin_memory is not None and not isinstance(pin_memory, bool):
+        raise InvalidOptionError(f"pin_memory must be True, False or None, got {pin_memory!r}")
+
+
+def _set_loader_only(built: Built, kw: Mapping[str, Any]) -> None:
+    """Batching, sharding, the seed, threads and memory: the options only a Loader has."""
+    from ._distributed import agree_on_seed, default_num_threads, resolve_rank
+
+    opts = built.options
+    opts.batch_size = kw["batch_size"]
+    opts.shuffle = bool(kw["shuffle"])
+    shuffle_window = kw["shuffle_window"]
+    if isinstance(shuffle_window, int) and not isinstance(shuffle_window, bool):
+        opts.shuffle_window_rows = shuffle_window
+    else:
+        opts.shuffle_window_bytes = parse_size(shuffle_window, "shuffle_window")
+    opts.drop_last = bool(kw["drop_last"])
+    opts.padding_mask = bool(kw["padding_mask"])
+    opts.rank, opts.world_size = resolve_rank(kw["rank"], kw["world_size"])
+    built.seed_given = kw["seed"] is not None
+    opts.seed = agree_on_seed(kw["seed"], opts.world_size, opts.shuffle)
+    opts.num_threads = kw["num_threads"] or default_num_threads()
+    opts.num_io_threads = kw["num_io_threads"] or 0
+    opts.prefetch_bytes = parse_size(kw["prefetch_bytes"], "prefetch_bytes")
+    pin_memory = kw["pin_memory"]
+    opts.pin_memory = built.device is not None if pin_memory is None else pin_memory
+    opts.task_bytes = parse_size(kw["task_bytes"], "task_bytes")
+
+
+def _plan_petastorm(built: Built, columns: Optional[Sequence[str]], kw: Mapping[str, Any],
+                    describe: bool) -> None:
+    """A Petastorm store's codec fields become decode ops; plain Parquet is left alone."""
+    petastorm = kw["petastorm"]
+    if not describe and petastorm is not None and not isinstance(petastorm, bool):
+        raise InvalidOptionError(f"petastorm must be None, True or False, got {petastorm!r}")
+    if petastorm is False:
+        return
+    from ._petastorm import codec_kinds, DecodedInput, detect, Finishing, plan_columns
+
+    store = detect(built.options.sources, kw["storage_options"], remote=petastorm is True)
+    if store is None:
+        return
+    if describe:
+        # Each field described as the Loader decodes it; one the Loader refuses (a None
+        # dimension), as stored.
+        from .errors import UnsupportedTypeError
+
+        out = dict(built.transforms)
+        for name in (columns if columns is not None else list(store.fields)):
+            try:
+                planned, _, _ = plan_columns(store, [name],
+                                             {name: out[name]} if name in out else {})
+            except UnsupportedTypeError:
+                continue
+            out.update(planned)
+        built.transforms = out
+    elif built.transform_fn is not None:
+        # transform= sees decoded arrays, as a Petastorm TransformSpec does: the codec fields
+        # are decoded before it (in Python); its outputs get no codec ops.
+        built.functions["transform"] = DecodedInput(codec_kinds(store), built.transform_fn)
+        built.transform_fingerprint += "|petastorm-decoded"
+    else:
+        wanted = None if columns is None else list(columns)
+        built.transforms, reshape, variable = plan_columns(store, wanted, built.transforms,
+                                                           kw["lists"])
+        if reshape or variable:
+            built.finishing = Finishing(reshape, variable, kw["pad_value"])

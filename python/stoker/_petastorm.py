@@ -20,7 +20,7 @@ from ._unischema import Field, Schema, read_unischema
 from .errors import InvalidOptionError, UnsupportedTypeError
 
 __all__ = ["PetastormStore", "detect", "field_chain", "plan_columns", "decode_variable",
-           "column_infos", "DECODE_OPS"]
+           "column_infos", "finish_batch", "Finishing", "DECODE_OPS"]
 
 # Ops that take encoded bytes: a user chain that starts with one replaces the codec's decode.
 DECODE_OPS = ("decode_image", "decode_npy", "decode_npz", "reinterpret")
@@ -351,3 +351,45 @@ def codec_kinds(store: "PetastormStore") -> Dict[str, str]:
     """{field: "npy" | "npz" | "image"} for every field that needs decoding."""
     return {name: codec_kind(field) for name, field in store.fields.items()
             if codec_kind(field) != "scalar"}
+
+
+def finish_batch(out: Dict[str, Any], reshape: Mapping[str, Tuple[int, ...]],
+                 variable: Mapping[str, Tuple[str, Field]], pad_value: Any) -> Dict[str, Any]:
+    """A host batch with the fields the workers cannot finish done here: images reshaped (e.g.
+    Petastorm's ``[H, W]`` gray images), and arrays whose first dimension varies decoded as
+    ``lists`` asks (the workers' ops make fixed shapes only)."""
+    for name, shape in reshape.items():
+        if name in out:
+            out[name] = out[name].reshape((len(out[name]),) + shape)
+    if not variable:
+        return out
+    result = {}
+    for key, value in out.items():
+        if key not in variable:
+            result[key] = value
+            continue
+        mode, field = variable[key]
+        pad = pad_value.get(key, 0) if isinstance(pad_value, Mapping) else pad_value
+        value, lengths = decode_variable(key, value, out.get(key + "_mask"), mode, field, pad)
+        result[key] = value
+        if lengths is not None:
+            result[key + "_lengths"] = lengths
+    return result
+
+
+@dataclass(frozen=True)
+class Finishing:
+    """The Petastorm fields a Loader finishes in Python (plan_columns' ``reshape`` and
+    ``variable``), and the ``pad_value`` option for those made padded."""
+
+    reshape: Mapping[str, Tuple[int, ...]]
+    variable: Mapping[str, Tuple[str, Field]]
+    pad_value: Any
+
+    def columns(self, columns: Dict[str, Any]) -> Dict[str, Any]:
+        """``loader.columns`` as the batches hold them (column_infos)."""
+        return column_infos(columns, self.reshape, self.variable)
+
+    def batch(self, out: Dict[str, Any]) -> Dict[str, Any]:
+        """A host batch with these fields finished (finish_batch)."""
+        return finish_batch(out, self.reshape, self.variable, self.pad_value)

@@ -57,6 +57,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from ._convert import from_torch
 from ._ragged import Ragged
 from .errors import InvalidOptionError, LoaderClosedError, TransformError, WorkerCrashedError
 
@@ -100,7 +101,7 @@ class ThreadRunner:
             raise LoaderClosedError("the loader is closed")
         fn = self._functions[name]
         try:
-            out = fn(arrays) if rng_key is None else fn(arrays, augment_rng(rng_key))
+            out = from_torch(fn(arrays) if rng_key is None else fn(arrays, augment_rng(rng_key)))
         except Exception as error:  # the user's code: any exception is theirs to name
             raise _user_error(name, where, error) from error
         if not isinstance(out, Mapping):
@@ -246,7 +247,7 @@ def _worker_main(conn: Any, payload: bytes) -> None:
         inputs = _read(descriptors, segment("in", in_arena), copy=False)
         try:
             fn = functions[name]
-            out = fn(inputs) if rng_key is None else fn(inputs, augment_rng(rng_key))
+            out = from_torch(fn(inputs) if rng_key is None else fn(inputs, augment_rng(rng_key)))
         except Exception as error:
             try:
                 text = str(error)

@@ -298,6 +298,8 @@ class LoaderOptions:
     @transform_columns.setter
     def transform_columns(self, arg: Sequence[str], /) -> None: ...
 
+def dtype_names() -> list[str]: ...
+
 class ColumnKind(enum.Enum):
     dense = 0
 

@@ -1,9 +1,11 @@
 """``transform=``: the user's Python function on each decoded row group, in the engine's workers.
 
-The engine (``cpp/src/decode/user_code.cc``) reads a row group's raw columns, hands them to
-:class:`TransformGlue` through the Arrow C data interface on a worker thread, and caches what it
-returns. Everything Python-side lives here: Arrow -> numpy for the input, numpy -> Arrow for the
-output, the function's fingerprint (part of the cache key), and Petastorm's ``TransformSpec``.
+The engine (``cpp/src/decode/decoder.cc``, with ``cpp/src/resolve/user_transform.cc`` and the
+trampoline in ``python/bindings/register_user_transform.cc``) reads a row group's raw columns,
+hands them to :class:`TransformGlue` through the Arrow C data interface on a worker thread, and
+caches what it returns. Everything Python-side lives here: Arrow -> numpy for the input,
+numpy -> Arrow for the output, the function's fingerprint (part of the cache key), and
+Petastorm's ``TransformSpec``.
 
 Input conversion (one numpy array per column, first dimension = rows):
 

@@ -14,6 +14,7 @@ __all__ = [
     "EmptyDatasetError",
     "ColumnNotFoundError",
     "InvalidOptionError",
+    "UnknownOptionError",
     "UnsupportedTypeError",
     "UnsupportedInputError",
     "NullValueError",
@@ -53,6 +54,13 @@ class ColumnNotFoundError(StokerError, KeyError):
 
 class InvalidOptionError(StokerError, ValueError):
     """An option is out of range or inconsistent with another."""
+
+
+class UnknownOptionError(InvalidOptionError, TypeError):
+    """A keyword argument that ``Loader`` (or ``IterableDataset``, ``describe``) does not take.
+    The message suggests the nearest parameter, and for ``torch.utils.data.DataLoader``'s own
+    names (``num_workers``, ``collate_fn``...) stoker's equivalent. A ``TypeError`` too, as
+    Python's own error for an unexpected keyword is."""
 
 
 class UnsupportedTypeError(StokerError, TypeError):

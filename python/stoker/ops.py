@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Sequence, Union
 
+from ._dtypes import dtype_name
+
 __all__ = [
     "decode_image", "resize", "center_crop", "random_crop", "random_resized_crop",
     "horizontal_flip", "vertical_flip", "pad", "normalize", "to_chw", "decode_npy", "decode_npz",
@@ -31,6 +33,8 @@ def _op(name: str, **params: Any) -> Op:
     spec: Op = {"op": name}
     spec.update({k: (list(v) if isinstance(v, tuple) else v) for k, v in params.items()
                  if v is not None})
+    if "dtype" in spec:  # np.float32, np.dtype("float32") and torch.float32 name "float32"
+        spec["dtype"] = dtype_name(spec["dtype"], f"ops.{name}(dtype=)")
     return spec
 
 

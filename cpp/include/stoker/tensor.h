@@ -34,6 +34,10 @@ int DTypeSize(DType dtype);
 /// numpy-style name ("float32").
 const char* DTypeName(DType dtype);
 bool ParseDType(const std::string& name, DType* out);
+/// Every dtype name, in DType order.
+std::vector<std::string> DTypeNames();
+/// The names joined for error messages: "bool, int8, ..., bfloat16".
+std::string KnownDTypes();
 
 /// One aligned allocation. Returned to its pool by the deleter of the shared_ptr. (A batch column
 /// that is a view of a decoded item's rows has a slab that only keeps the item's buffer alive.)

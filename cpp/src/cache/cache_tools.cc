@@ -13,8 +13,9 @@
 namespace stoker {
 namespace {
 
-// The layout DiskCache creates (disk_cache.cc): a ".lock" file and a ".tmp" folder, and per
-// namespace ([A-Za-z0-9_-]{1,64}) folders of 2-hex shard folders holding 32-hex entry files.
+// The layout DiskCache creates (entry_format.h, cache_files.h): a ".lock" file and a ".tmp"
+// folder, and per namespace ([A-Za-z0-9_-]{1,64}) folders of 2-hex shard folders holding 32-hex
+// entry files.
 // Everything here only reads (opendir/lstat): these tools must never write into a folder that
 // turns out not to be a cache (a data folder given by mistake).
 

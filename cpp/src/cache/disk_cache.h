@@ -38,7 +38,7 @@
 //
 // Thread safety: every method may be called from any thread at once. A DiskCache may be used in a
 // child after fork() (the folder lock is reopened there). A child forked while another thread is
-// inside a call never inherits that call's locks (see ForkRegistry in disk_cache.cc). Entries must
+// inside a call never inherits that call's locks (see ForkRegistry in cache_files.h). Entries must
 // never be edited in place (a mapped file that shrinks raises SIGBUS in its readers); the cache
 // itself only creates, renames and unlinks.
 #pragma once
@@ -49,15 +49,18 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cache/cache_counters.h"
 #include "stoker/error.h"
 #include "stoker/stats.h"
 
 namespace stoker {
+
+class CacheBudget;
+class CacheFolderFiles;
 
 struct DiskCacheOptions {
   /// The cache folder; created if missing. Node-local storage only (no NFS: locks and rename()
@@ -74,7 +77,6 @@ struct DiskCacheOptions {
   std::function<void(int64_t bytes_written)> on_write_for_testing;
 };
 
-/// Per-DiskCache-object counters (each process counts its own).
 /// A read-only view of one payload. Owns what keeps the bytes alive (a mapping of the entry
 /// file, or the filler's buffers when an entry could not be stored); copyable via shared_ptr.
 class CacheEntry {
@@ -167,13 +169,6 @@ class DiskCache {
   const DiskCacheOptions& options() const { return options_; }
 
  private:
-  struct Counters {
-    std::atomic<int64_t> hits{0}, misses{0}, writes{0}, not_stored{0}, corrupt{0}, evictions{0},
-        bytes_read{0}, bytes_written{0}, waits{0}, unavailable{0}, recreated{0}, foreign{0},
-        kept_in_use{0};
-  };
-  class FolderLock;
-
   explicit DiskCache(DiskCacheOptions options);
 
   Result<std::shared_ptr<CacheEntry>> Lookup(const std::string& ns, const std::string& key,
@@ -181,53 +176,22 @@ class DiskCache {
   // Returns nullptr when the entry was not stored (or not wanted).
   Result<std::shared_ptr<CacheEntry>> PutImpl(const std::string& ns, const std::string& key,
                                               const Parts& parts, bool want_entry);
-  Result<int64_t> FreeBytes() const;
   Status DropCorrupt(const std::string& path, int fd);
   // Something that is not a regular file at an entry's path: counted, and removed (unlinked, or
   // rmdir()ed when an empty folder) if it is still the file `judged` (lstat) describes.
   void DropForeign(const std::string& path, const struct stat& judged);
   // Counts an operation that ran without the cache because of `why`; warns once per object.
   void Unavailable(const Status& why) const;
-  // Creates the folder and its .tmp again when something removed them; kStorage when that is
-  // impossible (no permission, a file in the way).
-  Status RecreateFolder() const;
-  // Opens the lock file (creating the folder's structure if needed), registered with the fork
-  // handler.
-  Result<int> OpenLockFile() const;
   // Takes a key's lock (waiting for its holder) on the current lock file.
   Result<std::unique_ptr<KeyLock>> LockKey(off_t offset) const;
-  // Whether `fd` is still the folder's lock file (not one removed or renamed away).
-  bool IsCurrentLockFile(int fd) const;
-  // The rest need the folder lock held (FolderLock).
-  Result<int> LockFd() const;
-  void ForgetLockFdLocked() const;
-  // Evicts least-recently-used entries until `incoming_bytes` more fit in the budget and
-  // `incoming_disk_bytes` more leave the floor free; false when even an empty cache would not do.
-  Result<bool> EvictLocked(int64_t incoming_bytes, int64_t incoming_disk_bytes);
-  // Whether `file_size` more bytes may be written now, counting the entries other writers are
-  // writing (their temporary files) against the budget and the floor; evicts to make room.
-  Result<bool> ReserveLocked(int64_t file_size);
-  // Bytes of the temporary files (allocated at their final size when created).
-  Result<int64_t> ReservedBytesLocked() const;
-  // Allocates `size` bytes for a new temporary file; false when the disk is full.
-  static Result<bool> Allocate(int fd, int64_t size, const std::string& path);
-  Result<int64_t> ReadUsedLocked() const;
-  Status WriteUsedLocked(int64_t used) const;
-  Status RecountLocked() const;
-  Status CleanTempsLocked() const;
 
   const DiskCacheOptions options_;
-  const std::string lock_path_;
-  const std::string tmp_dir_;
-  mutable Counters counters_;
+  mutable DiskCacheCounters counters_;
+  // The folder's structure and lock file (cache_files.h), and its byte budget (cache_budget.h).
+  const std::unique_ptr<const CacheFolderFiles> files_;
+  const std::unique_ptr<const CacheBudget> budget_;
   std::atomic<uint64_t> temp_seq_{0};
   mutable std::atomic<bool> warned_{false};
-
-  // Serializes this process's holders of the folder lock, and guards lock_fd_ (reopened after
-  // fork(): a descriptor inherited from the parent would share the parent's locks).
-  mutable std::mutex folder_mutex_;
-  mutable int lock_fd_ = -1;      // GUARDED_BY(folder_mutex_)
-  mutable int lock_fd_pid_ = -1;  // GUARDED_BY(folder_mutex_)
 };
 
 }  // namespace stoker

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "util/hash.h"
+#include "util/test_status_internal.h"
 
 // GCC 12 at -O3 reports a false -Wrestrict in std::string's operator+ once enough of this file is
 // inlined together (GCC bug 105651).
@@ -37,21 +38,6 @@ namespace stoker {
 namespace {
 
 namespace fs = std::filesystem;
-
-#define ASSERT_OK(expr)                                    \
-  do {                                                     \
-    const ::arrow::Status _st = (expr);                    \
-    ASSERT_TRUE(_st.ok()) << #expr ": " << _st.ToString(); \
-  } while (false)
-
-#define DC_CONCAT_INNER(a, b) a##b
-#define DC_CONCAT(a, b) DC_CONCAT_INNER(a, b)
-#define ASSERT_OK_AND_ASSIGN_IMPL(result, lhs, rexpr)                    \
-  auto result = (rexpr);                                                 \
-  ASSERT_TRUE(result.ok()) << #rexpr ": " << result.status().ToString(); \
-  lhs = std::move(result).ValueUnsafe();
-#define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
-  ASSERT_OK_AND_ASSIGN_IMPL(DC_CONCAT(_result_, __LINE__), lhs, rexpr)
 
 // Deterministic bytes that differ by seed and position.
 std::string Pattern(size_t size, uint64_t seed) {

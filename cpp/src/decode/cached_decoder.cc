@@ -9,9 +9,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -53,12 +54,8 @@ constexpr int kWriterNice = 10;
 // tiny row groups.
 constexpr size_t kMaxQueued = 256;
 
-// Test seam (documented in cpp/src/cache/README.md, never for production): a pause before each
-// write-behind write, to make the disk look slower than decoding.
-int64_t WriteDelayMsForTesting() {
-  const char* value = std::getenv("STOKER_TEST_CACHE_WRITE_DELAY_MS");
-  return value ? std::max<int64_t>(0, std::atoll(value)) : 0;
-}
+// CachedDecoder::SetWriteDelayForTesting: read by each writer when it is made.
+std::atomic<int64_t> write_delay_ms_for_testing{0};
 
 // ---- Entries keyed on content (files without a trusted identity, docs/cache.md) -------------
 
@@ -207,7 +204,7 @@ Status CheckFooter(const CatalogFile& file, arrow::io::RandomAccessFile* input) 
 class CachedDecoder::Writer {
  public:
   Writer(std::shared_ptr<DiskCache> cache, int64_t budget)
-      : cache_(std::move(cache)), budget_(budget), delay_ms_(WriteDelayMsForTesting()) {}
+      : cache_(std::move(cache)), budget_(budget), delay_ms_(write_delay_ms_for_testing.load()) {}
 
   ~Writer() {
     if (thread_ && getpid() != pid_) {
@@ -381,6 +378,10 @@ CachedDecoder::CachedDecoder(std::shared_ptr<DiskCache> cache,
 }
 
 CachedDecoder::~CachedDecoder() = default;
+
+void CachedDecoder::SetWriteDelayForTesting(int64_t delay_ms) {
+  write_delay_ms_for_testing.store(std::max<int64_t>(0, delay_ms));
+}
 
 bool CachedDecoder::HoldsEntries() const {
   std::error_code error;

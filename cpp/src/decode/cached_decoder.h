@@ -77,6 +77,12 @@ class CachedDecoder {
   /// The key of the entry holding `fields` of one row group (for tests and tools).
   std::string Key(const RowGroupRef& rg, const std::vector<std::string>& fields) const;
 
+  /// Test-only seam, never called by production code: every CachedDecoder made after this call
+  /// pauses `delay_ms` before each write-behind write (a disk slower than decoding), a pause that
+  /// Close() cuts short; 0, the default, turns it off. Process-wide. Python tests set it through
+  /// `stoker._stoker._testing_set_cache_write_delay_ms`.
+  static void SetWriteDelayForTesting(int64_t delay_ms);
+
  private:
   class Writer;
 

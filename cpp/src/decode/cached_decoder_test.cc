@@ -5,6 +5,7 @@
 
 #include <arrow/api.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -133,6 +134,39 @@ TEST_F(CachedDecoderTest, ACorruptEntryIsDecodedAgainNotServed) {
   ASSERT_OK_AND_ASSIGN(DecodedColumns served, Decode(cached, *decoder, plan, &hit));
   EXPECT_TRUE(hit);  // stored anew
   ExpectSameArrays(served, plain);
+}
+
+TEST_F(CachedDecoderTest, WithASlowDiskAQueuedEntryIsServedFromMemoryAndCloseDropsIt) {
+  // The write path's fault seam: every write-behind write waits a minute first.
+  struct SlowDisk {
+    SlowDisk() { CachedDecoder::SetWriteDelayForTesting(60000); }
+    ~SlowDisk() { CachedDecoder::SetWriteDelayForTesting(0); }
+  } slow_disk;
+  auto decoder = MakeDecoder(Options({"id", "x"}));
+  ASSERT_NE(decoder, nullptr);
+  auto cache = OpenCache();
+  ASSERT_NE(cache, nullptr);
+  const Plan plan = PlanOf({{0, 0, 40, false}});
+  ASSERT_OK_AND_ASSIGN(DecodedColumns plain,
+                       decoder->Decode(plan, decoder->MakeTasks(plan, 0, int64_t{1} << 30)[0]));
+  CachedDecoder cached(cache, decoder);
+  bool hit = true;
+  ASSERT_OK_AND_ASSIGN(DecodedColumns missed, Decode(cached, *decoder, plan, &hit));
+  EXPECT_FALSE(hit);
+  // Still on its way to the disk: served from the queue.
+  ASSERT_OK_AND_ASSIGN(DecodedColumns queued, Decode(cached, *decoder, plan, &hit));
+  EXPECT_TRUE(hit);
+  ExpectSameArrays(queued, plain);
+  // Close() cuts the wait short and drops the entry instead of waiting a minute for the disk.
+  const auto start = std::chrono::steady_clock::now();
+  cached.Close();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_TRUE(EntryFiles().empty());
+  CacheStats stats;
+  cached.AddStats(&stats);
+  EXPECT_EQ(stats.write_skipped, 1);
+  EXPECT_EQ(stats.hits, 1);
+  EXPECT_EQ(cache->stats().writes, 0);
 }
 
 TEST(TensorEntry, ArraysRoundTripZeroCopyAndAligned) {

@@ -311,7 +311,8 @@ Result<DeclaredArray> ReadDeclared(ParamReader* params) {
   STOKER_ASSIGN_OR_RAISE(std::string dtype, params->String("dtype", std::nullopt));
   const auto element = ParseElementType(dtype);
   if (!element || *element == ElementType::kBFloat16) {
-    return params->Error("dtype", "is not a numpy dtype name: \"" + dtype + "\"");
+    return params->Error("dtype", "is not a numpy dtype name: \"" + dtype +
+                                      "\"; known dtypes: " + KnownDTypes() + " (not bfloat16)");
   }
   declared.element = *element;
   STOKER_ASSIGN_OR_RAISE(declared.shape, params->IntList("shape", std::nullopt));

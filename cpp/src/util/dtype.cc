@@ -1,4 +1,6 @@
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "stoker/tensor.h"
 
@@ -35,6 +37,21 @@ bool ParseDType(const std::string& name, DType* out) {
     }
   }
   return false;
+}
+
+std::vector<std::string> DTypeNames() {
+  std::vector<std::string> names;
+  for (const auto& entry : kDTypes) names.emplace_back(entry.name);
+  return names;
+}
+
+std::string KnownDTypes() {
+  std::string out;
+  for (const auto& entry : kDTypes) {
+    if (!out.empty()) out += ", ";
+    out += entry.name;
+  }
+  return out;
 }
 
 int64_t Tensor::num_elements() const {
