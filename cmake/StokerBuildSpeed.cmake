@@ -13,7 +13,8 @@
 # files, each batch one translation unit. A batch shares its anonymous namespaces, so two files
 # that define the same internal name cannot be in one batch: they are listed in
 # STOKER_UNITY_SKIP and compiled alone. `cmake -DSTOKER_UNITY=OFF` compiles every file alone
-# (quicker incremental rebuilds of a single file).
+# (quicker incremental rebuilds of a single file). A new clash shows as "redefinition of
+# '... {anonymous}::Name'" naming two files: add one of them here.
 set(STOKER_UNITY_BATCH 8 CACHE STRING "Source files per unity batch (STOKER_UNITY)")
 set(STOKER_UNITY_SKIP
   # kNamespace is also defined by decode/cached_decoder.cc
