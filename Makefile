@@ -25,11 +25,13 @@ $(VENV)/.setup-done: requirements.txt requirements-build.txt bench/requirements-
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q -r requirements-build.txt
-	$(PIP) install -q -r requirements.txt
+	# --no-compile: byte-compiling all ~17,500 installed modules up front costs about 50 s of CPU;
+	# Python compiles the few it imports on first use.
+	$(PIP) install -q --no-compile -r requirements-build.txt
+	$(PIP) install -q --no-compile -r requirements.txt
 	# Petastorm's metadata pins setuptools<70 against torch's >=77; its real dependencies are in
 	# requirements.txt, so it is installed without them (see bench/requirements-nodeps.txt).
-	$(PIP) install -q --no-deps -r bench/requirements-nodeps.txt
+	$(PIP) install -q --no-compile --no-deps -r bench/requirements-nodeps.txt
 	touch $@
 
 # Incremental: scikit-build-core reuses build/<wheel tag> and ninja rebuilds what changed. The
@@ -48,8 +50,11 @@ test: build
 test-cpp:
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
+# In PYTEST_WORKERS processes (pytest-xdist); tests marked xdist_group run one after another on one
+# worker (see tests/conftest.py). PYTEST_WORKERS=0 runs them all in this process.
+PYTEST_WORKERS ?= $(JOBS)
 test-python:
-	$(PY) -m pytest -v --timeout=300 --durations=25 tests
+	$(PY) -m pytest -v --timeout=300 --durations=25 -n $(PYTEST_WORKERS) --dist loadgroup tests
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over the C++ unit tests.
 test-asan: setup

@@ -17,6 +17,16 @@ For the S3 suites (tests/s3_fixtures.py has the servers):
   killed after it. For shutdown and exit tests: it can stall, freeze or be killed (SIGKILL).
 - ``hermetic_aws_env``: nothing from the machine's AWS environment or files reaches the SDK; a
   module turns it on with ``pytest.mark.usefixtures("hermetic_aws_env")``.
+
+Parallel runs (``make test`` runs pytest-xdist with ``--dist loadgroup``): every server a fixture
+starts binds an ephemeral loopback port and every file lives under ``tmp_path``, so tests may run
+in any worker. pytest_collection_modifyitems below puts two kinds of tests into an ``xdist_group``
+(run one after another, on one worker):
+
+- ``spark``: every test that starts a local Spark (a JVM per process; kept to one worker);
+- ``heavy``: tests that keep both cores busy by themselves (``slow``: torchrun, Lightning DDP,
+  the short fuzz run, the bench studies; and the bench smoke runs, which run every system in
+  subprocesses with a time limit): at most one of them runs at a time, next to light tests.
 """
 
 from __future__ import annotations
@@ -27,6 +37,29 @@ from typing import Any, Callable, Dict, List, Optional, Union
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+
+# Modules whose tests run subprocess jobs that use every core, besides those marked slow.
+_HEAVY_MODULES = {"test_bench_smoke.py", "test_bench_petastorm_smoke.py",
+                  "test_bench_remote_smoke.py"}
+_SPARK_MODULES = {"test_petastorm_spark.py"}
+
+
+def _xdist_group(item: pytest.Item) -> Optional[str]:
+    module = os.path.basename(str(item.fspath))
+    if module in _SPARK_MODULES or "spark" in item.name.lower():
+        return "spark"
+    if item.get_closest_marker("slow") is not None or module in _HEAVY_MODULES:
+        return "heavy"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    for item in items:
+        group = _xdist_group(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _target(root, name: str) -> str:
