@@ -474,9 +474,10 @@ class FillNullOp : public OpBase {
 Result<std::unique_ptr<Op>> MakeCast(ParamReader* params) {
   STOKER_ASSIGN_OR_RAISE(std::string dtype, params->String("dtype", std::nullopt));
   const auto target = ParseElementType(dtype);
-  if (!target)
+  if (!target) {
     return params->Error("dtype",
                          "is not a dtype name: \"" + dtype + "\"; known dtypes: " + KnownDTypes());
+  }
   STOKER_ASSIGN_OR_RAISE(bool lossy, params->Bool("lossy", false));
   return std::make_unique<CastOp>(*params, *target, lossy);
 }
