@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import argparse
 import ast
-import difflib
-import inspect
 import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from ._option_names import nearest, parameters
+from ._options import DECIMAL_MODES, TIME_UNITS  # the engine's values the flags below accept
+
 __all__ = ["add_loader_arguments", "loader_options", "parse_option", "load_config",
            "parse_op", "parse_transforms"]
 
-# Engine values (the Loader's) that the flags below accept.
-TIME_UNITS = ("D", "h", "m", "s", "ms", "us", "ns")
-DECIMAL_MODES = ("float64", "float32", "scaled_int64")
 # Options that are not Loader arguments: the dataset is the URI argument.
 _NOT_OPTIONS = {"self", "source"}
 
@@ -175,7 +173,7 @@ def parse_op(spec: Any, column: str = "?") -> Dict[str, Any]:
         raise _cli_error(f"{where}: cannot read op {spec!r}: write it like a call, "
                          "e.g. \"resize([32, 32])\"")
     if name not in ops.__all__:
-        close = difflib.get_close_matches(name, ops.__all__, n=1)
+        close = nearest(name, ops.__all__)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise _cli_error(f"{where}: unknown op {name!r}{hint}; the ops are "
                          f"{', '.join(ops.__all__)}")
@@ -284,8 +282,7 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
 def _loader_parameters() -> List[str]:
     from .loader import Loader
 
-    return [name for name in inspect.signature(Loader.__init__).parameters
-            if name not in _NOT_OPTIONS]
+    return [name for name in parameters(Loader.__init__) if name not in _NOT_OPTIONS]
 
 
 def loader_options(args: argparse.Namespace,
@@ -315,7 +312,7 @@ def loader_options(args: argparse.Namespace,
         if key == "source":
             raise _cli_error(f"{origin[key]}: the dataset is the URI argument, not an option")
         if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
+            close = nearest(key, known)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise _cli_error(f"{origin[key]}: stoker.Loader has no option {key!r}{hint}")
     for key, convert in _CONVERT.items():

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .errors import UnknownOptionError
 
-__all__ = ["check_names", "parameters", "suggest_unknown_options"]
+__all__ = ["check_names", "nearest", "parameters", "suggest_unknown_options"]
 
 # DataLoader (and DistributedSampler) arguments: what stoker does instead.
 DATALOADER_EQUIVALENTS = {
@@ -38,10 +38,15 @@ def _message(unknown: Iterable[str], accepted: Iterable[str], where: str) -> str
             lines.append(f"{where} got {name}=, a torch DataLoader argument; stoker's "
                          f"equivalent: {DATALOADER_EQUIVALENTS[name]}")
             continue
-        close = difflib.get_close_matches(name, accepted, n=3, cutoff=0.6)
+        close = nearest(name, accepted)
         hint = f"; did you mean {' or '.join(c + '=' for c in close)}?" if close else ""
         lines.append(f"{where} got an unexpected keyword argument {name!r}{hint}")
     return "\n".join(lines) + f"\n(parameters: {', '.join(accepted)})"
+
+
+def nearest(name: str, accepted: Iterable[str]) -> list:
+    """The accepted names closest to ``name``, best first (none when nothing is close)."""
+    return difflib.get_close_matches(name, sorted(accepted), n=3, cutoff=0.6)
 
 
 def check_names(given: Mapping[str, Any], accepted: Iterable[str], where: str) -> None:
