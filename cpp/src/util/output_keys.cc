@@ -15,6 +15,7 @@ std::string ValidKey(const std::string& name) { return name + "_valid"; }
 std::vector<std::string> AddedKeys(const std::string& name, int lengths_levels, bool masked,
                                    int mask_levels, bool valid) {
   std::vector<std::string> keys;
+  keys.reserve(lengths_levels + (masked ? mask_levels + 1 : 0) + (valid ? 1 : 0));
   for (int level = 0; level < lengths_levels; ++level) keys.push_back(LengthsKey(name, level));
   if (masked) {
     for (int level = 0; level <= mask_levels; ++level) keys.push_back(MaskKey(name, level));
