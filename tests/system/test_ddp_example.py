@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 pd = pytest.importorskip("pandas")
 np = pytest.importorskip("numpy")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLE = os.path.join(ROOT, "examples", "train_ddp.py")
 ROWS, BATCH, EPOCHS, EVERY = 1001, 32, 2, 4  # 2 ranks: 16 steps per epoch, one padding row
 STEPS = 2 * 16

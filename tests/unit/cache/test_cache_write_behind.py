@@ -14,9 +14,9 @@ import pytest
 
 import stoker
 from stoker import _stoker
-from stoker_testdata import digest, write_uneven_dataset, write_wide_dataset
+from stoker_testdata import TESTS, digest, write_uneven_dataset, write_wide_dataset
 
-HERE = os.path.dirname(__file__)
+HERE = TESTS  # child scripts import stoker_testdata
 OPTIONS = dict(batch_size=100, seed=4, shuffle_window=700, drop_last=False, lists="ragged")
 
 

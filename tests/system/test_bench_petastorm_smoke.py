@@ -9,7 +9,7 @@ import pytest
 
 import petastorm_fixtures as pf
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from stoker_testdata import digest, write_training_dataset
 
 torch = pytest.importorskip("torch")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLE = os.path.join(ROOT, "examples", "train_ddp.py")
 ROWS = 1280  # 2 ranks x 10 batches of 64: every row reaches exactly one rank per epoch
 FEATURES = 8

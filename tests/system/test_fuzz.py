@@ -1,8 +1,8 @@
-"""The short run of the mutation fuzzer (tests/fuzz_parquet.py) that is part of `make test`; the
+"""The short run of the mutation fuzzer (tools/fuzz_parquet.py) that is part of `make test`; the
 long one is `make fuzz`. Every mutant of the seeded corpus must read equal to pyarrow's read of the
 same bytes, or raise a typed stoker error; never crash, hang or differ silently.
 
-Also replays every input saved under tests/fuzz_crashes/ (each was a finding once; the note beside
+Also replays every input saved under tests/data/fuzz_crashes/ (each was a finding once; the note beside
 it says what happened) so a fixed bug stays fixed.
 """
 
@@ -16,7 +16,7 @@ import pytest
 
 import fuzz_parquet
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+CRASHES = fuzz_parquet.CRASH_DIR  # tests/data/fuzz_crashes
 ITERATIONS = 4000  # with the corpus itself: about 20-40 s on 2 cores
 SEED = 20261130
 
@@ -45,7 +45,7 @@ def _importable(name: str) -> bool:
     return True
 
 
-SAVED = sorted(glob.glob(os.path.join(HERE, "fuzz_crashes", "*.parquet")))
+SAVED = sorted(glob.glob(os.path.join(CRASHES, "*.parquet")))
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_found_inputs_raise_corrupt_file_errors_naming_the_place(name, message):
     import stoker
     from stoker.errors import CorruptFileError
 
-    path = os.path.join(HERE, "fuzz_crashes", name)
+    path = os.path.join(CRASHES, name)
     with pytest.raises(CorruptFileError, match=message):
         stoker.describe(path)  # footers only (`stoker inspect`)
     with pytest.raises(CorruptFileError, match=message) as info:

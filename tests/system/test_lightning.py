@@ -14,7 +14,7 @@ from stoker_testdata import write_training_dataset
 
 pytest.importorskip("lightning")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLE = os.path.join(ROOT, "examples", "lightning_train.py")
 ROWS, BATCH = 1280, 64  # 2 ranks x 10 steps per epoch
 

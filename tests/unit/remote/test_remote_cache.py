@@ -13,7 +13,7 @@ import pytest
 
 import stoker
 from s3_fixtures import dataset_server, moto_available, s3_options
-from stoker_testdata import digest, write_uneven_dataset
+from stoker_testdata import TESTS, digest, write_uneven_dataset
 
 pytestmark = pytest.mark.skipif(not moto_available(), reason="needs moto[server] and boto3")
 
@@ -34,7 +34,7 @@ def test_processes_sharing_a_cache_download_each_block_once(moto, proxy, tmp_pat
     cache_dir = str(tmp_path / "cache")
     script = textwrap.dedent(f"""
         import json, sys
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        sys.path.insert(0, {TESTS!r})
         import stoker
         from stoker_testdata import digest
         loader = stoker.Loader("s3://{BUCKET}/{PREFIX}", cache_dir={cache_dir!r},

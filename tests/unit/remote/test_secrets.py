@@ -32,7 +32,7 @@ from s3_fixtures import isolate_aws_env, moto_available, serving_dir
 
 pytestmark = pytest.mark.skipif(not moto_available(), reason="needs moto[server] and boto3")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 BUCKET = "stoker-secrets"
 PREFIX = "ds"
 SECRETS = (SECRET_KEY, SESSION_TOKEN)

@@ -7,7 +7,7 @@ import glob
 import os
 import re
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SRC = os.path.join(ROOT, "cpp", "src")
 ORDER = ["util", "cache", "io", "catalog", "plan", "transform", "resolve", "decode", "batch",
          "exec"]

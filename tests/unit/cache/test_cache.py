@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import stoker
-from stoker_testdata import digest, write_uneven_dataset
+from stoker_testdata import TESTS, digest, write_uneven_dataset
 
 OPTIONS = dict(batch_size=100, seed=4, shuffle_window=700, drop_last=False,
                lists="ragged")
@@ -96,7 +96,7 @@ def test_processes_share_one_cache_and_decode_each_entry_once(dataset, tmp_path)
     reference, _ = run(dataset)
     script = textwrap.dedent(f"""
         import json, sys
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        sys.path.insert(0, {TESTS!r})
         import stoker
         from stoker_testdata import digest
         loader = stoker.Loader({dataset!r}, cache_dir={cache_dir!r}, num_threads=2, **{OPTIONS!r})

@@ -22,8 +22,8 @@ files"):
 - a signal (crash), a timeout (hang), any other exception type, or unequal values: a finding. The
   input is saved under ``--crash-dir`` with a ``.txt`` note (mutation, outcome, stderr tail).
 
-Run: ``python tests/fuzz_parquet.py --iterations 2000 --seed 1`` (``make fuzz``). The short run of
-``make test`` is tests/test_fuzz.py. Every mutant is a pure function of (seed, iteration), so a
+Run: ``python tools/fuzz_parquet.py --iterations 2000 --seed 1`` (``make fuzz``). The short run of
+``make test`` is tests/system/test_fuzz.py. Every mutant is a pure function of (seed, iteration), so a
 finding is reproduced with ``--seed S --only I``.
 """
 
@@ -54,7 +54,7 @@ def _traceback() -> str:
     import traceback
 
     return traceback.format_exc().replace(REPO + os.sep, "")
-CRASH_DIR = os.path.join(HERE, "fuzz_crashes")
+CRASH_DIR = os.path.join(REPO, "tests", "data", "fuzz_crashes")  # replayed by tests/system/test_fuzz.py
 
 # ------------------------------------------------------------------------------------ corpus
 
@@ -490,7 +490,7 @@ def worker_main() -> None:
         if not line.strip():
             continue
         job = json.loads(line)
-        selftest = job.get("selftest")  # tests/test_fuzz.py checks the harness sees each failure
+        selftest = job.get("selftest")  # tests/system/test_fuzz.py checks the harness sees each failure
         if selftest == "crash":
             os.kill(os.getpid(), signal.SIGSEGV)
         elif selftest == "hang":

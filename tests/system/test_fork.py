@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 import stoker
-from stoker_testdata import digest, write_labelled_features
+from stoker_testdata import TESTS, digest, write_labelled_features
 
-HERE = os.path.dirname(__file__)
+HERE = TESTS  # child scripts import stoker_testdata
 FEATS = [f"f{i}" for i in range(4)]
 ROWS = 12000
 OPTIONS = dict(columns=["label"], features=FEATS, batch_size=100, seed=5, num_threads=2,

@@ -20,9 +20,10 @@ import stoker
 from stoker._pyworkers import augment_rng
 from stoker.errors import (InvalidOptionError, LoaderClosedError, TransformError,
                            WorkerCrashedError)
-from stoker_testdata import write_uneven_dataset
+from stoker_testdata import TESTS, write_uneven_dataset
 
-HERE = os.path.dirname(__file__)
+# Child scripts import this module (its folder) and, through it, stoker_testdata (TESTS).
+HERE = [os.path.dirname(os.path.abspath(__file__)), TESTS]
 OPTIONS = dict(columns=["id", "x", "emb", "flag"], batch_size=128, seed=11, shuffle_window=1000)
 
 
@@ -371,7 +372,7 @@ import signal, sys, time
 # Python keeps SIGINT ignored when it starts with it ignored (a test run launched in the
 # background by a non-interactive shell): Ctrl-C must raise KeyboardInterrupt here.
 signal.signal(signal.SIGINT, signal.default_int_handler)
-sys.path.insert(0, {here!r})
+sys.path[:0] = {here!r}
 import stoker
 from test_augment import slow, OPTIONS
 
@@ -392,7 +393,7 @@ if __name__ == "__main__":
 
 EXIT_MID_EPOCH = """
 import sys
-sys.path.insert(0, {here!r})
+sys.path[:0] = {here!r}
 import stoker
 from test_augment import slow, OPTIONS
 
