@@ -1,5 +1,5 @@
 """``loader.columns`` describes the batches the loader yields: for every type the conformance
-suites cover (tests/test_conformance*.py, tests/test_types*.py) and every Petastorm codec field,
+suites cover (tests/unit/formats/test_conformance*.py, tests/unit/formats/test_types*.py) and every Petastorm codec field,
 each batch entry has the column's ``dtype`` and per-row ``inner_shape`` (issue 22, item 4: a
 grayscale CompressedImageCodec field said ``(H, W, 1)`` for ``[B, H, W]`` batches), and every
 other key of a batch is one of the documented companions (``_lengths``, ``_mask``, ``_valid``,
@@ -97,13 +97,13 @@ def _write(table: pa.Table, folder, name="part-0.parquet", row_group_size=40) ->
 
 @pytest.fixture(scope="module")
 def types_file(tmp_path_factory):
-    """tests/test_types.py's table: every plain type stoker converts."""
+    """tests/unit/formats/test_types.py's table: every plain type stoker converts."""
     return _write(test_types.pyarrow_table(N), tmp_path_factory.mktemp("types"))
 
 
 @pytest.fixture(scope="module")
 def conformance_file(tmp_path_factory):
-    """tests/test_conformance.py's "all" table (nulls in most columns) and float16."""
+    """tests/unit/formats/test_conformance.py's "all" table (nulls in most columns) and float16."""
     table = conformance._all(N)
     table = table.append_column("float16", conformance._float16(N).column("float16"))
     return _write(table, tmp_path_factory.mktemp("conformance"))

@@ -218,7 +218,7 @@ def _spark_missing() -> str:
 def _spark_session():
     """One local[2] session for the module, started by tests/petastorm_fixtures.py's helper (kept
     small; its Python workers load Petastorm's shims). The JVM outlives ``stop()`` and later
-    sessions in this process (tests/test_petastorm_spark.py) inherit its environment, so it must
+    sessions in this process (tests/system/test_petastorm_spark.py) inherit its environment, so it must
     be started the same way here."""
     if _SPARK.session is None:
         import petastorm_fixtures
@@ -508,7 +508,7 @@ def check_file(path: str, options: Dict[str, Any]) -> None:
 
 
 def stop_spark() -> None:
-    """Stops the module's Spark session (also used by tests/test_conformance_types.py)."""
+    """Stops the module's Spark session (also used by tests/unit/formats/test_conformance_types.py)."""
     if _SPARK.session is not None:
         _SPARK.session.stop()
         _SPARK.session = None

@@ -1,6 +1,6 @@
 """Conformance of the types issue 14 added, over files written by several writers.
 
-tests/test_conformance.py covers the plain types (ints, floats, bool, strings, lists) over every
+tests/unit/formats/test_conformance.py covers the plain types (ints, floats, bool, strings, lists) over every
 writer and format option; this file adds rows for timestamps (naive and zoned), dates, decimals,
 categoricals (a dictionary-encoded string column as ids) and struct leaves, written by pyarrow
 (format 1.0 and 2.6), DuckDB, Polars, pandas and Spark. Every value stoker delivers is compared with
@@ -88,7 +88,7 @@ def write_spark(table: pa.Table, path: str) -> None:
 
 
 def _writer(name: str, params: Dict[str, Any]) -> Callable[[pa.Table, str], None]:
-    """One of tests/test_conformance.py's writers, with these parameters."""
+    """One of tests/unit/formats/test_conformance.py's writers, with these parameters."""
     def write(table: pa.Table, path: str) -> None:
         import test_conformance as conformance
 

@@ -276,7 +276,7 @@ def test_repeated_group_without_annotation():
     assert delivered(batches, "phoneNumbers.phone.number") == expected(
         path, "phoneNumbers", ["phone", "[]", "number"])
     # `kind` has null strings inside the lists: refused without null_mask, naming the leaf and
-    # the option (tests/test_nested_nulls.py checks what null_mask delivers).
+    # the option (tests/unit/formats/test_nested_nulls.py checks what null_mask delivers).
     with pytest.raises(NullValueError,
                        match=r"'phoneNumbers\.phone\.kind'.*null_mask=\['phoneNumbers\.phone\.kind'\]"):
         load(path, columns=["id", "phoneNumbers.phone.kind"], lists="ragged", null_mask=["id"])
@@ -305,7 +305,7 @@ def test_nested_maps_and_lists_of_strings():
     batches = load(path, columns=["a.keys", "b", "c"], lists="ragged")
     assert delivered(batches, "a.keys") == expected(path, "a", ["keys"])
     # The inner maps hold a null one: refused without null_mask, which delivers it
-    # (tests/test_nested_nulls.py).
+    # (tests/unit/formats/test_nested_nulls.py).
     with pytest.raises(NullValueError,
                        match=r"'a\.values\.keys'.*null inner list.*null_mask=\['a\.values\.keys'\]"):
         load(path, columns=["a.values.keys"], lists="ragged")
@@ -321,7 +321,7 @@ def test_null_elements_inside_lists_name_the_options():
         load(path, columns=["int64_list"], lists="ragged")
     with pytest.raises(NullValueError, match=r"'utf8_list'.*null_mask=\['utf8_list'\]"):
         load(path, columns=["utf8_list"], lists="ragged")
-    # null_mask delivers both (tests/test_nested_nulls.py compares them with pyarrow).
+    # null_mask delivers both (tests/unit/formats/test_nested_nulls.py compares them with pyarrow).
     batch = load(path, columns=["int64_list", "utf8_list"], lists="ragged", null_mask=True)[0]
     assert batch["int64_list_mask_1"].tolist() == [True, True, True, False, True, True]
     assert batch["utf8_list_mask_1"].tolist() == [True, True, True, True, False, True, True]

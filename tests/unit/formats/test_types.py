@@ -509,7 +509,7 @@ def test_pad_value_not_representable(pyarrow_file):
 
 
 def test_list_of_strings_ragged_only(write_parquet):
-    # Ragged: nested offsets (tests/test_nested.py); padded pads one level of numbers only.
+    # Ragged: nested offsets (tests/unit/formats/test_nested.py); padded pads one level of numbers only.
     path = write_parquet({"tags": pa.array([["a"], ["b", "c"]])})
     with stoker.Loader(path, columns=["tags"], lists="ragged", shuffle=False,
                        batch_size=2) as loader:
@@ -1028,7 +1028,7 @@ def test_null_elements_inside_lists_name_the_options(write_parquet):
     with pytest.raises(NullValueError,
                        match=r"'l'.*row group 0.*fill_null=\{'l': value\}.*null_mask=\['l'\]"):
         load(path, ["l"], 4, lists="ragged")
-    # null_mask delivers them: 0 with False in l_mask_1 (tests/test_nested_nulls.py).
+    # null_mask delivers them: 0 with False in l_mask_1 (tests/unit/formats/test_nested_nulls.py).
     batches = load(path, ["l"], 4, lists="ragged", null_mask=True)
     assert [m for b in batches for m in b["l_mask_1"].tolist()] == [True, False, True] * 10
 

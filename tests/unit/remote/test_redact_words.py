@@ -6,7 +6,7 @@ A secret key of one to four characters occurs inside the words of almost any mes
 proxy of tests/s3_fixtures.py; for each error (at open and mid-epoch, server answering 403, 404 or
 500) the message with a short secret taken from inside the message's own words must be the message
 with a long secret that occurs nowhere. A secret that is a whole token of the message is still
-redacted (tests/test_secrets.py keeps every leak test).
+redacted (tests/unit/remote/test_secrets.py keeps every leak test).
 """
 
 from __future__ import annotations
