@@ -1,5 +1,5 @@
 """``loader.columns`` describes the batches the loader yields: for every type the conformance
-suites cover (tests/unit/formats/test_conformance*.py, tests/unit/formats/test_types*.py) and every Petastorm codec field,
+suites cover (tests/unit/formats/test_conformance*.py, tests/unit/formats/test_formats*.py) and every Petastorm codec field,
 each batch entry has the column's ``dtype`` and per-row ``inner_shape`` (issue 22, item 4: a
 grayscale CompressedImageCodec field said ``(H, W, 1)`` for ``[B, H, W]`` batches), and every
 other key of a batch is one of the documented companions (``_lengths``, ``_mask``, ``_valid``,
@@ -31,7 +31,7 @@ from stoker import ops
 
 import petastorm_fixtures as pf
 import test_conformance as conformance
-import test_types
+import test_formats as test_types
 
 N = 150
 BATCH = 37  # does not divide the row groups: batches cross them and the last one is short
@@ -97,7 +97,7 @@ def _write(table: pa.Table, folder, name="part-0.parquet", row_group_size=40) ->
 
 @pytest.fixture(scope="module")
 def types_file(tmp_path_factory):
-    """tests/unit/formats/test_types.py's table: every plain type stoker converts."""
+    """tests/unit/formats/test_formats.py's table: every plain type stoker converts."""
     return _write(test_types.pyarrow_table(N), tmp_path_factory.mktemp("types"))
 
 

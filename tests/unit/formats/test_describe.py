@@ -15,7 +15,7 @@ import stoker
 from stoker.__main__ import main
 from stoker.errors import error_class
 
-from test_types import duckdb_file, pyarrow_file  # noqa: F401  (module-scoped fixtures)
+from test_formats import duckdb_file, pyarrow_file  # noqa: F401  (module-scoped fixtures)
 
 
 @pytest.fixture(scope="module")
