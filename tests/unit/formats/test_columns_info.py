@@ -31,7 +31,7 @@ from stoker import ops
 
 import petastorm_fixtures as pf
 import test_conformance as conformance
-import test_formats as test_types
+import test_formats
 
 N = 150
 BATCH = 37  # does not divide the row groups: batches cross them and the last one is short
@@ -98,7 +98,7 @@ def _write(table: pa.Table, folder, name="part-0.parquet", row_group_size=40) ->
 @pytest.fixture(scope="module")
 def types_file(tmp_path_factory):
     """tests/unit/formats/test_formats.py's table: every plain type stoker converts."""
-    return _write(test_types.pyarrow_table(N), tmp_path_factory.mktemp("types"))
+    return _write(test_formats.pyarrow_table(N), tmp_path_factory.mktemp("types"))
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def conformance_file(tmp_path_factory):
 
 @pytest.mark.parametrize("lists", ["padded", "ragged"])
 def test_columns_describe_every_plain_type(types_file, lists):
-    loader = stoker.Loader(types_file, columns=test_types.PA_COLUMNS, batch_size=BATCH,
+    loader = stoker.Loader(types_file, columns=test_formats.PA_COLUMNS, batch_size=BATCH,
                            shuffle=False,
                            drop_last=False, lists=lists)
     _check_batches(loader)

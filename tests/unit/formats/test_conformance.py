@@ -508,7 +508,7 @@ def check_file(path: str, options: Dict[str, Any]) -> None:
 
 
 def stop_spark() -> None:
-    """Stops the module's Spark session (also used by tests/unit/formats/test_conformance_types.py)."""
+    """Stops the module's Spark session (also used by test_formats.py's new-types rows)."""
     if _SPARK.session is not None:
         _SPARK.session.stop()
         _SPARK.session = None

@@ -11,12 +11,15 @@ them, so batches cross row groups (and files).
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 import os
 import re
 import uuid
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 import pyarrow as pa
@@ -333,17 +336,17 @@ def check_file_column(path: str, column: str, batch_size: int, lists: str = "pad
         assert info.dtype == "int64"
 
 
-@pytest.mark.parametrize("batch_size", PA_BATCHES)
-@pytest.mark.parametrize("column", PA_COLUMNS)
-def test_pyarrow_column(pyarrow_file, column, batch_size):
-    check_file_column(pyarrow_file, column, batch_size)
-
-
-@pytest.mark.parametrize("batch_size", DUCK_BATCHES)
-@pytest.mark.parametrize("column", DUCK_COLUMNS)
-def test_duckdb_column(duckdb_file, column, batch_size):
-    check_file_column(duckdb_file, column, batch_size)
-
+# ------------------------------------------------------------------------------ the table
+#
+# One row per (writer, type, read) case; test_format at the end of the module is the one body
+# that checks a row:
+#
+# - a column of a plain-types file (pyarrow, pyarrow's other encodings and page versions, DuckDB,
+#   DuckDB's V2 pages with zstd): check_file_column, every value against pyarrow's read of the
+#   same file, at batch sizes that cross row groups, padded or ragged lists;
+# - the types issue 14 added (timestamps naive and zoned, dates, decimals, categoricals as ids,
+#   struct leaves) over pyarrow 1.0 / 2.6, DuckDB, Polars, pandas and Spark (section "new types"
+#   below): check_new_types.
 
 PA_WRITER_OPTIONS = {
     "v2_pages_zstd_plain": dict(data_page_version="2.0", compression="zstd",
@@ -354,24 +357,17 @@ PA_WRITER_OPTIONS = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(PA_WRITER_OPTIONS))
-def pyarrow_variant_file(request, tmp_path_factory) -> str:
+def write_pyarrow_variant(options: str, folder) -> str:
     """The same table with other encodings, page versions and codecs."""
-    path = str(tmp_path_factory.mktemp("types") / f"{request.param}.parquet")
+    path = str(folder / f"{options}.parquet")
     pq.write_table(pyarrow_table(), path, row_group_size=PA_ROW_GROUP,
-                   **PA_WRITER_OPTIONS[request.param])
+                   **PA_WRITER_OPTIONS[options])
     return path
 
 
-@pytest.mark.parametrize("column", PA_COLUMNS)
-def test_pyarrow_writer_variants(pyarrow_variant_file, column):
-    check_file_column(pyarrow_variant_file, column, 50)
-
-
-@pytest.fixture(scope="module")
-def duckdb_v2_file(tmp_path_factory) -> str:
+def write_duckdb_v2(folder) -> str:
     duckdb = pytest.importorskip("duckdb")
-    path = str(tmp_path_factory.mktemp("types") / "duckdb_v2.parquet")
+    path = str(folder / "duckdb_v2.parquet")
     con = duckdb.connect()
     for statement in DUCK_SETUP:
         con.execute(statement)
@@ -381,12 +377,61 @@ def duckdb_v2_file(tmp_path_factory) -> str:
     return path
 
 
-@pytest.mark.parametrize("column", DUCK_COLUMNS)
-def test_duckdb_v2_zstd(duckdb_v2_file, column):
+@dataclass(frozen=True)
+class Case:
+    """One row: the file (``source``), what is read from it and how it is checked (``check``)."""
+
+    source: str  # a key of SOURCES
+    column: str  # a column, or "*": every column of the new-types table
+    batch_size: int
+    lists: str = "padded"
+    check: str = "column"  # a key of CHECKS
+
+    def id(self) -> str:
+        if self.check == "new_types":
+            return f"new-types-{self.source.split(':', 1)[1]}"
+        lists = "-ragged" if self.lists == "ragged" else ""
+        return f"{self.source}-{self.column}-{self.batch_size}{lists}"
+
+
+def _new_types_source(writer: str) -> Callable[[Any, Any], str]:
+    def make(request, folder) -> str:
+        path = str(folder / f"{writer}.parquet")
+        NEW_TYPES_WRITERS[writer](new_types_table(), path)
+        return path
+    return make
+
+
+# source -> make(request, folder): the file a row reads (made once per module, on first use).
+SOURCES: Dict[str, Callable[[Any, Any], str]] = {
+    "pyarrow": lambda request, folder: request.getfixturevalue("pyarrow_file"),
+    "duckdb": lambda request, folder: request.getfixturevalue("duckdb_file"),
+    "duckdb-v2-zstd": lambda request, folder: write_duckdb_v2(folder),
+}
+for _options in sorted(PA_WRITER_OPTIONS):
+    SOURCES[f"pyarrow-{_options}"] = (
+        lambda request, folder, _o=_options: write_pyarrow_variant(_o, folder))
+
+
+@pytest.fixture(scope="module")
+def format_files(request, tmp_path_factory) -> Callable[[str], str]:
+    """source -> the path of its file, written on first use and kept for the module."""
+    made: Dict[str, str] = {}
+
+    def path(source: str) -> str:
+        if source not in made:
+            made[source] = SOURCES[source](request, tmp_path_factory.mktemp("formats"))
+        return made[source]
+
+    return path
+
+
+def check_column_or_pyarrows_error(path: str, case: Case) -> None:
     """DuckDB's V2 files use DELTA_BINARY_PACKED; Arrow 25 cannot decode it for int32/uint32
     columns whose deltas span the whole range ("InitBlock EOF"). Where pyarrow itself fails,
     stoker must fail cleanly too: a CorruptFileError naming column, file and row group."""
-    file = pq.ParquetFile(duckdb_v2_file)
+    column = case.column
+    file = pq.ParquetFile(path)
     for row_group in range(file.metadata.num_row_groups):
         try:
             file.read_row_group(row_group, columns=[column])
@@ -394,25 +439,45 @@ def test_duckdb_v2_zstd(duckdb_v2_file, column):
             arrow_error, bad_group = error, row_group
             break
     else:
-        check_file_column(duckdb_v2_file, column, 777)
+        check_file_column(path, column, case.batch_size, case.lists)
         return
     with pytest.raises(stoker.errors.CorruptFileError) as err:
-        load(duckdb_v2_file, [column], 777)
+        load(path, [column], case.batch_size)
     message = str(err.value)
-    assert f"'{column}'" in message and duckdb_v2_file in message
+    assert f"'{column}'" in message and path in message
     assert re.search(rf"row group {bad_group}\b", message) and str(arrow_error) in message
     assert column in ("int32", "uint32")  # the known case; anything else is news
 
 
-@pytest.mark.parametrize("column", ["list_i32", "list_f16", "large_list_f64", "list_u64",
-                                    "list_bool"])
-def test_pyarrow_ragged_lists(pyarrow_file, column):
-    check_file_column(pyarrow_file, column, 50, lists="ragged")
+CHECKS: Dict[str, Callable[[str, Case], None]] = {
+    "column": lambda path, case: check_file_column(path, case.column, case.batch_size,
+                                                   case.lists),
+    "column_or_pyarrows_error": check_column_or_pyarrows_error,
+    "new_types": lambda path, case: check_new_types(path, case.source.split(":", 1)[1]),
+}
 
 
-@pytest.mark.parametrize("column", ["list_i32", "array_i16", "list_bool"])
-def test_duckdb_ragged_lists(duckdb_file, column):
-    check_file_column(duckdb_file, column, 333, lists="ragged")
+def _cases() -> List[Case]:
+    cases = [Case("pyarrow", c, b) for c in PA_COLUMNS for b in PA_BATCHES]
+    cases += [Case("duckdb", c, b) for c in DUCK_COLUMNS for b in DUCK_BATCHES]
+    cases += [Case(f"pyarrow-{o}", c, 50) for o in sorted(PA_WRITER_OPTIONS) for c in PA_COLUMNS]
+    cases += [Case("duckdb-v2-zstd", c, 777, check="column_or_pyarrows_error")
+              for c in DUCK_COLUMNS]
+    cases += [Case("pyarrow", c, 50, lists="ragged")
+              for c in ["list_i32", "list_f16", "large_list_f64", "list_u64", "list_bool"]]
+    cases += [Case("duckdb", c, 333, lists="ragged")
+              for c in ["list_i32", "array_i16", "list_bool"]]
+    cases += [Case(f"new-types:{w}", "*", NEW_TYPES_BATCH, check="new_types")
+              for w in sorted(NEW_TYPES_WRITERS)]
+    return cases
+
+
+def _param(case: Case):
+    marks = []
+    if case.source == "new-types:spark":
+        reason = _spark_reason()
+        marks = [pytest.mark.slow, pytest.mark.skipif(bool(reason), reason=reason or "ok")]
+    return pytest.param(case, id=case.id(), marks=marks)
 
 
 def test_every_column_at_once(pyarrow_file):
@@ -509,7 +574,8 @@ def test_pad_value_not_representable(pyarrow_file):
 
 
 def test_list_of_strings_ragged_only(write_parquet):
-    # Ragged: nested offsets (tests/unit/formats/test_nested.py); padded pads one level of numbers only.
+    # Ragged: nested offsets (tests/unit/formats/test_nested.py); padded pads one level of numbers
+    # only.
     path = write_parquet({"tags": pa.array([["a"], ["b", "c"]])})
     with stoker.Loader(path, columns=["tags"], lists="ragged", shuffle=False,
                        batch_size=2) as loader:
@@ -1083,3 +1149,202 @@ def test_fixed_size_binary_nulls(write_parquet):
     assert_same_array(np.concatenate([b["h"] for b in filled]), want, "h")
     with pytest.raises(InvalidOptionError, match="fill_null.*'h'.*uint8"):
         stoker.Loader(path, columns=["h"], fill_null={"h": 256}, shuffle=False)
+
+
+# ------------------------------------------------------------------------------ new types
+#
+# Conformance of the types issue 14 added, over files written by several writers: timestamps
+# (naive and zoned), dates, decimals, categoricals (a dictionary-encoded string column as ids) and
+# struct leaves, written by pyarrow (format 1.0 and 2.6), DuckDB, Polars, pandas and Spark (the
+# writers of tests/unit/formats/test_conformance.py). Every value stoker delivers is compared with
+# pyarrow's read of the same file:
+#
+# - temporal columns with ``time_unit``: the float64 count of the unit, exactly the correctly
+#   rounded quotient of pyarrow's stored count (``float(Fraction(count * from_ns, to_ns))``);
+# - decimals with ``decimals="float64"``: exactly ``float(Decimal)``;
+# - ``categories={"cat": "auto"}``: ``vocabulary[id - 1]`` is the value, 0 only for nulls;
+# - struct leaves ``s.a`` / ``s.b``: the child values.
+#
+# Nulls are delivered with ``null_mask=True`` and the masks compared too. Spark writes its own
+# encodings of these types: TIMESTAMP_NTZ, INT96 timestamps (no statistics, so
+# ``allow_lossy_cast``) and INT64-backed decimals.
+
+NEW_TYPES_N = 300
+NEW_TYPES_ROW_GROUP = 64
+NEW_TYPES_BATCH = 77
+UNIT_NS = {"D": 86_400 * 10**9, "s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+TIME_UNIT = {"ts": "s", "tz": "ms", "d": "D"}
+CATEGORIES = ["red", "green", "blue", "über", ""]
+
+
+def new_types_table() -> pa.Table:
+    rng = np.random.default_rng(14)
+    valid = rng.random(NEW_TYPES_N) > 0.15
+    base_us = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z
+    ts = [int(base_us + rng.integers(-10**13, 10**13)) if v else None for v in valid]
+    tz = [int(base_us // 1000 + rng.integers(-10**10, 10**10)) for _ in range(NEW_TYPES_N)]
+    days = [datetime.date(2026, 1, 1) + datetime.timedelta(days=int(k))
+            if v else None
+            for k, v in zip(rng.integers(-20000, 20000, NEW_TYPES_N), valid[::-1])]
+    dec = [decimal.Decimal(int(k)).scaleb(-2) if v else None
+           for k, v in zip(rng.integers(-10**11, 10**11, NEW_TYPES_N), np.roll(valid, 3))]
+    cat_index = rng.integers(0, len(CATEGORIES), NEW_TYPES_N)
+    cat = pa.DictionaryArray.from_arrays(
+        pa.array(cat_index.astype(np.int32), mask=~np.roll(valid, 5)), pa.array(CATEGORIES))
+    a = pa.array(rng.integers(-1000, 1000, NEW_TYPES_N).astype(np.int32),
+                 mask=~np.roll(valid, 7))
+    b = pa.array(rng.standard_normal(NEW_TYPES_N), mask=~np.roll(valid, 11))
+    return pa.table({
+        "ts": pa.array(ts, pa.timestamp("us")),
+        "tz": pa.array(tz, pa.timestamp("ms", tz="UTC")),
+        "d": pa.array(days, pa.date32()),
+        "dec": pa.array(dec, pa.decimal128(12, 2)),
+        "cat": cat,
+        "s": pa.StructArray.from_arrays([a, b], ["a", "b"]),
+    })
+
+
+def write_spark_new_types(table: pa.Table, path: str) -> None:
+    """Spark's own types: TIMESTAMP_NTZ for the naive timestamps, TimestampType (INT96, Spark's
+    default) for the zoned ones, DateType, DecimalType(12, 2) (INT64-backed), a plain string
+    column (dictionary-encoded by Spark) and a struct."""
+    import test_conformance as conformance
+    from pyspark.sql import types as T
+
+    spark = conformance._spark_session()
+    schema = T.StructType([
+        T.StructField("ts", T.TimestampNTZType(), True),
+        T.StructField("tz", T.TimestampType(), True),
+        T.StructField("d", T.DateType(), True),
+        T.StructField("dec", T.DecimalType(12, 2), True),
+        T.StructField("cat", T.StringType(), True),
+        T.StructField("s", T.StructType([T.StructField("a", T.IntegerType(), True),
+                                         T.StructField("b", T.DoubleType(), True)]), True),
+    ])
+    data = [(r["ts"], r["tz"], r["d"], r["dec"], r["cat"], (r["s"]["a"], r["s"]["b"]))
+            for r in table.to_pylist()]
+    conformance.save_spark(spark.createDataFrame(data, schema, verifySchema=False), path,
+                           {"parquet.block.size": str(16 << 10)})
+
+
+def _conformance_writer(name: str, params: Dict[str, Any]) -> Callable[[pa.Table, str], None]:
+    """One of tests/unit/formats/test_conformance.py's writers, with these parameters."""
+    def write(table: pa.Table, path: str) -> None:
+        import test_conformance as conformance
+
+        conformance.WRITERS[name](table, path, params)
+    return write
+
+
+_RG = NEW_TYPES_ROW_GROUP
+NEW_TYPES_WRITERS: Dict[str, Callable[[pa.Table, str], None]] = {
+    "pyarrow-1.0": _conformance_writer("pyarrow", {"version": "1.0", "row_group_size": _RG}),
+    "pyarrow-2.6": _conformance_writer("pyarrow", {"version": "2.6", "row_group_size": _RG}),
+    "duckdb": _conformance_writer("duckdb", {"ROW_GROUP_SIZE": _RG}),
+    "polars": _conformance_writer("polars", {"row_group_size": _RG}),
+    # A pandas user's frame: datetime64 columns, a category, Decimal and dict objects.
+    "pandas": _conformance_writer("pandas", {"engine": "pyarrow", "row_group_size": _RG}),
+    "spark": write_spark_new_types,
+}
+for _writer in NEW_TYPES_WRITERS:
+    SOURCES[f"new-types:{_writer}"] = _new_types_source(_writer)
+
+
+def _spark_reason() -> str:
+    import petastorm_fixtures
+
+    return petastorm_fixtures.spark_missing()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_spark():
+    yield
+    import test_conformance as conformance
+
+    conformance.stop_spark()
+
+
+NEW_TYPES_OPTIONS: Dict[str, Any] = dict(
+    columns=["ts", "tz", "d", "dec", "cat", "s"], time_unit=TIME_UNIT, decimals="float64",
+    categories={"cat": "auto"}, null_mask=True, shuffle=False, drop_last=False,
+    batch_size=NEW_TYPES_BATCH)
+
+
+def _stored_counts(col: pa.ChunkedArray):
+    """pyarrow's stored counts of a temporal column and the nanoseconds of one count."""
+    t = col.type
+    if pa.types.is_date32(t):
+        return col.cast(pa.int32()).cast(pa.int64()), UNIT_NS["D"]
+    if pa.types.is_date64(t):
+        return col.cast(pa.int64()), UNIT_NS["ms"]
+    return col.cast(pa.int64()), UNIT_NS[t.unit]
+
+
+def _epoch(batches, name: str) -> np.ndarray:
+    return np.concatenate([np.asarray(b[name]) for b in batches])
+
+
+def check_new_types(path: str, writer: str) -> None:
+    """Every value of the new-types table, as ``writer`` wrote it, equals pyarrow's read."""
+    want = pq.read_table(path)
+    options = dict(NEW_TYPES_OPTIONS)
+    # Spark's INT96 timestamps carry no statistics: the type's range makes counts of
+    # nanoseconds beyond 2**52 possible, so the conversion needs the explicit flag.
+    int96 = pa.types.is_timestamp(want.column("tz").type) and want.column("tz").type.unit == "ns"
+    if int96:
+        options["allow_lossy_cast"] = True
+    with stoker.Loader(path, **options) as loader:
+        assert set(loader.columns) == {"ts", "tz", "d", "dec", "cat", "s.a", "s.b"}
+        vocabulary = loader.vocabulary("cat")
+        batches = list(loader)
+
+    def check_mask(name: str, col: pa.ChunkedArray) -> np.ndarray:
+        valid = col.is_valid().to_numpy(zero_copy_only=False)
+        np.testing.assert_array_equal(_epoch(batches, name + "_mask"), valid, err_msg=name)
+        return valid
+
+    for name, unit in TIME_UNIT.items():
+        col = want.column(name)
+        valid = check_mask(name, col)
+        counts, from_ns = _stored_counts(col)
+        expected = [float(Fraction(c * from_ns, UNIT_NS[unit])) if c is not None else 0.0
+                    for c in counts.to_pylist()]
+        got = _epoch(batches, name)
+        assert got.dtype == np.float64, name
+        if from_ns == 1 and counts.type == pa.int64() and int96:
+            # Nanosecond counts beyond 2**53 are rounded to float64 before the division.
+            np.testing.assert_allclose(got, expected, rtol=1e-15, err_msg=f"{writer}: {name}")
+        else:
+            assert got.tolist() == expected, f"{writer}: {name} differs from pyarrow's counts"
+        assert valid.sum() > 0
+
+    col = want.column("dec")
+    check_mask("dec", col)
+    expected = [float(v) if v is not None else 0.0 for v in col.to_pylist()]
+    assert _epoch(batches, "dec").tolist() == expected, writer
+
+    col = want.column("cat")
+    valid = check_mask("cat", col)
+    values = col.cast(pa.string()) if pa.types.is_dictionary(col.type) else col
+    ids = _epoch(batches, "cat")
+    assert ids.dtype == np.int64
+    assert set(values.drop_null().to_pylist()) <= set(vocabulary)
+    for value, got_id, ok in zip(values.to_pylist(), ids.tolist(), valid):
+        assert (vocabulary[got_id - 1] == value) if ok else got_id == 0, (writer, value, got_id)
+
+    struct = want.column("s").combine_chunks()
+    for leaf in ("a", "b"):
+        child = pa.chunked_array([struct.field(leaf)])
+        name = "s." + leaf
+        valid = check_mask(name, child)
+        expected = np.asarray(child.fill_null(0).to_numpy(zero_copy_only=False))
+        got = _epoch(batches, name)
+        assert got.dtype == expected.dtype, name
+        np.testing.assert_array_equal(got[valid], expected[valid], err_msg=f"{writer}: {name}")
+
+
+# ------------------------------------------------------------------------------ the one body
+
+@pytest.mark.parametrize("case", [_param(c) for c in _cases()])
+def test_format(case: Case, format_files) -> None:
+    CHECKS[case.check](format_files(case.source), case)
