@@ -1,7 +1,9 @@
 """The engine's layers point one way (cpp/src/README.md): a subsystem includes only subsystems
 before it in this order, no two files include each other (directly or around a loop), every
 folder is in the documented order and has its design note (README.md), and the public headers
-include only public headers."""
+include only public headers. And tests/ keeps its layout (tests/README.md): every test module under
+unit/<area>/ or system/, names unique, each folder described, the xdist groups naming real
+modules."""
 
 import glob
 import os
@@ -106,3 +108,45 @@ def test_readme_states_the_order():
     with open(os.path.join(SRC, "README.md")) as f:
         text = f.read()
     assert " → ".join(ORDER) in text
+
+
+# ------------------------------------------------------------------------------ tests/ itself
+
+TESTS = os.path.join(ROOT, "tests")
+
+
+def _test_modules():
+    """Every test module under tests/, as a "/"-separated path under tests/."""
+    found = []
+    for folder, dirs, files in os.walk(TESTS):
+        dirs[:] = [d for d in dirs if d not in ("data", "__pycache__")]
+        found += [os.path.relpath(os.path.join(folder, f), TESTS).replace(os.sep, "/")
+                  for f in files if f.startswith("test_") and f.endswith(".py")]
+    return sorted(found)
+
+
+def test_tests_live_in_unit_or_system_and_have_unique_names():
+    modules = _test_modules()
+    assert len(modules) > 50
+    stray = [m for m in modules if m.split("/")[0] not in ("unit", "system")]
+    assert not stray, f"put these under tests/unit/<area>/ or tests/system/ (README.md): {stray}"
+    names = [m.rsplit("/", 1)[-1] for m in modules]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    assert not twice, f"test modules are imported by basename; rename one of each: {twice}"
+
+
+def test_every_test_folder_is_in_the_readme():
+    with open(os.path.join(TESTS, "README.md")) as f:
+        readme = f.read()
+    folders = sorted({m.rsplit("/", 1)[0] + "/" for m in _test_modules() if "/" in m})
+    missing = [folder for folder in folders if f"`{folder}`" not in readme]
+    assert not missing, f"describe these folders in tests/README.md: {missing}"
+
+
+def test_the_xdist_groups_name_existing_modules():
+    import conftest
+
+    named = conftest._HEAVY_MODULES | conftest._SPARK_MODULES
+    assert named
+    missing = sorted(m for m in named if not os.path.isfile(os.path.join(TESTS, m)))
+    assert not missing, f"tests/conftest.py groups name modules that do not exist: {missing}"
