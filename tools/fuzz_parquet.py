@@ -23,8 +23,8 @@ files"):
   input is saved under ``--crash-dir`` with a ``.txt`` note (mutation, outcome, stderr tail).
 
 Run: ``python tools/fuzz_parquet.py --iterations 2000 --seed 1`` (``make fuzz``). The short run of
-``make test`` is tests/system/test_fuzz.py. Every mutant is a pure function of (seed, iteration), so a
-finding is reproduced with ``--seed S --only I``.
+``make test`` is tests/system/test_fuzz.py. Every mutant is a pure function of (seed, iteration),
+so a finding is reproduced with ``--seed S --only I``.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def _traceback() -> str:
     import traceback
 
     return traceback.format_exc().replace(REPO + os.sep, "")
-CRASH_DIR = os.path.join(REPO, "tests", "data", "fuzz_crashes")  # replayed by tests/system/test_fuzz.py
+# Findings; tests/system/test_fuzz.py replays them.
+CRASH_DIR = os.path.join(REPO, "tests", "data", "fuzz_crashes")
 
 # ------------------------------------------------------------------------------------ corpus
 
@@ -490,7 +491,8 @@ def worker_main() -> None:
         if not line.strip():
             continue
         job = json.loads(line)
-        selftest = job.get("selftest")  # tests/system/test_fuzz.py checks the harness sees each failure
+        # tests/system/test_fuzz.py checks the harness sees each failure
+        selftest = job.get("selftest")
         if selftest == "crash":
             os.kill(os.getpid(), signal.SIGSEGV)
         elif selftest == "hang":

@@ -2,8 +2,8 @@
 long one is `make fuzz`. Every mutant of the seeded corpus must read equal to pyarrow's read of the
 same bytes, or raise a typed stoker error; never crash, hang or differ silently.
 
-Also replays every input saved under tests/data/fuzz_crashes/ (each was a finding once; the note beside
-it says what happened) so a fixed bug stays fixed.
+Also replays every input saved under tests/data/fuzz_crashes/ (each was a finding once; the note
+beside it says what happened) so a fixed bug stays fixed.
 """
 
 from __future__ import annotations

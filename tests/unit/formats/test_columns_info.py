@@ -1,8 +1,8 @@
 """``loader.columns`` describes the batches the loader yields: for every type the conformance
-suites cover (tests/unit/formats/test_conformance*.py, tests/unit/formats/test_formats*.py) and every Petastorm codec field,
-each batch entry has the column's ``dtype`` and per-row ``inner_shape`` (issue 22, item 4: a
-grayscale CompressedImageCodec field said ``(H, W, 1)`` for ``[B, H, W]`` batches), and every
-other key of a batch is one of the documented companions (``_lengths``, ``_mask``, ``_valid``,
+suites cover (tests/unit/formats/test_conformance.py, tests/unit/formats/test_formats*.py) and
+every Petastorm codec field, each batch entry has the column's ``dtype`` and per-row
+``inner_shape`` (issue 22, item 4: a grayscale CompressedImageCodec field said ``(H, W, 1)`` for
+``[B, H, W]`` batches), and every other key of a batch is one of the documented companions (``_lengths``, ``_mask``, ``_valid``,
 ``__padding__``) with its documented dtype.
 
 How an entry is compared, per ``kind`` (docs/user-guide.md, "What each Arrow type becomes"):

@@ -218,8 +218,8 @@ def _spark_missing() -> str:
 def _spark_session():
     """One local[2] session for the module, started by tests/petastorm_fixtures.py's helper (kept
     small; its Python workers load Petastorm's shims). The JVM outlives ``stop()`` and later
-    sessions in this process (tests/system/test_petastorm_spark.py) inherit its environment, so it must
-    be started the same way here."""
+    sessions in this process (tests/system/test_petastorm_spark.py) inherit its environment, so it
+    must be started the same way here."""
     if _SPARK.session is None:
         import petastorm_fixtures
 

@@ -1,5 +1,13 @@
-"""Types to tensors: every conversion checked against pyarrow's own, on files written by pyarrow
-and by DuckDB.
+"""Types to tensors: every conversion checked against pyarrow's own, on files written by pyarrow,
+DuckDB, Polars, pandas and Spark.
+
+The suite is a table: ``_cases()`` lists one ``Case`` per (file written by a writer, column or
+type set, batch size, list mode) and ``test_format`` is the one body that checks a row (``CHECKS``).
+A new type is a column of ``pyarrow_table`` / ``DUCK_QUERY`` (or of ``new_types_table``); a new
+writer or encoding is an entry of ``SOURCES`` with its rows. The other tests of the module check the
+options that act on types (nulls, ``fill_null``, ``null_mask``, pads, features, partitions).
+tests/unit/formats/test_conformance.py is the table of writers x format options (page versions,
+encodings, codecs).
 
 The reference is always what pyarrow reads back from the very file stoker reads
 (``pq.read_table(path).column(c)`` and its ``to_numpy()`` / ``to_pylist()``), so a writer's type

@@ -1,7 +1,7 @@
 """stoker.petastorm (make_reader, make_batch_reader, the PyTorch loaders) and the Loader's
 Petastorm detection, on a store in Petastorm's on-disk format written by Petastorm's own Python
-helpers (no Spark: tests/system/test_petastorm_spark.py covers materialize_dataset). Every comparison is
-against Petastorm 0.13.1's own readers."""
+helpers (no Spark: tests/system/test_petastorm_spark.py covers materialize_dataset). Every
+comparison is against Petastorm 0.13.1's own readers."""
 
 from __future__ import annotations
 
