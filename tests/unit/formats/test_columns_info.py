@@ -2,8 +2,8 @@
 suites cover (tests/unit/formats/test_conformance.py, tests/unit/formats/test_formats*.py) and
 every Petastorm codec field, each batch entry has the column's ``dtype`` and per-row
 ``inner_shape`` (issue 22, item 4: a grayscale CompressedImageCodec field said ``(H, W, 1)`` for
-``[B, H, W]`` batches), and every other key of a batch is one of the documented companions (``_lengths``, ``_mask``, ``_valid``,
-``__padding__``) with its documented dtype.
+``[B, H, W]`` batches), and every other key of a batch is one of the documented companions
+(``_lengths``, ``_mask``, ``_valid``, ``__padding__``) with its documented dtype.
 
 How an entry is compared, per ``kind`` (docs/user-guide.md, "What each Arrow type becomes"):
 ``dense``: the array's dtype and ``shape[1:]``; ``padded``: the dtype and the shape after the
