@@ -1,5 +1,5 @@
-"""`stoker cache stats` reads only; `stats` and `clear` refuse a folder that is not a stoker cache
-(issue 22.8).
+"""`stoker cache stats` and `stoker cache clear`: what they print and remove on a real cache; `stats`
+reads only; `stats` and `clear` refuse a folder that is not a stoker cache (issue 22.8).
 
 Each test snapshots the folder tree (every path, its kind, size, mtime and content digest) before
 and after, on a real cache written by a Loader, a data folder given by mistake, an empty folder and
@@ -186,3 +186,37 @@ def test_stats_on_a_read_only_cache(cache):
     finally:
         for path, dirs, _ in os.walk(folder):
             os.chmod(path, 0o755)
+
+
+# ------------------------------------------------------------------------------ stats and clear
+# (was tests/test_cli_cache.py) What the commands print and do on a real cache folder.
+
+def test_stats_and_clear(tmp_path):
+    root = str(tmp_path / "data")
+    write_uneven_dataset(root)
+    cache_dir = str(tmp_path / "cache")
+    loader = stoker.Loader(root, batch_size=100, cache_dir=cache_dir)
+    written = sum(1 for _ in loader)
+    loader.flush_cache()  # entries are written behind the epoch
+    written = loader.stats()["cache"]["writes"]
+    assert written > 0
+
+    result = cli("cache", "stats", cache_dir, "--json")
+    assert result.returncode == 0, result.stderr
+    usage = json.loads(result.stdout)
+    assert usage["tensors_entries"] == written and usage["bytes"] > 0
+
+    text = cli("cache", "stats", cache_dir)
+    assert "ready tensors" in text.stdout and str(written) in text.stdout
+
+    cleared = cli("cache", "clear", cache_dir)
+    assert cleared.returncode == 0 and f"removed {written} entries" in cleared.stdout
+    assert stoker.cache_usage(cache_dir)["entries"] == 0
+
+
+def test_missing_folder_is_a_clear_error(tmp_path):
+    result = cli("cache", "stats", str(tmp_path / "nope"))
+    assert result.returncode == 2
+    assert "nope" in result.stderr and "does not exist" in result.stderr
+    usage = cli("cache")
+    assert usage.returncode == 2 and "stats" in usage.stderr
