@@ -20,7 +20,7 @@ import torch
 
 import stoker
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(REPO, "examples", "ray_train.py")
 ROWS, BATCH, FEATURES = 1000, 50, ["f0", "f1", "f2"]
 
