@@ -42,7 +42,8 @@ build: setup
 	  -Ccmake.define.STOKER_BUILD_TESTS=ON -Ccmake.define.STOKER_WERROR=ON -Cbuild.verbose=false
 
 # A wheel in dist/ that runs without the system's image and hash libraries (issue 27, docs/install.md):
-# built in build/wheel (Release, no tests, warnings not fatal, like a user's `pip install`), then
+# built in build/wheel (Release, no tests; STOKER_WERROR like `make build`, so each source compiles
+# with the same command line and ccache reuses `make build`'s objects), then
 # `auditwheel repair` copies libturbojpeg, libjpeg, libspng, libwebp, libxxhash and zlib into
 # stoker.libs/ and tags it manylinux. libarrow* and libparquet* are never copied: they come from the
 # user's pyarrow (the wheel requires the pyarrow minor it was built against). Incremental, like build.
@@ -51,7 +52,7 @@ AUDITWHEEL_EXCLUDE := --exclude 'libarrow*' --exclude 'libparquet*'
 wheel: setup
 	rm -rf dist/raw && mkdir -p dist
 	$(PIP) wheel -q --no-build-isolation --no-deps -w dist/raw . -Cbuild-dir=$(WHEEL_BUILD_DIR) \
-	  -Cbuild.verbose=false
+	  -Ccmake.define.STOKER_WERROR=ON -Cbuild.verbose=false
 	rm -f dist/stoker-*.whl
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/auditwheel repair -w dist $(AUDITWHEEL_EXCLUDE) dist/raw/stoker-*.whl
 	rm -rf dist/raw
