@@ -44,8 +44,8 @@ build: setup
 # A wheel in dist/ that runs without the system's image and hash libraries (issue 27, docs/install.md):
 # built in build/wheel (Release, no tests; STOKER_WERROR like `make build`, so each source compiles
 # with the same command line and ccache reuses `make build`'s objects), then
-# `auditwheel repair` copies libturbojpeg, libjpeg, libspng, libwebp, libxxhash and zlib into
-# stoker.libs/ and tags it manylinux. libarrow* and libparquet* are never copied: they come from the
+# `auditwheel repair` copies libturbojpeg, libjpeg, libspng, libwebp and libxxhash into
+# stoker.libs/ and tags it manylinux (libz.so.1 is one of the libraries its policy assumes). libarrow* and libparquet* are never copied: they come from the
 # user's pyarrow (the wheel requires the pyarrow minor it was built against). Incremental, like build.
 WHEEL_BUILD_DIR := build/wheel
 AUDITWHEEL_EXCLUDE := --exclude 'libarrow*' --exclude 'libparquet*'

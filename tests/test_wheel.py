@@ -5,8 +5,8 @@ into a fresh virtual environment outside the repository, next to pyarrow and num
 index, and run with the system's image and hash libraries out of reach: a mount namespace
 (`unshare --mount`, as root) bind-mounts an empty file over every libturbojpeg, libjpeg, libspng,
 libwebp and libxxhash in /usr/lib/x86_64-linux-gnu, so a wheel that still needed one of them
-fails to import (zlib stays for the interpreter's own zlib module; `ldd` shows the extension uses
-the wheel's copy). In there: `ldd` of the installed extension, `python -m stoker demo`, and an image
+fails to import (zlib stays: the interpreter's own zlib module needs it, and the manylinux policy
+counts it as a system library). In there: `ldd` of the installed extension, `python -m stoker demo`, and an image
 (JPEG, PNG, WebP) + tabular loader whose pixels are checked against Pillow's. Then every patch
 release of the pyarrow minor the wheel was built against runs the demo, and another minor gets the
 clear PyarrowVersionError, not a crash.
@@ -29,13 +29,14 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB_DIR = "/usr/lib/x86_64-linux-gnu"
-# zlib stays: the interpreter's own zlib module links it. The wheel carries its own copy, and the
-# ldd check below fails if the extension resolved the system's libz.so.1.
+# zlib stays: the interpreter's own zlib module links it, and the manylinux policy lets a wheel use
+# the system's libz.so.1 (auditwheel does not copy it).
 HIDDEN_PREFIXES = ("libturbojpeg.so", "libjpeg.so", "libspng.so", "libwebp.so", "libwebpdemux.so",
                    "libsharpyuv.so", "libxxhash.so")
-# Libraries the extension may load from the system: glibc's, the C++ runtime and the vDSO.
+# Libraries the extension may load from the system: glibc's, the C++ runtime, the vDSO and zlib,
+# which the manylinux policy counts as present everywhere (auditwheel does not copy it).
 SYSTEM_OK = {"linux-vdso.so.1", "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2",
-             "librt.so.1", "ld-linux-x86-64.so.2", "libstdc++.so.6", "libgcc_s.so.1"}
+             "librt.so.1", "ld-linux-x86-64.so.2", "libstdc++.so.6", "libgcc_s.so.1", "libz.so.1"}
 # The pyarrow releases of the wheel's minor on the package index, and one of another minor.
 PYARROW_PATCHES = ("26.0.0", "26.0.1")
 PYARROW_OTHER_MINOR = "25.0.1"
