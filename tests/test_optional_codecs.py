@@ -84,7 +84,7 @@ data = sys.argv[2]
 
 def load(name):
     with stoker.Loader(f"{data}/{name}.parquet", batch_size=3, shuffle=False,
-                       transforms={"image": [ops.decode_image()]}) as loader:
+                       transforms={"image": [ops.decode_image(shape=[16, 16])]}) as loader:
         return [b["image"] for b in loader]
 
 batches = load("jpeg")

@@ -50,6 +50,7 @@ def test_the_wheel_metadata_pins_the_built_minor():
         project = tomllib.load(f)
     built = _build_info.PYARROW_VERSION
     major, minor = built.split(".")[:2]
-    assert f"pyarrow>={major}.{minor},<{major}.{int(minor) + 1}" in project["project"]["dependencies"]
+    pin = f"pyarrow>={major}.{minor},<{major}.{int(minor) + 1}"
+    assert pin in project["project"]["dependencies"]
     assert f"pyarrow=={built}" in project["build-system"]["requires"]
     assert stoker.__version__ == project["project"]["version"]

@@ -6,8 +6,8 @@ index, and run with the system's image and hash libraries out of reach: a mount 
 (`unshare --mount`, as root) bind-mounts an empty file over every libturbojpeg, libjpeg, libspng,
 libwebp and libxxhash in /usr/lib/x86_64-linux-gnu, so a wheel that still needed one of them
 fails to import (zlib stays: the interpreter's own zlib module needs it, and the manylinux policy
-counts it as a system library). In there: `ldd` of the installed extension, `python -m stoker demo`, and an image
-(JPEG, PNG, WebP) + tabular loader whose pixels are checked against Pillow's. Then every patch
+counts it as a system library). In there: `ldd` of the installed extension, `python -m stoker
+demo`, and an image (JPEG, PNG, WebP) + tabular loader whose pixels are checked against Pillow's. Then every patch
 release of the pyarrow minor the wheel was built against runs the demo, and another minor gets the
 clear PyarrowVersionError, not a crash.
 """
@@ -143,7 +143,8 @@ def test_wheel_metadata_tag_and_contents(wheel):
     assert re.fullmatch(r"stoker-[0-9.]+-cp3\d+-cp3\d+-manylinux_2_\d+_x86_64\.whl", name), name
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        metadata_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(metadata_name).decode()
         info = archive.read("stoker/_build_info.py").decode()
     vendored = [os.path.basename(n) for n in names if n.startswith("stoker.libs/")]
     for stem in ("libturbojpeg", "libjpeg", "libspng", "libwebp", "libxxhash"):
@@ -151,7 +152,8 @@ def test_wheel_metadata_tag_and_contents(wheel):
     assert not any(v.startswith(("libarrow", "libparquet")) for v in vendored), vendored
     built = re.search(r'PYARROW_VERSION = "([0-9.]+)"', info).group(1)
     major, minor = built.split(".")[:2]
-    assert f"Requires-Dist: pyarrow<{major}.{int(minor) + 1},>={major}.{minor}" in metadata, metadata
+    pin = f"Requires-Dist: pyarrow<{major}.{int(minor) + 1},>={major}.{minor}"
+    assert pin in metadata, metadata
     assert "Requires-Dist: numpy" in metadata
     assert re.search(r"Requires-Dist: torch.*extra == \"torch\"", metadata), metadata
 
@@ -173,7 +175,9 @@ def test_ldd_shows_only_glibc_libstdcxx_the_wheels_and_pyarrows_libraries(instal
         line = line.strip()
         assert "not found" not in line, done.stdout
         name = line.split()[0]
-        path = line.split("=>", 1)[1].split("(")[0].strip() if "=>" in line else name
+        path = name
+        if "=>" in line:
+            path = os.path.normpath(line.split("=>", 1)[1].split("(")[0].strip())
         seen.append(name)
         if os.path.basename(name) in SYSTEM_OK and not path.startswith(installed["site"]):
             continue
@@ -203,7 +207,8 @@ def _image_dataset(path: str) -> dict:
         pixels = rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)
         pixels[:12] = pixels[:12] // 4 * 4  # some smooth area for the lossy codecs
         buffer = io.BytesIO()
-        Image.fromarray(pixels).save(buffer, format=fmt, **({"lossless": True} if fmt == "WEBP" else {}))
+        options = {"lossless": True} if fmt == "WEBP" else {}
+        Image.fromarray(pixels).save(buffer, format=fmt, **options)
         images.append(buffer.getvalue())
         expected.append(np.asarray(Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")))
     table = pa.table({"image": pa.array(images, pa.binary()),
@@ -227,7 +232,7 @@ path, expected_path = sys.argv[1], sys.argv[2]
 expected = np.load(expected_path)
 pixels, tolerance = expected["pixels"], expected["tolerance"]
 loader = stoker.Loader(path, columns=["image", "label", "price"], batch_size=4, shuffle=False,
-                       transforms={"image": [ops.decode_image()]})
+                       transforms={"image": [ops.decode_image(shape=[24, 32])]})
 labels, prices = [], []
 for batch in loader:
     for image, label in zip(batch["image"], batch["label"]):
