@@ -2,12 +2,12 @@
 
 `make wheel` builds dist/stoker-*.whl (or STOKER_WHEEL names one already built); it is installed
 into a fresh virtual environment outside the repository, next to pyarrow and numpy from the package
-index, and run with the system's image and hash libraries out of reach: a mount namespace
-(`unshare --mount`, as root) bind-mounts an empty file over every libturbojpeg, libjpeg, libspng,
-libwebp and libxxhash in /usr/lib/x86_64-linux-gnu, so a wheel that still needed one of them
-fails to import (zlib stays: the interpreter's own zlib module needs it, and the manylinux policy
-counts it as a system library). In there: `ldd` of the installed extension, `python -m stoker
-demo`, and an image (JPEG, PNG, WebP) + tabular loader whose pixels are checked against Pillow's. Then every patch
+index, and run with the system's image and hash libraries out of reach: a mount namespace (`unshare
+--mount`, as root) bind-mounts an empty file over every libturbojpeg, libjpeg, libspng, libwebp and
+libxxhash in /usr/lib/x86_64-linux-gnu, so a wheel that still needed one of them fails to import
+(zlib stays: the interpreter's own zlib module needs it, and the manylinux policy counts it as a
+system library). In there: `ldd` of the installed extension, `python -m stoker demo`, and an image
+(JPEG, PNG, WebP) + tabular loader whose pixels are checked against Pillow's. Then every patch
 release of the pyarrow minor the wheel was built against runs the demo, and another minor gets the
 clear PyarrowVersionError, not a crash.
 """
