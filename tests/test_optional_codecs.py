@@ -37,7 +37,9 @@ def package(tmp_path_factory) -> str:
          f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", "-DCMAKE_BUILD_TYPE=Release",
          f"-DPython_EXECUTABLE={sys.executable}", f"-DPython3_EXECUTABLE={sys.executable}",
          "-DSTOKER_BUILD_TESTS=OFF", "-DSTOKER_WERROR=ON",  # as `make build`: ccache hits
-         "-DSTOKER_WITH_PNG=OFF", "-DSTOKER_WITH_WEBP=OFF"],
+         "-DSTOKER_WITH_PNG=OFF", "-DSTOKER_WITH_WEBP=OFF",
+         # the compiler scikit-build-core picks for `make build` (cmake alone would take c++)
+         *([f"-DCMAKE_CXX_COMPILER={shutil.which('g++')}"] if shutil.which("g++") else [])],
         capture_output=True, text=True)
     assert configure.returncode == 0, configure.stdout[-3000:] + configure.stderr[-3000:]
     assert "stoker image codecs: JPEG\n" in configure.stdout, configure.stdout
