@@ -6,7 +6,7 @@ from ._pyarrow_abi import check_pyarrow_version
 
 check_pyarrow_version()  # before anything loads the extension: a clear error, not a failed dlopen
 
-from . import errors, ops
+from . import errors, ops, spark
 from .cache import cache_usage, clear_cache
 from ._describe import describe
 from ._redact import redact_uri
@@ -29,5 +29,5 @@ def __getattr__(name):
 
 __all__ = [
     "IterableDataset", "Loader", "Ragged", "StokerError", "TransformSpec", "cache_usage", "clear_cache", "describe",
-    "errors", "ops", "redact_uri", "to_pylist", "__version__",
+    "errors", "ops", "redact_uri", "spark", "to_pylist", "__version__",
 ]
