@@ -1,6 +1,6 @@
 """The pyarrow version rule at `import stoker` (docs/install.md, "The pyarrow version rule").
 
-The installed wheel against real pyarrow releases is tests/test_wheel.py; here the check itself.
+The installed wheel against real pyarrow releases is tests/system/test_wheel.py; here the check itself.
 """
 
 from __future__ import annotations
