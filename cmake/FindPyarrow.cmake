@@ -1,6 +1,6 @@
 # Finds Arrow and Parquet C++ inside the pinned pyarrow wheel.
 #
-# The wheel ships headers and versioned shared libraries (libarrow.so.2500) but no CMake package
+# The wheel ships headers and versioned shared libraries (libarrow.so.2600 for 26.0) but no CMake package
 # config, so we ask the interpreter where pyarrow lives and create IMPORTED targets ourselves.
 # Defines Pyarrow::arrow, Pyarrow::parquet and, when the wheel has it (Arrow >= 26),
 # Pyarrow::arrow_s3. Sets Pyarrow_LIBRARY_DIR for RPATHs.

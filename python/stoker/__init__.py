@@ -2,6 +2,10 @@
 
 import pyarrow  # noqa: F401  (loads libarrow/libparquet before the extension needs them)
 
+from ._pyarrow_abi import check_pyarrow_version
+
+check_pyarrow_version()  # before anything loads the extension: a clear error, not a failed dlopen
+
 from . import errors, ops, spark
 from .cache import cache_usage, clear_cache
 from ._describe import describe

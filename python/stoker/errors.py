@@ -29,6 +29,7 @@ __all__ = [
     "WorkerCrashedError",
     "UnsafeMetadataError",
     "InternalError",
+    "PyarrowVersionError",
     "error_class",
 ]
 
@@ -128,6 +129,12 @@ class UnsafeMetadataError(StokerError, ValueError):
 
 class InternalError(StokerError, RuntimeError):
     """A bug in stoker. Please report it with the message."""
+
+
+class PyarrowVersionError(StokerError, ImportError):
+    """``import stoker`` found a pyarrow of another major.minor than the one stoker was built
+    against: the extension links pyarrow's libarrow/libparquet, whose ABI changes with each minor
+    release (the soname is major * 100 + minor). The message names both versions and the fix."""
 
 
 _BY_KIND = {

@@ -189,8 +189,7 @@ Status CheckFooter(const CatalogFile& file, arrow::io::RandomAccessFile* input) 
   if (footer_bytes > size - 8) return changed("its footer length is out of range");
   ARROW_ASSIGN_OR_RAISE(auto footer, input->ReadAt(size - 8 - footer_bytes, footer_bytes));
   try {
-    uint32_t length = footer_bytes;
-    auto metadata = parquet::FileMetaData::Make(footer->data(), &length);
+    auto metadata = parquet::FileMetaData::Make(footer->data(), static_cast<int64_t>(footer_bytes));
     if (!metadata->Equals(*file.metadata)) return changed("its footer differs");
   } catch (const parquet::ParquetException& e) {
     return changed(std::string("its footer cannot be read: ") + e.what());

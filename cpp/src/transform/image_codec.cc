@@ -1,8 +1,15 @@
 // Image decoding: JPEG through TurboJPEG, PNG through libspng, WebP through libwebp. Each library's
-// error codes are turned into a Status where it is called.
-#include <spng.h>
+// error codes are turned into a Status where it is called. PNG and WebP are optional at build time
+// (cmake/StokerCodecs.cmake): without one, such bytes are an UnsupportedInputError naming it.
 #include <turbojpeg.h>
+
+#include "stoker_codecs.h"
+#if STOKER_HAVE_PNG
+#include <spng.h>
+#endif
+#if STOKER_HAVE_WEBP
 #include <webp/decode.h>
+#endif
 
 #include <algorithm>
 #include <csetjmp>
@@ -101,6 +108,7 @@ int WebpOrientation(const uint8_t* data, size_t size) {
   return 1;
 }
 
+#if STOKER_HAVE_PNG
 struct SpngDeleter {
   void operator()(spng_ctx* ctx) const { spng_ctx_free(ctx); }
 };
@@ -113,6 +121,9 @@ int PngOrientation(const uint8_t* data, size_t size) {
   if (spng_get_exif(ctx.get(), &exif) != 0) return 1;
   return TiffOrientation(reinterpret_cast<const uint8_t*>(exif.data), exif.length);
 }
+#else
+int PngOrientation(const uint8_t*, size_t) { return 1; }
+#endif
 
 // Pillow's RGB -> L: L = R * 299/1000 + G * 587/1000 + B * 114/1000, in 16-bit fixed point.
 inline uint8_t Luma(const uint8_t* rgb) {
@@ -363,6 +374,7 @@ struct RegionDecoder {
 // The margin around the box, in pixels: more than the 2x upsampler's reach past an iMCU edge.
 constexpr int64_t kRegionMargin = 16;
 
+#if STOKER_HAVE_PNG
 Status SpngError(const char* what, int code) {
   return Corrupt(std::string("PNG ") + what + ": " + spng_strerror(code));
 }
@@ -404,6 +416,15 @@ Status DecodePng(std::string_view bytes, const ImageDecodeOptions& options, Valu
   return Status::OK();
 }
 
+#else
+Status DecodePng(std::string_view, const ImageDecodeOptions&, Value*) {
+  return Unsupported(
+      "PNG images are not supported by this build of stoker: it was built without libspng "
+      "(install libspng-dev and rebuild, or install the stoker wheel, which includes it)");
+}
+#endif
+
+#if STOKER_HAVE_WEBP
 Status DecodeWebp(std::string_view bytes, const ImageDecodeOptions& options, Value* out) {
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
   WebPBitstreamFeatures features;
@@ -433,6 +454,13 @@ Status DecodeWebp(std::string_view bytes, const ImageDecodeOptions& options, Val
   }
   return Status::OK();
 }
+#else
+Status DecodeWebp(std::string_view, const ImageDecodeOptions&, Value*) {
+  return Unsupported(
+      "WebP images are not supported by this build of stoker: it was built without libwebp "
+      "(install libwebp-dev and rebuild, or install the stoker wheel, which includes it)");
+}
+#endif
 
 // Rotates/flips `image` in place (through a copy) by an EXIF orientation, like Pillow's
 // ImageOps.exif_transpose.
