@@ -47,11 +47,13 @@ build: setup
 # `auditwheel repair` copies libturbojpeg, libjpeg, libspng, libwebp and libxxhash into
 # stoker.libs/ and tags it manylinux (libz.so.1 is one of the libraries its policy assumes). libarrow* and libparquet* are never copied: they come from the
 # user's pyarrow (the wheel requires the pyarrow minor it was built against). Incremental, like build.
-WHEEL_BUILD_DIR := build/wheel
+# The release build's folder and configuration (tests on, as `make build`): the wheel links the
+# objects `make build` compiled instead of compiling the core again.
+WHEEL_BUILD_DIR := build/{wheel_tag}
 AUDITWHEEL_EXCLUDE := --exclude 'libarrow*' --exclude 'libparquet*'
 wheel: setup
 	rm -rf dist/raw && mkdir -p dist
-	$(PIP) wheel -q --no-build-isolation --no-deps -w dist/raw . -Cbuild-dir=$(WHEEL_BUILD_DIR) \
+	$(PIP) wheel -q --no-build-isolation --no-deps -w dist/raw . -Cbuild-dir=$(WHEEL_BUILD_DIR) -Ccmake.define.STOKER_BUILD_TESTS=ON \
 	  -Ccmake.define.STOKER_WERROR=ON -Cbuild.verbose=false
 	rm -f dist/stoker-*.whl
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/auditwheel repair -w dist $(AUDITWHEEL_EXCLUDE) dist/raw/stoker-*.whl
