@@ -117,15 +117,19 @@ def _summarise(runs: List[dict], facts: dict) -> dict:
     return out
 
 
-def workload_paths(data_root: str, profile: str, log=_log) -> Dict[str, dict]:
+def workload_paths(data_root: str, profile: str, log=_log,
+                   workloads: Optional[List[str]] = None) -> Dict[str, dict]:
+    """Writes (or reuses) the datasets of `workloads` (all when None); returns their folders."""
     specs = generators.SPECS[profile]
     root = os.path.join(data_root, profile)
     os.makedirs(root, exist_ok=True)
     out = {}
     for compression in ("snappy", "zstd"):
-        path = generators.ensure_tabular(root, specs["tabular"], compression, log=log)
-        out[f"tabular-{compression}"] = path
-    out["images"] = generators.ensure_images(root, specs["images"], log=log)
+        if not workloads or f"tabular-{compression}" in workloads:
+            path = generators.ensure_tabular(root, specs["tabular"], compression, log=log)
+            out[f"tabular-{compression}"] = path
+    if not workloads or "images" in workloads:
+        out["images"] = generators.ensure_images(root, specs["images"], log=log)
     return out
 
 
@@ -142,7 +146,7 @@ def run_suite(profile: str, name: str, data_root: str, out_dir: str,
     if repeats:
         conf["repeats"] = repeats
     started = time.time()
-    paths = workload_paths(os.path.abspath(data_root), profile)
+    paths = workload_paths(os.path.abspath(data_root), profile, workloads=workloads)
     report = {"name": name, "profile": profile, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)),
               "machine": machine.describe(), "settings": {**conf, "step_factor": STEP_FACTOR},
               "workloads": {}}
