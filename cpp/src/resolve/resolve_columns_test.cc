@@ -392,8 +392,7 @@ TEST_F(ResolveColumnsTest, ChainsOnListsFeaturesAndSeveralOutputs) {
   EXPECT_EQ(spec->columns[1].group, spec->columns[2].group);
   EXPECT_EQ(spec->columns[2].shared_ops, 1u);
   EXPECT_EQ(spec->columns[2].cached_ops, 0u);  // no cache_dir: the chains run per batch
-  options.cache.dir = "/nonexistent";          // resolution only: nothing is opened
-  spec = ResolveColumns(*catalog_, options.columns);
+  spec = ResolveColumns(*catalog_, options.columns, /*cached=*/true);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->columns[2].cached_ops, 1u);  // with one, the shared prefix is cached
 
