@@ -1,12 +1,15 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
 #include "register.h"
+#include "stoker/option_values.h"
 #include "stoker/options.h"
 
 namespace nb = nanobind;
@@ -21,6 +24,47 @@ void Field(nb::class_<LoaderOptions>& cls, const char* name) {
   cls.def_prop_rw(
       name, [](const LoaderOptions& o) -> Value { return o.*Part.*Member; },
       [](LoaderOptions& o, Value value) { o.*Part.*Member = std::move(value); });
+}
+
+// A Python value as the options module takes it. Conversion only: every check is in C++.
+OptionValue ToOptionValue(nb::handle object) {
+  PyObject* ptr = object.ptr();
+  if (object.is_none()) return OptionValue::None();
+  if (PyBool_Check(ptr)) return OptionValue::Bool(ptr == Py_True);
+  if (PyLong_Check(ptr)) {
+    int overflow = 0;
+    const long long value = PyLong_AsLongLongAndOverflow(ptr, &overflow);
+    if (!overflow) return OptionValue::Int(value);
+  } else if (PyFloat_Check(ptr)) {
+    return OptionValue::Float(PyFloat_AsDouble(ptr));
+  } else if (PyUnicode_Check(ptr)) {
+    return OptionValue::String(nb::cast<std::string>(object));
+  } else if (PyList_Check(ptr) || PyTuple_Check(ptr)) {
+    std::vector<OptionValue> items;
+    for (nb::handle item : object) items.push_back(ToOptionValue(item));
+    return OptionValue::List(std::move(items), PyTuple_Check(ptr));
+  } else {
+    nb::module_ abc = nb::module_::import_("collections.abc");
+    if (nb::isinstance(object, abc.attr("Mapping"))) {
+      std::vector<std::pair<OptionValue, OptionValue>> entries;
+      for (nb::handle key : object)
+        entries.emplace_back(ToOptionValue(key), ToOptionValue(object[key]));
+      return OptionValue::Dict(std::move(entries));
+    }
+    if (PyAnySet_Check(ptr) || (nb::isinstance(object, abc.attr("Sequence")) &&
+                                !PyBytes_Check(ptr) && !PyByteArray_Check(ptr))) {
+      std::vector<OptionValue> items;
+      for (nb::handle item : object) items.push_back(ToOptionValue(item));
+      return OptionValue::List(std::move(items));
+    }
+  }
+  OptionValue other;
+  other.kind = OptionValue::Kind::kOther;
+  other.text = nb::cast<std::string>(nb::repr(object));
+  other.str = nb::cast<std::string>(nb::str(object));
+  other.type_name = nb::cast<std::string>(object.type().attr("__name__"));
+  other.truthy = PyObject_IsTrue(ptr) == 1;
+  return other;
 }
 
 }  // namespace
@@ -156,6 +200,56 @@ void RegisterOptions(nb::module_& m) {
   Field<&LoaderOptions::cache, &CacheOptions::bytes>(options, "cache_bytes");
   Field<&LoaderOptions::cache, &CacheOptions::min_free_bytes>(options, "cache_min_free_bytes");
   options.def("fingerprint", &LoaderOptions::Fingerprint);
+
+  // The options module (cpp/src/options/): building, parsing, the resume summary, the table.
+  m.def(
+      "build_loader_options",
+      [](nb::handle values, const LoaderOptions& base, bool describe) {
+        Result<LoaderOptions> built = BuildLoaderOptions(ToOptionValue(values), base, describe);
+        ThrowIfError(built.status());
+        return std::move(*built);
+      },
+      nb::arg("values"), nb::arg("base"), nb::arg("describe") = false);
+  m.def(
+      "parse_size",
+      [](nb::handle value, const std::string& option) {
+        Result<int64_t> bytes = ParseSize(ToOptionValue(value), option);
+        ThrowIfError(bytes.status());
+        return *bytes;
+      },
+      nb::arg("value").none(), nb::arg("option"));
+  m.def("time_units", &TimeUnitNames);
+  m.def("decimal_modes", &DecimalModeNames);
+  m.def("option_table", [] {
+    std::vector<std::tuple<std::string, std::string, bool>> out;
+    for (const auto& info : OptionTable())
+      out.emplace_back(info.name, info.part, info.fingerprinted);
+    return out;
+  });
+  m.def(
+      "option_summary",
+      [](const LoaderOptions& options, uint64_t dataset_fingerprint, int64_t shuffle_window_rows,
+         nb::handle transforms, const std::string& transform_fingerprint, bool has_transform) {
+        nb::dict out;
+        for (const auto& [name, value] :
+             OptionSummary(options, dataset_fingerprint, shuffle_window_rows,
+                           ToOptionValue(transforms), transform_fingerprint, has_transform)) {
+          out[name.c_str()] = value;
+        }
+        return out;
+      },
+      nb::arg("options"), nb::arg("dataset_fingerprint"), nb::arg("shuffle_window_rows"),
+      nb::arg("transforms").none(), nb::arg("transform_fingerprint"), nb::arg("has_transform"));
+  m.def(
+      "option_differences",
+      [](nb::handle saved, nb::dict mine) {
+        std::vector<std::pair<std::string, uint64_t>> summary;
+        for (auto [name, value] : mine) {
+          summary.emplace_back(nb::cast<std::string>(name), nb::cast<uint64_t>(value));
+        }
+        return OptionDifferences(ToOptionValue(saved), summary);
+      },
+      nb::arg("saved").none(), nb::arg("mine"));
 }
 
 }  // namespace stoker::python

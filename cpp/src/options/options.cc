@@ -2,13 +2,12 @@
 
 #include <algorithm>
 
+#include "options/options_internal.h"
 #include "stoker/redact.h"
 #include "util/hash.h"
 
 namespace stoker {
 namespace {
-
-Status Invalid(const std::string& message) { return MakeError(ErrorKind::kInvalidOption, message); }
 
 void HashColumnOptions(const ColumnOptions& options, Fnv1a* hash) {
   hash->AddInt(static_cast<uint64_t>(options.list_mode));
@@ -37,6 +36,17 @@ constexpr std::pair<DecimalMode, const char*> kDecimalModes[] = {
 };
 
 }  // namespace
+
+bool ParseListMode(const std::string& name, ListMode* out) {
+  if (name == "padded") {
+    *out = ListMode::kPadded;
+  } else if (name == "ragged") {
+    *out = ListMode::kRagged;
+  } else {
+    return false;
+  }
+  return true;
+}
 
 const char* TimeUnitName(TimeUnit unit) {
   for (const auto& [value, name] : kTimeUnits) {
