@@ -71,6 +71,6 @@ CHANGED = {
 def test_the_fingerprint_follows_the_table(name):
     base = _stoker.LoaderOptions()
     base.sources = ["s3://bucket/data"]  # storage_options need a remote source
-    plain = _stoker.build_loader_options({}, base, False).fingerprint()
-    changed = _stoker.build_loader_options({name: CHANGED[name]}, base, False).fingerprint()
+    plain = _stoker.build_loader_options({}, base, False).fingerprint(True)
+    changed = _stoker.build_loader_options({name: CHANGED[name]}, base, False).fingerprint(True)
     assert (changed != plain) == engine_table()[name][1], name
