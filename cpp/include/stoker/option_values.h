@@ -31,9 +31,9 @@ struct OptionValue {
   std::string str;
   std::string type_name;
   bool truthy = false;
-  /// kList, kTuple: the items. kDict: keys and values, in order.
+  /// kList, kTuple: the items. kDict: the values, in order, and their keys in `keys`.
   std::vector<OptionValue> items;
-  std::vector<std::pair<OptionValue, OptionValue>> entries;
+  std::vector<OptionValue> keys;
 
   static OptionValue None() { return OptionValue(); }
   static OptionValue Bool(bool value);

@@ -65,7 +65,8 @@ struct PerColumn {
 PerColumn Split(const OptionValue& value) {
   PerColumn out;
   if (value.kind == Kind::kDict) {
-    for (const auto& [name, given] : value.entries) out.by.emplace_back(name, &given);
+    for (size_t i = 0; i < value.keys.size(); ++i)
+      out.by.emplace_back(value.keys[i], &value.items[i]);
   } else {
     out.all = &value;
   }
@@ -175,7 +176,7 @@ Status SetColumnOptions(const OptionValue& values, ColumnsOptions* columns) {
   } else if (null_mask.kind == Kind::kList || null_mask.kind == Kind::kTuple) {
     for (const auto& name : null_mask.items) mask.by.emplace_back(name, &kTrue);
   } else if (null_mask.kind == Kind::kDict) {
-    for (const auto& [name, unused] : null_mask.entries) mask.by.emplace_back(name, &kTrue);
+    for (const auto& name : null_mask.keys) mask.by.emplace_back(name, &kTrue);
   } else if (!null_mask.is_none() || Has(values, "null_mask")) {
     mask_all = null_mask.Truthy();
   }
@@ -215,7 +216,7 @@ Status SetStorageOptions(const OptionValue& given, const std::vector<std::string
                          StorageOptions* storage) {
   if (given.is_none()) return Status::OK();
   if (given.kind != Kind::kDict) return Invalid("storage_options must be a dict of strings");
-  if (!given.entries.empty()) {
+  if (!given.keys.empty()) {
     std::vector<std::string> local;
     for (const auto& source : sources) {
       if (source.find("://") == std::string::npos || source.rfind("file://", 0) == 0) {
@@ -224,7 +225,7 @@ Status SetStorageOptions(const OptionValue& given, const std::vector<std::string
     }
     if (!sources.empty() && local.size() == sources.size()) {
       std::vector<std::string> keys;
-      for (const auto& [key, unused] : given.entries) keys.push_back(PyStr(key));
+      for (const auto& key : given.keys) keys.push_back(PyStr(key));
       std::sort(keys.begin(), keys.end());
       std::string listed;
       for (const auto& key : keys) listed += (listed.empty() ? "" : ", ") + key;
@@ -236,7 +237,9 @@ Status SetStorageOptions(const OptionValue& given, const std::vector<std::string
     }
   }
   storage->storage_options.clear();
-  for (const auto& [key, value] : given.entries) {
+  for (size_t i = 0; i < given.keys.size(); ++i) {
+    const OptionValue& key = given.keys[i];
+    const OptionValue& value = given.items[i];
     // Bools as the engine's true/false; anything else as Python's str().
     storage->storage_options[PyStr(key)] =
         value.kind == Kind::kBool ? (value.boolean ? "true" : "false") : PyStr(value);

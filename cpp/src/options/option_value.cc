@@ -122,7 +122,10 @@ OptionValue OptionValue::List(std::vector<OptionValue> items, bool tuple) {
 OptionValue OptionValue::Dict(std::vector<std::pair<OptionValue, OptionValue>> entries) {
   OptionValue out;
   out.kind = Kind::kDict;
-  out.entries = std::move(entries);
+  for (auto& [key, value] : entries) {
+    out.keys.push_back(std::move(key));
+    out.items.push_back(std::move(value));
+  }
   return out;
 }
 
@@ -142,7 +145,7 @@ bool OptionValue::Truthy() const {
     case Kind::kTuple:
       return !items.empty();
     case Kind::kDict:
-      return !entries.empty();
+      return !keys.empty();
     case Kind::kOther:
       return truthy;
   }
@@ -174,9 +177,9 @@ std::string OptionValue::Repr() const {
     }
     case Kind::kDict: {
       std::string out = "{";
-      for (size_t i = 0; i < entries.size(); ++i) {
+      for (size_t i = 0; i < keys.size(); ++i) {
         if (i > 0) out += ", ";
-        out += entries[i].first.Repr() + ": " + entries[i].second.Repr();
+        out += keys[i].Repr() + ": " + items[i].Repr();
       }
       return out + "}";
     }
@@ -187,8 +190,8 @@ std::string OptionValue::Repr() const {
 }
 
 const OptionValue* OptionValue::Find(const std::string& key) const {
-  for (const auto& [name, value] : entries) {
-    if (name.kind == Kind::kString && name.text == key) return &value;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].kind == Kind::kString && keys[i].text == key) return &items[i];
   }
   return nullptr;
 }

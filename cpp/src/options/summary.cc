@@ -142,7 +142,7 @@ std::string OptionDifferences(const OptionValue& saved,
     if (same) continue;
     auto name = kNames.find(key);
     std::string text = name != kNames.end() ? name->second : key;
-    if (kShown.count(key)) {
+    if (kShown.contains(key)) {
       text += " (saved " + (was ? was->Repr() : "None") + ", now " + std::to_string(value) + ")";
     }
     differ += (differ.empty() ? "" : "; ") + text;
