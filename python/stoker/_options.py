@@ -12,9 +12,8 @@ from ._dtypes import dtype_name
 from .errors import InvalidOptionError
 
 __all__ = ["Source", "parse_size", "normalise_sources", "transform_chains",
-           "set_transforms", "output_columns", "set_features", "feature_columns",
-           "feature_group_names", "set_categories", "TIME_UNITS", "DECIMAL_MODES", "Built",
-           "build"]
+           "set_transforms", "output_columns", "feature_columns", "feature_group_names",
+           "TIME_UNITS", "DECIMAL_MODES", "Built", "build"]
 
 Source = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
@@ -102,85 +101,35 @@ def output_columns(chains: Mapping[str, Any]) -> set:
 TIME_UNITS = tuple(_stoker.time_units())
 DECIMAL_MODES = tuple(_stoker.decimal_modes())
 
-# The keyword options the engine's BuildLoaderOptions checks and sets (cpp/src/options/build.cc).
-_ENGINE_OPTIONS = ("batch_size", "shuffle", "shuffle_window", "drop_last", "padding_mask",
-                   "num_threads", "num_io_threads", "prefetch_bytes", "task_bytes",
+# The keyword options the engine's BuildLoaderOptions checks and sets (cpp/src/options/build.cc),
+# besides features, features_dtype and categories (given with Python objects made plain).
+_ENGINE_OPTIONS = ("features_name", "null_mask", "batch_size", "shuffle", "shuffle_window",
+                   "drop_last", "padding_mask", "num_threads", "num_io_threads", "prefetch_bytes",
+                   "task_bytes",
                    "storage_options", "max_retries", "retry_base_delay", "cache_bytes",
                    "cache_min_free_bytes", "allow_lossy_cast", "lists", "pad_value", "fill_null",
                    "on_error", "time_unit", "decimals")
 
 
-def _names(value: Any, where: str) -> list:
-    if isinstance(value, str) or not isinstance(value, Sequence) or \
-            not all(isinstance(name, str) for name in value):
-        raise InvalidOptionError(f"{where} takes a list of column names, got {value!r}")
-    return list(value)
-
-
-def set_features(opts: Any, features: Any, features_dtype: Any, features_name: str,
-                 null_mask: Any) -> Any:
-    """Sets the stacked features on the engine's options and returns ``null_mask`` without the
-    group names it named (those masks are the groups').
-
-    ``features`` is a list (one group named ``features_name``) or ``{group: [columns]}``;
-    ``features_dtype`` a dtype name for every group or ``{group: dtype}`` (groups it leaves out
-    are float32). ``null_mask`` may name groups: ``True`` masks every group."""
-    if features is None:
-        if isinstance(features_dtype, Mapping):
-            raise InvalidOptionError("features_dtype is a dict but features is not given")
-        opts.features_dtype = dtype_name(features_dtype, "features_dtype")
-        opts.features_name = features_name
-        return null_mask
-    grouped = isinstance(features, Mapping)
-    if grouped:
-        if features_name != "features":
-            raise InvalidOptionError(
-                "features_name names the group of a list of features; with a dict, its keys "
-                "name the groups")
-        if not features:
-            raise InvalidOptionError("features is an empty dict: give {group: [columns]}")
-        groups = {}
-        for name, columns in features.items():
-            if not isinstance(name, str) or not name:
-                raise InvalidOptionError(f"features keys are group names, got {name!r}")
-            groups[name] = _names(columns, f"features[{name!r}]")
-    else:
-        groups = {features_name: _names(features, "features")}
+def _dtype_names(features: Any, features_dtype: Any) -> Any:
+    """``features_dtype`` with numpy and torch dtype objects as the engine's names (only Python
+    knows them); the engine checks the names and how they fit ``features``."""
     if isinstance(features_dtype, Mapping):
-        unknown = sorted(set(features_dtype) - set(groups))
-        if unknown:
-            raise InvalidOptionError(
-                f"features_dtype names group(s) {unknown}, which features does not define; "
-                f"groups: {sorted(groups)}")
-        dtypes = {name: dtype_name(features_dtype.get(name, "float32"),
-                                   f"features_dtype[{name!r}]") for name in groups}
-    else:
-        one = dtype_name(features_dtype, "features_dtype (a dtype, or a dict {group: dtype})")
-        dtypes = {name: one for name in groups}
-    masked: set = set()
-    rest = null_mask
-    if null_mask is True:
-        masked = set(groups)
-    elif not isinstance(null_mask, (bool, str)) and isinstance(null_mask, Sequence):
-        masked = {name for name in null_mask if name in groups}
-        rest = [name for name in null_mask if name not in groups]
-    if not grouped and not masked:
-        # One group as before (its fingerprint unchanged); null_mask=True masks it.
-        opts.features = groups[features_name]
-        opts.features_name = features_name
-        opts.features_dtype = dtypes[features_name]
-        return rest
-    made = []
-    for name, columns in groups.items():
-        group = _stoker.FeatureGroup()
-        group.name = name
-        group.columns = columns
-        group.dtype = dtypes[name]
-        group.null_mask = name in masked
-        made.append(group)
-    opts.feature_groups = made
-    opts.features_name = features_name
-    return rest
+        if features is None:
+            return dict(features_dtype)  # the engine refuses a dict without features
+        return {name: dtype_name(value, f"features_dtype[{name!r}]")
+                for name, value in features_dtype.items()}
+    where = "features_dtype" if features is None else \
+        "features_dtype (a dtype, or a dict {group: dtype})"
+    return dtype_name(features_dtype, where)
+
+
+def _paths(categories: Any) -> Any:
+    """``categories`` with os.PathLike vocabulary files as str (the engine reads them)."""
+    if not isinstance(categories, Mapping):
+        return categories
+    return {column: os.fspath(given) if isinstance(given, os.PathLike) else given
+            for column, given in categories.items()}
 
 
 def feature_columns(opts: Any) -> list:
@@ -194,52 +143,6 @@ def feature_group_names(opts: Any) -> list:
     if opts.feature_groups:
         return [group.name for group in opts.feature_groups]
     return [opts.features_name] if opts.features else []
-
-
-def set_categories(opts: Any, categories: Any) -> None:
-    """``{column: "auto" | [values] | path of a text file, one value per line}`` -> the engine's
-    ``{column: [values]}`` ([] for "auto"). A file is read here (UTF-8; blank lines skipped)."""
-    if categories is None:
-        return
-    if not isinstance(categories, Mapping):
-        raise InvalidOptionError(
-            "categories must be a dict {column: 'auto' | list of str | path of a text file}")
-    out = {}
-    for column, given in categories.items():
-        where = f"categories[{column!r}]"
-        if not isinstance(column, str):
-            raise InvalidOptionError(f"categories keys are column names, got {column!r}")
-        if isinstance(given, str) and given == "auto":
-            out[column] = []
-            continue
-        if isinstance(given, (str, os.PathLike)):
-            path = os.fspath(given)
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    values = [line for line in handle.read().splitlines() if line.strip()]
-            except OSError as exc:
-                raise InvalidOptionError(
-                    f"{where}: cannot read the vocabulary file {path!r}: {exc.strerror or exc}"
-                ) from None
-            except UnicodeDecodeError:
-                raise InvalidOptionError(
-                    f"{where}: the vocabulary file {path!r} is not UTF-8 text") from None
-            where = f"{where} (file {path!r})"
-        elif isinstance(given, Sequence) and all(isinstance(value, str) for value in given):
-            values = list(given)
-        else:
-            raise InvalidOptionError(
-                f"{where} must be 'auto', a list of str or the path of a text file, got "
-                f"{given!r}")
-        if not values:
-            raise InvalidOptionError(f"{where} is empty: give at least one value, or 'auto'")
-        seen: set = set()
-        for value in values:
-            if value in seen:
-                raise InvalidOptionError(f"{where} lists {value!r} twice; each value gets one id")
-            seen.add(value)
-        out[column] = values
-    opts.categories = out
 
 
 # ------------------------------------------------------------------------------------- build
@@ -286,12 +189,10 @@ def build(source: Source, columns: Optional[Sequence[str]], features: Any, *,
     opts = built.options
     opts.sources = normalise_sources(source)
     opts.columns = list(columns) if columns is not None else []
-    null_mask = set_features(opts, features, kw["features_dtype"], kw["features_name"],
-                             kw["null_mask"])
-    set_categories(opts, kw["categories"])
     # Every check of the plain options, and their defaults, are the engine's.
     values = {name: kw[name] for name in _ENGINE_OPTIONS if name in kw}
-    values["null_mask"] = null_mask
+    values.update(features=features, features_dtype=_dtype_names(features, kw["features_dtype"]),
+                  categories=_paths(kw["categories"]))
     built.options = opts = _stoker.build_loader_options(values, opts, describe)
     if not describe:
         _set_loader_only(built, kw)

@@ -1,7 +1,14 @@
 // BuildLoaderOptions: a Loader's keyword values checked and set, with errors naming the option.
 // The messages are the ones users and tests know; keep their wording.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
+#include <map>
 #include <set>
 
 #include "options/options_internal.h"
@@ -144,7 +151,8 @@ Result<ColumnOptions> MakeColumn(const ColumnValues& v, const std::string& where
 
 // lists, pad_value, fill_null, null_mask, on_error, time_unit, decimals -> the default
 // ColumnOptions and one per column named.
-Status SetColumnOptions(const OptionValue& values, ColumnsOptions* columns) {
+Status SetColumnOptions(const OptionValue& values, const OptionValue& null_mask,
+                        ColumnsOptions* columns) {
   std::vector<std::string> requested = columns->columns;
   if (columns->feature_groups.empty()) {
     requested.insert(requested.end(), columns->features.begin(), columns->features.end());
@@ -165,7 +173,6 @@ Status SetColumnOptions(const OptionValue& values, ColumnsOptions* columns) {
   const PerColumn unit = Split(Get(values, "time_unit"));
   const PerColumn decimal = Split(Get(values, "decimals"));
   // null_mask: True/False for every column, or a list of names.
-  const OptionValue& null_mask = Get(values, "null_mask");
   static const OptionValue kTrue = OptionValue::Bool(true);
   bool mask_all = false;
   PerColumn mask;
@@ -177,7 +184,7 @@ Status SetColumnOptions(const OptionValue& values, ColumnsOptions* columns) {
     for (const auto& name : null_mask.items) mask.by.emplace_back(name, &kTrue);
   } else if (null_mask.kind == Kind::kDict) {
     for (const auto& name : null_mask.keys) mask.by.emplace_back(name, &kTrue);
-  } else if (!null_mask.is_none() || Has(values, "null_mask")) {
+  } else {
     mask_all = null_mask.Truthy();
   }
   const std::pair<const char*, const PerColumn*> named[] = {
@@ -247,6 +254,324 @@ Status SetStorageOptions(const OptionValue& given, const std::vector<std::string
   return Status::OK();
 }
 
+// A list of column names (not a string).
+Result<std::vector<std::string>> Names(const OptionValue& value, const std::string& where) {
+  bool ok = value.kind == Kind::kList || value.kind == Kind::kTuple;
+  for (const auto& item : value.items) ok = ok && item.is_string();
+  if (!ok) return Invalid(where + " takes a list of column names, got " + value.Repr());
+  std::vector<std::string> names;
+  for (const auto& item : value.items) names.push_back(item.text);
+  return names;
+}
+
+OptionValue StringList(const std::vector<std::string>& texts) {
+  std::vector<OptionValue> items;
+  for (const auto& text : texts) items.push_back(OptionValue::String(text));
+  return OptionValue::List(std::move(items));
+}
+
+Status SetDType(const OptionValue& name, const std::string& where, DType* out) {
+  if (!name.is_string() || !ParseDType(name.text, out)) {
+    return Invalid(where + " '" + PyStr(name) +
+                   "' is not a known dtype; known dtypes: " + KnownDTypes());
+  }
+  return Status::OK();
+}
+
+// features (a list: one group named features_name; a dict: {group: [columns]}), features_dtype
+// (one dtype name, or {group: name}; groups it leaves out are float32) and the groups null_mask
+// names. Returns null_mask without the group names it named (those masks are the groups').
+Result<OptionValue> SetFeatures(const OptionValue& values, ColumnsOptions* out) {
+  static const OptionValue kFloat32 = OptionValue::String("float32");
+  static const OptionValue kFalse = OptionValue::Bool(false);
+  const OptionValue& features = Get(values, "features");
+  const OptionValue& dtype =
+      Has(values, "features_dtype") ? Get(values, "features_dtype") : kFloat32;
+  const std::string name =
+      Has(values, "features_name") ? PyStr(Get(values, "features_name")) : "features";
+  const OptionValue& null_mask = Has(values, "null_mask") ? Get(values, "null_mask") : kFalse;
+  if (!Has(values, "features") && !Has(values, "features_dtype") && !Has(values, "features_name")) {
+    return null_mask;  // base's features stay
+  }
+  if (features.is_none()) {
+    if (dtype.kind == Kind::kDict) {
+      return Invalid("features_dtype is a dict but features is not given");
+    }
+    STOKER_RETURN_NOT_OK(SetDType(dtype, "features_dtype", &out->features_dtype));
+    out->features_name = name;
+    return null_mask;
+  }
+  const bool grouped = features.kind == Kind::kDict;
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+  if (grouped) {
+    if (name != "features") {
+      return Invalid(
+          "features_name names the group of a list of features; with a dict, its keys name the "
+          "groups");
+    }
+    if (features.keys.empty()) return Invalid("features is an empty dict: give {group: [columns]}");
+    for (size_t i = 0; i < features.keys.size(); ++i) {
+      const OptionValue& group = features.keys[i];
+      if (!group.is_string() || group.text.empty()) {
+        return Invalid("features keys are group names, got " + group.Repr());
+      }
+      STOKER_ASSIGN_OR_RAISE(auto columns,
+                             Names(features.items[i], "features[" + group.Repr() + "]"));
+      groups.emplace_back(group.text, std::move(columns));
+    }
+  } else {
+    STOKER_ASSIGN_OR_RAISE(auto columns, Names(features, "features"));
+    groups.emplace_back(name, std::move(columns));
+  }
+  std::vector<std::string> group_names;
+  for (const auto& [group, unused] : groups) group_names.push_back(group);
+  auto is_group = [&](const OptionValue& value) {
+    return value.is_string() &&
+           std::find(group_names.begin(), group_names.end(), value.text) != group_names.end();
+  };
+  std::vector<const OptionValue*> dtypes;
+  if (dtype.kind == Kind::kDict) {
+    std::vector<std::string> unknown;
+    for (const auto& key : dtype.keys) {
+      if (!is_group(key)) unknown.push_back(PyStr(key));
+    }
+    if (!unknown.empty()) {
+      std::sort(unknown.begin(), unknown.end());
+      std::vector<std::string> sorted = group_names;
+      std::sort(sorted.begin(), sorted.end());
+      return Invalid("features_dtype names group(s) " + StringList(unknown).Repr() +
+                     ", which features does not define; groups: " + StringList(sorted).Repr());
+    }
+    for (const auto& group : group_names) {
+      const OptionValue* given = dtype.Find(group);
+      dtypes.push_back(given ? given : &kFloat32);
+    }
+  } else {
+    dtypes.assign(groups.size(), &dtype);
+  }
+  std::set<std::string> masked;
+  OptionValue rest = null_mask;
+  if (null_mask.kind == Kind::kBool && null_mask.boolean) {
+    masked.insert(group_names.begin(), group_names.end());
+  } else if (null_mask.kind == Kind::kList || null_mask.kind == Kind::kTuple) {
+    std::vector<OptionValue> others;
+    for (const auto& item : null_mask.items) {
+      if (is_group(item)) {
+        masked.insert(item.text);
+      } else {
+        others.push_back(item);
+      }
+    }
+    rest = OptionValue::List(std::move(others));
+  }
+  out->features_name = name;
+  if (!grouped && masked.empty()) {
+    // One group as before (its fingerprint unchanged); null_mask=True masks it.
+    out->features = groups.front().second;
+    STOKER_RETURN_NOT_OK(SetDType(*dtypes.front(), "features_dtype", &out->features_dtype));
+    return rest;
+  }
+  out->feature_groups.clear();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    FeatureGroup group;
+    group.name = groups[g].first;
+    group.columns = groups[g].second;
+    STOKER_RETURN_NOT_OK(
+        SetDType(*dtypes[g], "features_dtype['" + group.name + "']", &group.dtype));
+    group.null_mask = masked.count(group.name) > 0;
+    out->feature_groups.push_back(std::move(group));
+  }
+  return rest;
+}
+
+// Whether `text[i..]` starts a line break of Python's str.splitlines (after universal newlines);
+// sets `*size` to its bytes.
+bool LineBreak(const std::string& text, size_t i, size_t* size) {
+  const auto c = static_cast<unsigned char>(text[i]);
+  if (c == '\r') {
+    *size = i + 1 < text.size() && text[i + 1] == '\n' ? 2 : 1;
+    return true;
+  }
+  if (c == '\n' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e)) {
+    *size = 1;
+    return true;
+  }
+  if (text.compare(i, 2, "\xc2\x85") == 0) {
+    *size = 2;
+    return true;
+  }
+  if (text.compare(i, 3, "\xe2\x80\xa8") == 0 || text.compare(i, 3, "\xe2\x80\xa9") == 0) {
+    *size = 3;
+    return true;
+  }
+  return false;
+}
+
+// Whether a line is only whitespace, as Python's str.strip() sees it.
+bool Blank(const std::string& line) {
+  static const char* const kSpaces[] = {"\xc2\x85",     "\xc2\xa0",     "\xe1\x9a\x80",
+                                        "\xe2\x80\xa8", "\xe2\x80\xa9", "\xe2\x80\xaf",
+                                        "\xe2\x81\x9f", "\xe3\x80\x80"};
+  size_t i = 0;
+  while (i < line.size()) {
+    const auto c = static_cast<unsigned char>(line[i]);
+    if (c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f)) {
+      ++i;
+      continue;
+    }
+    if (line.compare(i, 2, "\xe2\x80") == 0 && i + 2 < line.size() &&
+        static_cast<unsigned char>(line[i + 2]) >= 0x80 &&
+        static_cast<unsigned char>(line[i + 2]) <= 0x8a) {
+      i += 3;
+      continue;
+    }
+    bool space = false;
+    for (const char* s : kSpaces) {
+      const std::string token(s);
+      if (line.compare(i, token.size(), token) == 0) {
+        i += token.size();
+        space = true;
+        break;
+      }
+    }
+    if (!space) return false;
+  }
+  return true;
+}
+
+// Strict UTF-8, as Python's decoder takes it (no overlong forms, surrogates or > U+10FFFF).
+bool ValidUtf8(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    int more = 0;
+    uint32_t code = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      more = 1;
+      code = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      more = 2;
+      code = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      more = 3;
+      code = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + more >= text.size()) return false;
+    for (int k = 1; k <= more; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xc0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3f);
+    }
+    if ((more == 2 && (code < 0x800 || (code >= 0xd800 && code <= 0xdfff))) ||
+        (more == 3 && (code < 0x10000 || code > 0x10ffff))) {
+      return false;
+    }
+    i += more + 1;
+  }
+  return true;
+}
+
+// The non-blank lines of a UTF-8 vocabulary file; errors name `where`.
+Result<std::vector<std::string>> ReadVocabulary(const std::string& path, const std::string& where) {
+  const std::string shown = OptionValue::String(path).Repr();
+  auto cannot = [&](int error) {
+    return Invalid(where + ": cannot read the vocabulary file " + shown + ": " +
+                   std::strerror(error));
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return cannot(errno);
+  struct stat info {};
+  if (::fstat(fd, &info) == 0 && S_ISDIR(info.st_mode)) {
+    ::close(fd);
+    return cannot(EISDIR);
+  }
+  std::string text;
+  char buffer[65536];
+  while (true) {
+    const ssize_t got = ::read(fd, buffer, sizeof(buffer));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      const int error = errno;
+      ::close(fd);
+      return cannot(error);
+    }
+    if (got == 0) break;
+    text.append(buffer, static_cast<size_t>(got));
+  }
+  ::close(fd);
+  if (!ValidUtf8(text)) {
+    return Invalid(where + ": the vocabulary file " + shown + " is not UTF-8 text");
+  }
+  std::vector<std::string> lines;
+  size_t start = 0;
+  size_t i = 0;
+  while (i <= text.size()) {
+    size_t size = 0;
+    if (i == text.size() || LineBreak(text, i, &size)) {
+      std::string line = text.substr(start, i - start);
+      if (!Blank(line)) lines.push_back(std::move(line));
+      if (i == text.size()) break;
+      i += size;
+      start = i;
+    } else {
+      ++i;
+    }
+  }
+  return lines;
+}
+
+// categories: {column: "auto" | [values] | path of a text file, one value per line} -> the
+// engine's {column: [values]} ([] for "auto").
+Status SetCategories(const OptionValue& categories, ColumnsOptions* out) {
+  if (categories.is_none()) return Status::OK();
+  if (categories.kind != Kind::kDict) {
+    return Invalid(
+        "categories must be a dict {column: 'auto' | list of str | path of a text file}");
+  }
+  std::map<std::string, std::vector<std::string>> made;
+  for (size_t i = 0; i < categories.keys.size(); ++i) {
+    const OptionValue& column = categories.keys[i];
+    const OptionValue& given = categories.items[i];
+    std::string where = "categories[" + column.Repr() + "]";
+    if (!column.is_string()) {
+      return Invalid("categories keys are column names, got " + column.Repr());
+    }
+    if (given.is_string() && given.text == "auto") {
+      made[column.text] = {};
+      continue;
+    }
+    std::vector<std::string> values;
+    if (given.is_string()) {
+      STOKER_ASSIGN_OR_RAISE(values, ReadVocabulary(given.text, where));
+      where += " (file " + given.Repr() + ")";
+    } else {
+      bool strings = given.kind == Kind::kList || given.kind == Kind::kTuple;
+      for (const auto& item : given.items) strings = strings && item.is_string();
+      if (!strings) {
+        return Invalid(where + " must be 'auto', a list of str or the path of a text file, got " +
+                       given.Repr());
+      }
+      for (const auto& item : given.items) values.push_back(item.text);
+    }
+    if (values.empty()) return Invalid(where + " is empty: give at least one value, or 'auto'");
+    std::set<std::string> seen;
+    for (const auto& value : values) {
+      if (!seen.insert(value).second) {
+        return Invalid(where + " lists " + OptionValue::String(value).Repr() +
+                       " twice; each value gets one id");
+      }
+    }
+    made[column.text] = std::move(values);
+  }
+  out->categories = std::move(made);
+  return Status::OK();
+}
+
 }  // namespace
 
 const std::vector<std::string>& TimeUnitNames() {
@@ -268,6 +593,8 @@ Result<LoaderOptions> BuildLoaderOptions(const OptionValue& values, LoaderOption
           ? std::vector<std::string>{"num_io_threads"}
           : std::vector<std::string>{"batch_size", "num_threads", "num_io_threads", "max_retries"};
   for (const auto& name : checked_ints) STOKER_RETURN_NOT_OK(CheckInt(name, Get(values, name)));
+  STOKER_ASSIGN_OR_RAISE(const OptionValue null_mask, SetFeatures(values, &out.columns));
+  STOKER_RETURN_NOT_OK(SetCategories(Get(values, "categories"), &out.columns));
   if (Has(values, "allow_lossy_cast")) {
     out.columns.allow_lossy_cast = Get(values, "allow_lossy_cast").Truthy();
   }
@@ -332,7 +659,7 @@ Result<LoaderOptions> BuildLoaderOptions(const OptionValue& values, LoaderOption
           ParseSize(Get(values, "cache_min_free_bytes"), "cache_min_free_bytes"));
     }
   }
-  STOKER_RETURN_NOT_OK(SetColumnOptions(values, &out.columns));
+  STOKER_RETURN_NOT_OK(SetColumnOptions(values, null_mask, &out.columns));
   return out;
 }
 
