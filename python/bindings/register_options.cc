@@ -33,7 +33,7 @@ OptionValue ToOptionValue(nb::handle object) {
   if (PyBool_Check(ptr)) return OptionValue::Bool(ptr == Py_True);
   if (PyLong_Check(ptr)) {
     int overflow = 0;
-    const long long value = PyLong_AsLongLongAndOverflow(ptr, &overflow);
+    const int64_t value = PyLong_AsLongLongAndOverflow(ptr, &overflow);
     if (!overflow) return OptionValue::Int(value);
   } else if (PyFloat_Check(ptr)) {
     return OptionValue::Float(PyFloat_AsDouble(ptr));
@@ -47,9 +47,10 @@ OptionValue ToOptionValue(nb::handle object) {
     nb::module_ abc = nb::module_::import_("collections.abc");
     if (nb::isinstance(object, abc.attr("Mapping"))) {
       std::vector<std::pair<OptionValue, OptionValue>> entries;
-      for (nb::handle key : object)
+      for (nb::handle key : object) {
         entries.emplace_back(ToOptionValue(key), ToOptionValue(object[key]));
-      return OptionValue::Dict(std::move(entries));
+      }
+      return OptionValue::Dict(entries);
     }
     if (PyAnySet_Check(ptr) || (nb::isinstance(object, abc.attr("Sequence")) &&
                                 !PyBytes_Check(ptr) && !PyByteArray_Check(ptr))) {
@@ -222,8 +223,9 @@ void RegisterOptions(nb::module_& m) {
   m.def("decimal_modes", &DecimalModeNames);
   m.def("option_table", [] {
     std::vector<std::tuple<std::string, std::string, bool>> out;
-    for (const auto& info : OptionTable())
+    for (const auto& info : OptionTable()) {
       out.emplace_back(info.name, info.part, info.fingerprinted);
+    }
     return out;
   });
   m.def(

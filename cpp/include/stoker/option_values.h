@@ -41,7 +41,7 @@ struct OptionValue {
   static OptionValue Float(double value);
   static OptionValue String(std::string value);
   static OptionValue List(std::vector<OptionValue> items, bool tuple = false);
-  static OptionValue Dict(std::vector<std::pair<OptionValue, OptionValue>> entries);
+  static OptionValue Dict(const std::vector<std::pair<OptionValue, OptionValue>>& entries);
 
   bool is_none() const { return kind == Kind::kNone; }
   bool is_string() const { return kind == Kind::kString; }

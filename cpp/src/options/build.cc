@@ -72,8 +72,9 @@ struct PerColumn {
 PerColumn Split(const OptionValue& value) {
   PerColumn out;
   if (value.kind == Kind::kDict) {
-    for (size_t i = 0; i < value.keys.size(); ++i)
+    for (size_t i = 0; i < value.keys.size(); ++i) {
       out.by.emplace_back(value.keys[i], &value.items[i]);
+    }
   } else {
     out.all = &value;
   }
@@ -266,6 +267,7 @@ Result<std::vector<std::string>> Names(const OptionValue& value, const std::stri
 
 OptionValue StringList(const std::vector<std::string>& texts) {
   std::vector<OptionValue> items;
+  items.reserve(texts.size());
   for (const auto& text : texts) items.push_back(OptionValue::String(text));
   return OptionValue::List(std::move(items));
 }

@@ -119,12 +119,12 @@ OptionValue OptionValue::List(std::vector<OptionValue> items, bool tuple) {
   return out;
 }
 
-OptionValue OptionValue::Dict(std::vector<std::pair<OptionValue, OptionValue>> entries) {
+OptionValue OptionValue::Dict(const std::vector<std::pair<OptionValue, OptionValue>>& entries) {
   OptionValue out;
   out.kind = Kind::kDict;
-  for (auto& [key, value] : entries) {
-    out.keys.push_back(std::move(key));
-    out.items.push_back(std::move(value));
+  for (const auto& [key, value] : entries) {
+    out.keys.push_back(key);
+    out.items.push_back(value);
   }
   return out;
 }

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "options/options_internal.h"
 #include "stoker/option_values.h"
 #include "util/test_status_internal.h"
@@ -12,7 +15,7 @@ OptionValue S(const std::string& text) { return OptionValue::String(text); }
 OptionValue Values(std::vector<std::pair<std::string, OptionValue>> named) {
   std::vector<std::pair<OptionValue, OptionValue>> entries;
   for (auto& [name, value] : named) entries.emplace_back(S(name), std::move(value));
-  return OptionValue::Dict(std::move(entries));
+  return OptionValue::Dict(entries);
 }
 
 std::string Message(const Result<LoaderOptions>& built) { return built.status().message(); }
@@ -84,6 +87,55 @@ TEST(BuildLoaderOptions, SetsAndChecksWithTheOptionsName) {
             "storage_options (region) configure remote filesystems (s3://, gs://, hdfs://, "
             "...), but source '/data' is a local path, where they would be ignored: drop "
             "storage_options, or give the remote URI");
+}
+
+TEST(BuildLoaderOptions, FeatureGroupsMasksAndVocabularyFiles) {
+  const auto dir = std::filesystem::temp_directory_path() / "stoker_options_test";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream file(dir / "vocab.txt", std::ios::binary);
+    file << "b\r\na\n  \n\xe2\x80\xa8"
+            "c\n";  // CRLF, a blank line, U+2028 splits too
+  }
+  LoaderOptions base;
+  base.source.sources = {"/data"};
+  auto built = BuildLoaderOptions(
+      Values({{"features", Values({{"g", OptionValue::List({S("x"), S("y")})},
+                                   {"h", OptionValue::List({S("z")})}})},
+              {"features_dtype", Values({{"h", S("int64")}})},
+              {"null_mask", OptionValue::List({S("h"), S("x")})},
+              {"categories", Values({{"c", S((dir / "vocab.txt").string())}, {"d", S("auto")}})}}),
+      base, false);
+  ASSERT_OK(built.status());
+  ASSERT_EQ(built->columns.feature_groups.size(), 2u);
+  EXPECT_EQ(built->columns.feature_groups[0].dtype, DType::kFloat32);
+  EXPECT_FALSE(built->columns.feature_groups[0].null_mask);
+  EXPECT_EQ(built->columns.feature_groups[1].dtype, DType::kInt64);
+  EXPECT_TRUE(built->columns.feature_groups[1].null_mask);
+  EXPECT_TRUE(built->columns.column_options.at("x").null_mask);  // a column, not a group
+  EXPECT_EQ(built->columns.categories.at("c"), (std::vector<std::string>{"b", "a", "c"}));
+  EXPECT_TRUE(built->columns.categories.at("d").empty());
+
+  EXPECT_EQ(Message(BuildLoaderOptions(
+                Values({{"categories", Values({{"c", S((dir / "missing.txt").string())}})}}), base,
+                false)),
+            "categories['c']: cannot read the vocabulary file '" + (dir / "missing.txt").string() +
+                "': No such file or directory");
+  EXPECT_EQ(Message(BuildLoaderOptions(
+                Values({{"categories", Values({{"c", OptionValue::List({S("a"), S("a")})}})}}),
+                base, false)),
+            "categories['c'] lists 'a' twice; each value gets one id");
+  EXPECT_EQ(Message(BuildLoaderOptions(Values({{"features", OptionValue::List({S("x")})},
+                                               {"features_dtype", S("float16x")}}),
+                                       base, false))
+                .rfind("features_dtype 'float16x' is not a known dtype; known dtypes: ", 0),
+            0u);
+  EXPECT_EQ(Message(BuildLoaderOptions(Values({{"features", OptionValue::List({S("x")})},
+                                               {"features_dtype", Values({{"q", S("int8")}})}}),
+                                       base, false)),
+            "features_dtype names group(s) ['q'], which features does not define; groups: "
+            "['features']");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(OptionSummary, DifferencesNameWhatDiffers) {

@@ -21,6 +21,7 @@ OptionValue Str(const std::string& text) { return OptionValue::String(text); }
 
 OptionValue Strings(const std::vector<std::string>& texts) {
   std::vector<OptionValue> items;
+  items.reserve(texts.size());
   for (const auto& text : texts) items.push_back(Str(text));
   return OptionValue::List(std::move(items));
 }
