@@ -84,48 +84,17 @@ void RegisterOptions(nb::module_& m) {
       .def_rw("fill_null", &ColumnOptions::fill_null)
       .def_rw("null_mask", &ColumnOptions::null_mask)
       .def_rw("on_error_zero", &ColumnOptions::on_error_zero)
-      // "" (unset), "D", "h", "m", "s", "ms", "us", "ns".
-      .def_prop_rw(
-          "time_unit",
-          [](const ColumnOptions& o) { return std::string(TimeUnitName(o.time_unit)); },
-          [](ColumnOptions& o, const std::string& name) {
-            if (name.empty()) {
-              o.time_unit = TimeUnit::kUnset;
-            } else if (!ParseTimeUnit(name, &o.time_unit)) {
-              ThrowIfError(MakeError(ErrorKind::kInvalidOption,
-                                     "time_unit must be one of 'D', 'h', 'm', 's', 'ms', 'us', "
-                                     "'ns', got '" +
-                                         name + "'"));
-            }
-          })
-      // "" (unset), "float64", "float32", "scaled_int64".
-      .def_prop_rw(
-          "decimals",
-          [](const ColumnOptions& o) { return std::string(DecimalModeName(o.decimals)); },
-          [](ColumnOptions& o, const std::string& name) {
-            if (name.empty()) {
-              o.decimals = DecimalMode::kUnset;
-            } else if (!ParseDecimalMode(name, &o.decimals)) {
-              ThrowIfError(MakeError(ErrorKind::kInvalidOption,
-                                     "decimals must be 'float64', 'float32' or 'scaled_int64', "
-                                     "got '" +
-                                         name + "'"));
-            }
-          });
+      // Names, read-only: BuildLoaderOptions (cpp/src/options/) parses and checks them.
+      .def_prop_ro("time_unit",
+                   [](const ColumnOptions& o) { return std::string(TimeUnitName(o.time_unit)); })
+      .def_prop_ro("decimals",
+                   [](const ColumnOptions& o) { return std::string(DecimalModeName(o.decimals)); });
 
   nb::class_<FeatureGroup>(m, "FeatureGroup")
       .def(nb::init<>())
       .def_rw("name", &FeatureGroup::name)
       .def_rw("columns", &FeatureGroup::columns)
-      .def_prop_rw(
-          "dtype", [](const FeatureGroup& g) { return DTypeName(g.dtype); },
-          [](FeatureGroup& g, const std::string& name) {
-            if (!ParseDType(name, &g.dtype)) {
-              ThrowIfError(MakeError(ErrorKind::kInvalidOption,
-                                     "features_dtype['" + g.name + "'] '" + name +
-                                         "' is not a known dtype; known dtypes: " + KnownDTypes()));
-            }
-          })
+      .def_prop_ro("dtype", [](const FeatureGroup& g) { return DTypeName(g.dtype); })
       .def_rw("null_mask", &FeatureGroup::null_mask);
 
   nb::class_<LoaderOptions> options(m, "LoaderOptions");
@@ -135,15 +104,8 @@ void RegisterOptions(nb::module_& m) {
   Field<&LoaderOptions::columns, &ColumnsOptions::columns>(options, "columns");
   Field<&LoaderOptions::columns, &ColumnsOptions::features>(options, "features");
   Field<&LoaderOptions::columns, &ColumnsOptions::features_name>(options, "features_name");
-  options.def_prop_rw(
-      "features_dtype", [](const LoaderOptions& o) { return DTypeName(o.columns.features_dtype); },
-      [](LoaderOptions& o, const std::string& name) {
-        if (!ParseDType(name, &o.columns.features_dtype)) {
-          ThrowIfError(MakeError(ErrorKind::kInvalidOption,
-                                 "features_dtype '" + name +
-                                     "' is not a known dtype; known dtypes: " + KnownDTypes()));
-        }
-      });
+  options.def_prop_ro("features_dtype",
+                      [](const LoaderOptions& o) { return DTypeName(o.columns.features_dtype); });
   Field<&LoaderOptions::columns, &ColumnsOptions::feature_groups>(options, "feature_groups");
   Field<&LoaderOptions::columns, &ColumnsOptions::categories>(options, "categories");
   Field<&LoaderOptions::columns, &ColumnsOptions::allow_lossy_cast>(options, "allow_lossy_cast");
