@@ -326,6 +326,7 @@ Result<OptionValue> SetFeatures(const OptionValue& values, ColumnsOptions* out) 
     groups.emplace_back(name, std::move(columns));
   }
   std::vector<std::string> group_names;
+  group_names.reserve(groups.size());
   for (const auto& [group, unused] : groups) group_names.push_back(group);
   auto is_group = [&](const OptionValue& value) {
     return value.is_string() &&
@@ -380,7 +381,7 @@ Result<OptionValue> SetFeatures(const OptionValue& values, ColumnsOptions* out) 
     group.columns = groups[g].second;
     STOKER_RETURN_NOT_OK(
         SetDType(*dtypes[g], "features_dtype['" + group.name + "']", &group.dtype));
-    group.null_mask = masked.count(group.name) > 0;
+    group.null_mask = masked.contains(group.name);
     out->feature_groups.push_back(std::move(group));
   }
   return rest;
