@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from . import _stoker
 from ._dtypes import dtype_name
 from .errors import InvalidOptionError
 
-__all__ = ["Source", "parse_size", "normalise_sources", "transform_chains",
+__all__ = ["Source", "parse_size", "transform_chains",
            "set_transforms", "output_columns", "feature_columns", "feature_group_names",
            "TIME_UNITS", "DECIMAL_MODES", "Built", "build"]
 
@@ -23,18 +23,13 @@ def parse_size(value: Union[int, str], option: str) -> int:
     return _stoker.parse_size(value, option)
 
 
-def normalise_sources(source: Source) -> list:
-    """A source or list of sources -> absolute local paths and URIs, as the engine takes them."""
-    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-    if not items:
-        raise InvalidOptionError("source is empty: give a file, folder, glob or URI")
-    out = []
-    for item in items:
-        text = os.fspath(item)
-        if not isinstance(text, str) or not text:
-            raise InvalidOptionError(f"source {item!r} is not a path or URI")
-        out.append(text if "://" in text else os.path.abspath(os.path.expanduser(text)))
-    return out
+def _plain_sources(source: Any) -> Any:
+    """``source`` with os.PathLike items as str (the engine checks and normalises the paths)."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    if isinstance(source, (bytes, Mapping)) or not isinstance(source, Iterable):
+        return source
+    return [os.fspath(item) if isinstance(item, os.PathLike) else item for item in source]
 
 
 def _chain(chain: Any, where: str) -> list:
@@ -187,11 +182,11 @@ def build(source: Source, columns: Optional[Sequence[str]], features: Any, *,
     if not describe:
         _check_loader_only(built, kw)
     opts = built.options
-    opts.sources = normalise_sources(source)
     opts.columns = list(columns) if columns is not None else []
     # Every check of the plain options, and their defaults, are the engine's.
     values = {name: kw[name] for name in _ENGINE_OPTIONS if name in kw}
-    values.update(features=features, features_dtype=_dtype_names(features, kw["features_dtype"]),
+    values.update(source=_plain_sources(source), features=features,
+                  features_dtype=_dtype_names(features, kw["features_dtype"]),
                   categories=_paths(kw["categories"]))
     built.options = opts = _stoker.build_loader_options(values, opts, describe)
     if not describe:

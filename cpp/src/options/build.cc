@@ -1,12 +1,14 @@
 // BuildLoaderOptions: a Loader's keyword values checked and set, with errors naming the option.
 // The messages are the ones users and tests know; keep their wording.
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -575,6 +577,84 @@ Status SetCategories(const OptionValue& categories, ColumnsOptions* out) {
   return Status::OK();
 }
 
+// Python's os.path.normpath of a POSIX path.
+std::string NormPath(const std::string& path) {
+  if (path.empty()) return ".";
+  int initial = path[0] == '/' ? 1 : 0;
+  if (initial && path.compare(0, 2, "//") == 0 && path.compare(0, 3, "///") != 0) initial = 2;
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    const std::string part = path.substr(start, end - start);
+    start = end + 1;
+    if (part.empty() || part == ".") continue;
+    if (part != ".." || (!initial && parts.empty()) || (!parts.empty() && parts.back() == "..")) {
+      parts.push_back(part);
+    } else if (!parts.empty()) {
+      parts.pop_back();
+    }
+  }
+  std::string out(initial, '/');
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? "/" : "") + parts[i];
+  return out.empty() ? "." : out;
+}
+
+// Python's os.path.expanduser: "~" and "~user" at the start.
+std::string ExpandUser(const std::string& path) {
+  if (path.empty() || path[0] != '~') return path;
+  size_t end = path.find('/', 1);
+  if (end == std::string::npos) end = path.size();
+  std::string home;
+  if (end == 1) {
+    if (const char* env = std::getenv("HOME")) {
+      home = env;
+    } else if (const passwd* entry = ::getpwuid(::getuid())) {
+      home = entry->pw_dir;
+    } else {
+      return path;
+    }
+  } else {
+    const passwd* entry = ::getpwnam(path.substr(1, end - 1).c_str());
+    if (!entry) return path;
+    home = entry->pw_dir;
+  }
+  while (!home.empty() && home.back() == '/') home.pop_back();
+  const std::string out = home + path.substr(end);
+  return out.empty() ? "/" : out;
+}
+
+// A source or a list of sources -> absolute local paths and URIs, as the engine takes them.
+Status SetSources(const OptionValue& source, SourceOptions* out) {
+  std::vector<OptionValue> items;
+  if (source.kind == Kind::kList || source.kind == Kind::kTuple) {
+    items = source.items;
+  } else {
+    items.push_back(source);
+  }
+  if (items.empty()) return Invalid("source is empty: give a file, folder, glob or URI");
+  std::vector<std::string> sources;
+  for (const auto& item : items) {
+    if (!item.is_string() || item.text.empty()) {
+      return Invalid("source " + item.Repr() + " is not a path or URI");
+    }
+    const std::string& text = item.text;
+    if (text.find("://") != std::string::npos) {
+      sources.push_back(text);
+      continue;
+    }
+    std::string path = ExpandUser(text);
+    if (path.empty() || path[0] != '/') {
+      char cwd[4096];
+      if (::getcwd(cwd, sizeof(cwd)) != nullptr) path = std::string(cwd) + "/" + path;
+    }
+    sources.push_back(NormPath(path));
+  }
+  out->sources = std::move(sources);
+  return Status::OK();
+}
+
 }  // namespace
 
 const std::vector<std::string>& TimeUnitNames() {
@@ -596,6 +676,7 @@ Result<LoaderOptions> BuildLoaderOptions(const OptionValue& values, LoaderOption
           ? std::vector<std::string>{"num_io_threads"}
           : std::vector<std::string>{"batch_size", "num_threads", "num_io_threads", "max_retries"};
   for (const auto& name : checked_ints) STOKER_RETURN_NOT_OK(CheckInt(name, Get(values, name)));
+  if (Has(values, "source")) STOKER_RETURN_NOT_OK(SetSources(Get(values, "source"), &out.source));
   STOKER_ASSIGN_OR_RAISE(const OptionValue null_mask, SetFeatures(values, &out.columns));
   STOKER_RETURN_NOT_OK(SetCategories(Get(values, "categories"), &out.columns));
   if (Has(values, "allow_lossy_cast")) {
