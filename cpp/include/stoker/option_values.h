@@ -66,7 +66,9 @@ const std::vector<std::string>& DecimalModeNames();
 Result<int64_t> ParseSize(const OptionValue& value, const std::string& option);
 
 /// The keyword values of a Loader (or of `describe`, with `describe` true) checked and set on a
-/// copy of `base`: batch_size, shuffle, shuffle_window, drop_last, padding_mask, num_threads,
+/// copy of `base`: source (made absolute as Python's os.path.abspath(expanduser()) does),
+/// features, features_name, features_dtype (names), categories ("auto", lists, vocabulary
+/// files), batch_size, shuffle, shuffle_window, drop_last, padding_mask, num_threads,
 /// num_io_threads, prefetch_bytes, task_bytes, storage_options (refused with only local
 /// sources), max_retries, retry_base_delay, cache_bytes, cache_min_free_bytes, allow_lossy_cast
 /// and the per-column options (lists, pad_value, fill_null, null_mask, on_error, time_unit,
