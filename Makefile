@@ -82,17 +82,17 @@ test-tsan: setup
 # Long-running check of resource growth (RSS, threads, fds) over resumes and cache evictions; not
 # part of `test` or CI. SOAK_SECONDS (default 600) sets the duration.
 soak: build
-	$(PY) tests/soak.py
+	$(PY) tools/soak.py
 
-# Mutation fuzzing of the decode path (tests/fuzz_parquet.py): FUZZ_ITERATIONS mutants of a seeded
+# Mutation fuzzing of the decode path (tools/fuzz_parquet.py): FUZZ_ITERATIONS mutants of a seeded
 # corpus, each read by pyarrow and stoker in a worker subprocess; findings are saved under
-# tests/fuzz_crashes/ and fail the target. `make test` runs a short run (tests/test_fuzz.py).
+# tests/data/fuzz_crashes/ and fail the target. `make test` runs a short run (tests/system/test_fuzz.py).
 FUZZ_ITERATIONS ?= 3000
 FUZZ_SEED ?= 1
 FUZZ_TIMEOUT ?= 60
 FUZZ_WORKERS ?= $(JOBS)
 fuzz: build
-	$(PY) tests/fuzz_parquet.py --iterations $(FUZZ_ITERATIONS) --seed $(FUZZ_SEED) \
+	$(PY) tools/fuzz_parquet.py --iterations $(FUZZ_ITERATIONS) --seed $(FUZZ_SEED) \
 	  --timeout $(FUZZ_TIMEOUT) --workers $(FUZZ_WORKERS)
 
 # Optional, heavy image peers of the bench (SPDL with FFmpeg's libraries, DALI's CPU pipeline).

@@ -8,6 +8,10 @@ Fixtures here are generic so any suite can use them:
   (2048 rows), so use a few thousand rows to get several row groups.
 - ``load_batches(source, **loader_kwargs)`` returns every batch of one epoch as a list of dicts.
 
+Layout (tests/README.md): tests/unit/<area>/ and tests/system/; the helpers here (conftest.py,
+stoker_testdata.py, s3_fixtures.py, petastorm_fixtures.py, bench_testing.py) are importable from
+every folder (pyproject.toml's ``pythonpath``).
+
 For the S3 suites (tests/s3_fixtures.py has the servers):
 
 - ``proxy``: a FaultProxy in front of the module's ``moto`` fixture (a MotoServer, e.g. from
@@ -39,14 +43,21 @@ import pyarrow.parquet as pq
 import pytest
 
 
-# Modules whose tests run subprocess jobs that use every core, besides those marked slow.
-_HEAVY_MODULES = {"test_bench_smoke.py", "test_bench_petastorm_smoke.py",
-                  "test_bench_remote_smoke.py"}
-_SPARK_MODULES = {"test_petastorm_spark.py"}
+# Modules (paths under tests/, "/"-separated) whose tests run subprocess jobs that use every
+# core, besides those marked slow.
+_HEAVY_MODULES = {"system/test_bench_smoke.py", "system/test_bench_petastorm_smoke.py",
+                  "system/test_bench_remote_smoke.py"}
+_SPARK_MODULES = {"system/test_petastorm_spark.py"}
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _module(item: pytest.Item) -> str:
+    """The test's module as a path under tests/, e.g. "system/test_bench_smoke.py"."""
+    return os.path.relpath(os.path.abspath(str(item.fspath)), _TESTS).replace(os.sep, "/")
 
 
 def _xdist_group(item: pytest.Item) -> Optional[str]:
-    module = os.path.basename(str(item.fspath))
+    module = _module(item)
     if module in _SPARK_MODULES or "spark" in item.name.lower():
         return "spark"
     if item.get_closest_marker("slow") is not None or module in _HEAVY_MODULES:

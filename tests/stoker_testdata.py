@@ -101,8 +101,11 @@ def digest(batches: Iterable[Dict[str, object]]) -> List[str]:
     return out
 
 
+# The tests folder: child processes put it on sys.path to import these helpers.
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
 # Files from Apache parquet-testing (tests/data/parquet-testing/README.md).
-PARQUET_TESTING = os.path.join(os.path.dirname(__file__), "data", "parquet-testing")
+PARQUET_TESTING = os.path.join(TESTS, "data", "parquet-testing")
 
 
 def load_in_order(source: Any, batch_size: int = 3, **kwargs: Any) -> List[Dict[str, Any]]:

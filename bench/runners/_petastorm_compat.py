@@ -154,6 +154,9 @@ def apply() -> None:
         pyarrow.hdfs = module
     if not hasattr(pyarrow, "localfs"):
         pyarrow.localfs = LocalFileSystem.get_instance()
+    if not hasattr(pyarrow, "LocalFileSystem"):
+        # Imported at module level by petastorm.spark (its delete handler's type check).
+        pyarrow.LocalFileSystem = LocalFileSystem
 
     modern = pq.ParquetDataset
 

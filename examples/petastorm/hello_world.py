@@ -3,8 +3,8 @@
 The dataset is written by Petastorm itself (``materialize_dataset`` on a local Spark); the two
 readers are Petastorm's ``python_hello_world`` and ``pytorch_hello_world`` with one change, the
 imports below (``from petastorm import make_reader`` and ``from petastorm.pytorch import
-DataLoader`` in the original). tests/test_petastorm_spark.py runs this file with both imports and
-compares the output.
+DataLoader`` in the original). tests/system/test_petastorm_spark.py runs this file with both
+imports and compares the output.
 
     python examples/petastorm/hello_world.py /tmp/hello_world_dataset
 """

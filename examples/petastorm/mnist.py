@@ -4,7 +4,7 @@
 that nothing is downloaded, and the normalisation Petastorm's example does in a TransformSpec
 (torchvision's ToTensor + Normalize) is done in the loop. The one change for stoker is the import
 below (``from petastorm import make_reader`` / ``from petastorm.pytorch import DataLoader``).
-tests/test_petastorm_spark.py runs it with both imports.
+tests/system/test_petastorm_spark.py runs it with both imports.
 """
 
 import numpy as np

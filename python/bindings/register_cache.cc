@@ -24,8 +24,8 @@ void RegisterCache(nb::module_& m) {
       "clear_cache", [](const std::string& dir) { Blocking([&] { return ClearCache(dir); }); },
       nb::arg("dir"));
   // Test-only, not API (underscored: not among the public names): the fault seam of
-  // tests/test_cache_write_behind.py, a disk slower than decoding. Loaders opened after the call
-  // pause this long before each write-behind write; 0 turns it off.
+  // tests/unit/cache/test_cache_write_behind.py, a disk slower than decoding. Loaders opened after
+  // the call pause this long before each write-behind write; 0 turns it off.
   m.def(
       "_testing_set_cache_write_delay_ms",
       [](int64_t delay_ms) { CachedDecoder::SetWriteDelayForTesting(delay_ms); },

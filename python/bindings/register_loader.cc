@@ -1,4 +1,5 @@
 #include <arrow/util/cancel.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -14,6 +15,7 @@
 #include "register.h"
 #include "stoker/loader.h"
 #include "stoker/system.h"
+#include "util/output_keys.h"
 
 namespace nb = nanobind;
 
@@ -174,6 +176,14 @@ void RegisterLoader(nb::module_& m) {
         "atexit: stops every remote request of the process and waits for those in flight "
         "(bounded by the stores' timeouts); True when none is left. Remote sources are unusable "
         "afterwards.");
+  // The names of the keys a column adds in every batch (util/output_keys.h), for the arrays
+  // Python makes itself (Petastorm fields decoded in the consumer).
+  m.def("lengths_key", &LengthsKey, nb::arg("name"), nb::arg("level") = 0,
+        "A padded list's lengths: '<name>_lengths', or '<name>_lengths_<level>' below the rows.");
+  m.def("mask_key", &MaskKey, nb::arg("name"), nb::arg("level") = 0,
+        "A null_mask validity mask: '<name>_mask', or '<name>_mask_<level>' below the rows.");
+  m.def("valid_key", &ValidKey, nb::arg("name"),
+        "on_error='zero' transforms' flags: '<name>_valid'.");
   nb::class_<ColumnInfo>(m, "ColumnInfo")
       .def_ro("name", &ColumnInfo::name)
       .def_ro("arrow_type", &ColumnInfo::arrow_type)
@@ -182,20 +192,24 @@ void RegisterLoader(nb::module_& m) {
       .def_ro("inner_shape", &ColumnInfo::inner_shape)
       .def_ro("annotation", &ColumnInfo::annotation)
       .def_ro("mask_levels", &ColumnInfo::mask_levels)
+      .def_ro("added_keys", &ColumnInfo::added_keys)
       .def(
           "_replace",
           // A copy with what Python changes after the engine (Petastorm's [H, W] gray images,
           // fields decoded in the consumer): loader.columns describes the batches it yields.
           [](const ColumnInfo& c, ColumnKind kind, const std::string& dtype,
-             std::vector<int64_t> inner_shape, std::string annotation) {
+             std::vector<int64_t> inner_shape, std::string annotation,
+             std::optional<std::vector<std::string>> added_keys) {
             ColumnInfo out = c;
             if (!ParseDType(dtype, &out.dtype)) throw nb::value_error(dtype.c_str());
             out.kind = kind;
             out.inner_shape = std::move(inner_shape);
             out.annotation = std::move(annotation);
+            if (added_keys) out.added_keys = std::move(*added_keys);
             return out;
           },
-          nb::arg("kind"), nb::arg("dtype"), nb::arg("inner_shape"), nb::arg("annotation"))
+          nb::arg("kind"), nb::arg("dtype"), nb::arg("inner_shape"), nb::arg("annotation"),
+          nb::arg("added_keys") = nb::none())
       .def("__repr__", [](nb::handle self) {
         // ColumnInfo(name='ts', kind='dense', dtype='float64', shape=(), arrow_type=...).
         return nb::str(

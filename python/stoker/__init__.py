@@ -2,7 +2,7 @@
 
 import pyarrow  # noqa: F401  (loads libarrow/libparquet before the extension needs them)
 
-from . import errors, ops
+from . import errors, ops, spark
 from .cache import cache_usage, clear_cache
 from ._describe import describe
 from ._redact import redact_uri
@@ -25,5 +25,5 @@ def __getattr__(name):
 
 __all__ = [
     "IterableDataset", "Loader", "Ragged", "StokerError", "TransformSpec", "cache_usage", "clear_cache", "describe",
-    "errors", "ops", "redact_uri", "to_pylist", "__version__",
+    "errors", "ops", "redact_uri", "spark", "to_pylist", "__version__",
 ]

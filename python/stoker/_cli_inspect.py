@@ -50,7 +50,9 @@ def _produced(column) -> Dict[str, Any]:
     shape = ["B"] + [int(d) for d in column.inner_shape]
     text = f"{kind} {dtype} [{', '.join(map(str, shape))}]"
     if kind == "padded":
-        text += f" + {column.name}_lengths"
+        from . import _stoker
+
+        text += f" + {_stoker.lengths_key(column.name)}"
     if column.annotation:
         text += f" ({column.annotation})"
     out = {"produces": text, "kind": kind, "dtype": dtype, "shape": shape[1:]}

@@ -21,9 +21,8 @@ value keeps its bits).
 from __future__ import annotations
 
 import functools
-import re
 import sys
-from typing import Any, Callable, Dict, FrozenSet, List, Mapping
+from typing import Any, Callable, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -31,44 +30,7 @@ from . import _stoker
 from ._ragged import Ragged
 from .errors import InternalError, InvalidOptionError, TransformError
 
-__all__ = ["Route", "from_torch", "map_arrays", "lengths_key", "mask_key", "valid_key",
-           "added_keys", "check_output_names"]
-
-
-# ------------------------------------------------------------------ the keys a column adds
-#
-# A column's batch entry is its name; these name the keys it adds beside it. Route.host makes
-# the keys of a batch with them, and check_output_names the keys a loader will make, at open.
-
-
-def lengths_key(name: str, level: int = 0) -> str:
-    """A padded list's lengths: level 0 the rows' (``<name>_lengths``), level l >= 1 those of
-    the l-th level below (``<name>_lengths_l``, lists of lists)."""
-    return f"{name}_lengths_{level}" if level else name + "_lengths"
-
-
-def mask_key(name: str, level: int = 0) -> str:
-    """Validity under null_mask: level 0 the rows' (``<name>_mask``), level l >= 1 the items of
-    the l-th level below (``<name>_mask_l``: inner lists, strings, elements)."""
-    return f"{name}_mask_{level}" if level else name + "_mask"
-
-
-def valid_key(name: str) -> str:
-    """on_error='zero' transforms: False where a zero tensor was substituted."""
-    return name + "_valid"
-
-
-def added_keys(name: str, lengths_levels: int, masked: bool, mask_levels: int,
-               valid: bool) -> List[str]:
-    """The keys column ``name`` adds, in batch order: ``lengths_levels`` lengths arrays (a padded
-    list: 1 + its levels below the rows; 0 otherwise), the row mask and ``mask_levels`` element
-    masks when ``masked``, and the valid array when ``valid``."""
-    keys = [lengths_key(name, level) for level in range(lengths_levels)]
-    if masked:
-        keys += [mask_key(name, level) for level in range(mask_levels + 1)]
-    if valid:
-        keys.append(valid_key(name))
-    return keys
+__all__ = ["Route", "from_torch", "map_arrays"]
 
 
 def map_arrays(value: Any, fn: Callable[[Any], Any]) -> Any:
@@ -136,13 +98,18 @@ def from_torch(out: Any) -> Any:
 class Route:
     """How one loader's batches become what its caller receives (``output``, bfloat16 keys)."""
 
-    def __init__(self, output: str, bfloat16: FrozenSet[str] = frozenset()) -> None:
+    def __init__(self, output: str, bfloat16: FrozenSet[str] = frozenset(),
+                 added_keys: Optional[Mapping[str, Sequence[str]]] = None) -> None:
         if output not in ("numpy", "torch"):
             raise InternalError(f"Route: output {output!r}")
         if bfloat16 and output != "torch":
             raise InternalError("Route: bfloat16 columns need output='torch'")
         self.output_kind = output
         self.bfloat16 = frozenset(bfloat16)
+        # {column: the keys of the arrays it adds, in batch order}: the engine's names
+        # (ColumnInfo.added_keys), never spelled here.
+        self.added_keys: Dict[str, Tuple[str, ...]] = {
+            name: tuple(keys) for name, keys in (added_keys or {}).items()}
 
     @classmethod
     def for_columns(cls, output: str, columns: Mapping[str, Any]) -> "Route":
@@ -157,18 +124,21 @@ class Route:
                 "normalize(dtype='bfloat16') or cast(dtype='bfloat16')), which numpy "
                 "cannot hold: pass output='torch' for torch.bfloat16, or choose "
                 "float16/float32")
-        return cls(output, bfloat16)
+        return cls(output, bfloat16, {name: info.added_keys for name, info in columns.items()})
 
     # ------------------------------------------------------------------- engine -> numpy
 
     def host(self, batch: Any) -> Dict[str, Any]:
-        """One engine batch as ``{name: numpy array}`` viewing its memory; padded lists add
-        ``<name>_lengths`` (and ``<name>_lengths_1``... for lists of lists), masks ``<name>_mask``
-        (and, for list columns, ``<name>_mask_1``... per level below the rows), on_error='zero'
-        transforms ``<name>_valid``; ragged lists and strings become :class:`Ragged`. bfloat16
-        values are their int16 bits (:meth:`output` views them as ``torch.bfloat16``)."""
+        """One engine batch as ``{name: numpy array}`` viewing its memory; the arrays a column
+        carries beside its values (a padded list's lengths, per level for lists of lists; masks,
+        per level below the rows for lists; on_error='zero' transforms' valid flags) under the
+        keys the engine named at open (``ColumnInfo.added_keys``: ``<name>_lengths``,
+        ``<name>_lengths_1``..., ``<name>_mask``, ``<name>_mask_1``..., ``<name>_valid``);
+        ragged lists and strings become :class:`Ragged`. bfloat16 values are their int16 bits
+        (:meth:`output` views them as ``torch.bfloat16``)."""
         out: Dict[str, Any] = {}
         for column in batch.columns:
+            added = []  # the arrays beside the values, in the order of ColumnInfo.added_keys
             if column.bfloat16 and column.name not in self.bfloat16:
                 raise InternalError(f"column {column.name!r} is bfloat16, which loader.columns "
                                     "did not say")
@@ -177,10 +147,8 @@ class Route:
                 out[column.name] = column.values
             elif kind == _stoker.ColumnKind.padded:
                 out[column.name] = column.values
-                out[lengths_key(column.name)] = column.lengths
-                # Lists of lists: each inner level's lengths, [B, L0, ..., Ll] (level l + 1).
-                for level, lengths in enumerate(column.inner_lengths, 1):
-                    out[lengths_key(column.name, level)] = lengths
+                # Lists of lists: then each inner level's lengths, [B, L0, ..., Ll] (level l + 1).
+                added += [column.lengths, *column.inner_lengths]
             else:
                 label = column.annotation if kind == _stoker.ColumnKind.strings else "list"
                 inner = column.inner_offsets
@@ -196,12 +164,17 @@ class Route:
                 else:
                     out[column.name] = Ragged(column.values, column.offsets, label)
             if column.has_mask:
-                out[mask_key(column.name)] = column.mask
-                # Lists: validity of each level below the rows (inner lists, strings, elements).
-                for level, mask in enumerate(column.element_masks, 1):
-                    out[mask_key(column.name, level)] = mask
+                # Lists: then the validity of each level below the rows (inner lists, strings,
+                # elements).
+                added += [column.mask, *column.element_masks]
             if column.has_valid:
-                out[valid_key(column.name)] = column.valid
+                added.append(column.valid)
+            if added:
+                keys = self.added_keys.get(column.name, ())
+                if len(keys) != len(added):
+                    raise InternalError(f"column {column.name!r} carries {len(added)} arrays "
+                                        f"beside its values; loader.columns names {keys}")
+                out.update(zip(keys, added))
         return out
 
     # ---------------------------------------------------------------- user code (numpy)
@@ -259,84 +232,3 @@ class Route:
                 converted = _map_innermost(converted, lambda t: t.view(torch.bfloat16))
             out[key] = converted
         return out
-
-
-# ------------------------------------------------------------------ output names, at open
-
-_LIST_LEVEL = re.compile(r"(?:large_)?list<[^:<>]*: ")
-
-
-def _list_depth(arrow_type: str) -> int:
-    """Variable-length list levels an Arrow type string starts with ("list<item: list<item:
-    int64>>": 2); fixed-size lists are not counted (they are fixed dimensions)."""
-    depth, position = 0, 0
-    while True:
-        match = _LIST_LEVEL.match(arrow_type, position)
-        if match is None:
-            return depth
-        depth, position = depth + 1, match.end()
-
-
-def _column_options_of(options: Any, name: str) -> Any:
-    """A column's options: its own, else its nearest struct parent's, else the defaults."""
-    key = name
-    while True:
-        if key in options.column_options:
-            return options.column_options[key]
-        if "." not in key:
-            return options.default_column_options
-        key = key.rsplit(".", 1)[0]
-
-
-def output_keys(info: Any, options: Any, transformed: Any) -> List[str]:
-    """The keys column ``info`` (a ``loader.columns`` entry) adds beside its own in every batch
-    (see :func:`added_keys`), from the loader's ``options`` and the names ``transformed`` by
-    transforms=."""
-    lengths_levels = 0
-    if info.kind == _stoker.ColumnKind.padded:
-        # The rows' lengths, and one per list level below them (a Petastorm field made padded
-        # here is one level whatever its stored type).
-        lengths_levels = max(1, _list_depth(info.arrow_type))
-    opts = _column_options_of(options, info.name)
-    if info.arrow_type == "stacked features":
-        masked = any(g.null_mask for g in options.feature_groups if g.name == info.name) or (
-            not options.feature_groups and options.default_column_options.null_mask)
-        mask_levels = 0
-    else:
-        masked, mask_levels = opts.null_mask, info.mask_levels
-    return added_keys(info.name, lengths_levels, masked, mask_levels,
-                      opts.on_error_zero and info.name in transformed)
-
-
-def check_output_names(columns: Mapping[str, Any], options: Any,
-                       transforms: Mapping[str, Any]) -> None:
-    """Raises InvalidOptionError when a per-column option names a column the loader does not
-    read, or a key the loader adds (``<name>_lengths``, ``_lengths_N``, ``_mask``, ``_mask_N``,
-    ``_valid``, ``__padding__``) is also a column's name."""
-    from ._options import feature_columns, output_columns
-
-    names = set(columns)
-    known = names | set(feature_columns(options)) | set(transforms)
-    for name in options.column_options:
-        # A struct's name stands for its leaves ("s" for "s.a", "s.b").
-        if name not in known and not any(k.startswith(name + ".") for k in known):
-            raise InvalidOptionError(
-                f"a per-column option names column {name!r}, which the loader does not read")
-    if options.padding_mask and options.padding_name in names:
-        raise InvalidOptionError(
-            f"padding_mask=True adds {options.padding_name!r}, which is also a column")
-    transformed = output_columns(transforms)
-    for info in columns.values():
-        for key in output_keys(info, options, transformed):
-            if key in names:
-                # How to do without the added key, for the clash's message.
-                if key.startswith(lengths_key(info.name)):
-                    instead = f"lists={{{info.name!r}: 'ragged'}}"
-                elif key == valid_key(info.name):
-                    instead = f"leave {info.name!r} out of on_error"
-                else:
-                    instead = f"leave {info.name!r} out of null_mask"
-                raise InvalidOptionError(
-                    f"output key {key!r} for column {info.name!r} clashes with a column of "
-                    f"that name; leave {key!r} out of columns, or {instead}")
-            names.add(key)

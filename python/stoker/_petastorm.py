@@ -251,9 +251,19 @@ def column_infos(columns: Dict[str, Any], reshape: Mapping[str, Tuple[int, ...]]
         info = out.get(name)
         if info is not None:
             kind = _stoker.ColumnKind.ragged if mode == "ragged" else _stoker.ColumnKind.padded
+            added = list(info.added_keys)
+            if mode != "ragged":
+                # Padded here: its lengths come first, named as the engine names them.
+                key = _stoker.lengths_key(name)
+                if key in out or key in added:
+                    raise InvalidOptionError(
+                        f"output key {key!r} for column {name!r} clashes with a column of "
+                        f"that name; leave {key!r} out of columns, or lists={{{name!r}: "
+                        "'ragged'}")
+                added.insert(0, key)
             out[name] = info._replace(kind=kind, dtype=np.dtype(field.numpy_dtype).name,
                                       inner_shape=[int(d) for d in tuple(field.shape)[1:]],
-                                      annotation="")
+                                      annotation="", added_keys=added)
     return out
 
 
@@ -363,6 +373,8 @@ def finish_batch(out: Dict[str, Any], reshape: Mapping[str, Tuple[int, ...]],
             out[name] = out[name].reshape((len(out[name]),) + shape)
     if not variable:
         return out
+    from . import _stoker
+
     result = {}
     for key, value in out.items():
         if key not in variable:
@@ -370,10 +382,11 @@ def finish_batch(out: Dict[str, Any], reshape: Mapping[str, Tuple[int, ...]],
             continue
         mode, field = variable[key]
         pad = pad_value.get(key, 0) if isinstance(pad_value, Mapping) else pad_value
-        value, lengths = decode_variable(key, value, out.get(key + "_mask"), mode, field, pad)
+        value, lengths = decode_variable(key, value, out.get(_stoker.mask_key(key)), mode, field,
+                                         pad)
         result[key] = value
         if lengths is not None:
-            result[key + "_lengths"] = lengths
+            result[_stoker.lengths_key(key)] = lengths
     return result
 
 

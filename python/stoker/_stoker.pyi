@@ -375,6 +375,19 @@ def usable_cpus() -> int:
     CPUs this process may use: its affinity mask, capped by its cgroup's CPU quota.
     """
 
+def lengths_key(name: str, level: int = 0) -> str:
+    """
+    A padded list's lengths: '<name>_lengths', or '<name>_lengths_<level>' below the rows.
+    """
+
+def mask_key(name: str, level: int = 0) -> str:
+    """
+    A null_mask validity mask: '<name>_mask', or '<name>_mask_<level>' below the rows.
+    """
+
+def valid_key(name: str) -> str:
+    """on_error='zero' transforms' flags: '<name>_valid'."""
+
 class ColumnInfo:
     @property
     def name(self) -> str: ...
@@ -396,6 +409,9 @@ class ColumnInfo:
 
     @property
     def mask_levels(self) -> int: ...
+
+    @property
+    def added_keys(self) -> list[str]: ...
 
     def __repr__(self) -> str: ...
 

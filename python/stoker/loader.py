@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import numpy as np
 
 from . import _live, _stoker
-from ._convert import Route, check_output_names
+from ._convert import Route
 from ._device import DeviceFeeder
 from ._epochs import MAX_EPOCH, EpochCursor, EpochIterator, StallMeter
 from ._loader_doc import ARGS
@@ -117,11 +117,13 @@ class Loader(Resumable):
                 self._stages = PythonStages(built, python_workers, python_start_method)
                 self._runner = self._stages.runner
             self._engine = _stoker.Engine.open(opts)
-            self._columns = {info.name: info for info in self._engine.columns()}
+            # The engine checked at open that every name a batch holds is distinct.
+            engine_columns = {info.name: info for info in self._engine.columns()}
+            self._columns = engine_columns
             if self._finishing is not None:
-                self._columns = self._finishing.columns(self._columns)
-            check_output_names(self._columns, opts, self._transforms)
-            self._route = Route.for_columns(output, self._columns)
+                self._columns = self._finishing.columns(engine_columns)
+            # The engine's batches, before the fields finished in Python.
+            self._route = Route.for_columns(output, engine_columns)
         except BaseException:
             self.close()
             raise

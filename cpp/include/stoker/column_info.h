@@ -20,6 +20,10 @@ struct ColumnInfo {
   /// Element masks the batches carry (`<name>_mask_1`...): lists and fixed-size lists under
   /// null_mask, one per level below the rows; 0 otherwise.
   int mask_levels = 0;
+  /// The keys the column adds beside its own in every batch, in the order of OutputColumn's
+  /// arrays: a padded list's lengths (`<name>_lengths`, `<name>_lengths_1`...), its masks
+  /// (`<name>_mask`, `<name>_mask_1`...), its valid flags (`<name>_valid`).
+  std::vector<std::string> added_keys;
 };
 
 }  // namespace stoker

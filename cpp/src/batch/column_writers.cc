@@ -815,7 +815,7 @@ void TransformWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayo
   for (size_t j = 0; j < specs_.size(); ++j) {
     const ColumnSpec& spec = specs_[j];
     SizeDense(spec, spec.output_shape, rows.size(), column + j, layout);
-    if (spec.options.on_error_zero) {
+    if (WritesValid(spec)) {  // ColumnInfo::added_keys names it
       column[j].has_valid = true;
       SetShape(&column[j].valid, DType::kBool, {rows.size()});
       layout->Place(&column[j].valid);

@@ -7,6 +7,7 @@
 
 #include "resolve/column_checks.h"
 #include "util/convert.h"
+#include "util/output_keys.h"
 
 namespace stoker {
 namespace {
@@ -37,8 +38,8 @@ Status CheckElementNulls(const ColumnSpec& spec, const std::string& where, int64
                          " null element(s) inside its lists in " + where + "; pass fill_null={'" +
                          name + "': " + (bits ? "0 or 1" : "value") +
                          "} to replace them, or null_mask=['" + name + "'] to deliver them (as " +
-                         (bits ? "False" : "0") + ", false in '" + name + "_mask_" +
-                         std::to_string(mask_level) + "')");
+                         (bits ? "False" : "0") + ", false in '" + MaskKey(name, mask_level) +
+                         "')");
   }
   if (ElementFillApplies(spec) && !IsRepresentable(spec.options.fill_null, spec.source_dtype)) {
     return MakeError(ErrorKind::kInvalidOption,
@@ -265,8 +266,8 @@ Status PrepareSource(const ColumnSpec& spec, const std::string& where,
                                "column '" + spec.name + "' has " + std::to_string(nulls) + what +
                                    " in " + where + "; pass null_mask=['" + spec.name +
                                    "'] to deliver them (as empty " +
-                                   (strings ? "strings" : "lists") + ", false in '" + spec.name +
-                                   "_mask_" + std::to_string(l + 1) + "')");
+                                   (strings ? "strings" : "lists") + ", false in '" +
+                                   MaskKey(spec.name, l + 1) + "')");
             }
             offsets.validity = level->buffers[0]->data();
             offsets.validity_offset = level->offset;

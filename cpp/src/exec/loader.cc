@@ -15,6 +15,7 @@
 #include "exec/pipeline.h"
 #include "io/filesystem.h"
 #include "plan/planner.h"
+#include "resolve/output_names.h"
 #include "resolve/resolve_columns.h"
 #include "stoker/system.h"
 #include "util/cuda_host.h"
@@ -362,20 +363,7 @@ uint64_t Loader::Fingerprint(bool with_shard) const {
   return hash.digest();
 }
 
-std::vector<ColumnInfo> Loader::Columns() const {
-  std::vector<ColumnInfo> out;
-  for (const auto& spec : impl_->spec->columns) out.push_back(ToColumnInfo(spec));
-  for (const FeatureGroupSpec& group : impl_->spec->feature_groups) {
-    ColumnInfo info;
-    info.name = group.name;
-    info.arrow_type = "stacked features";
-    info.kind = ColumnKind::kDense;
-    info.dtype = group.dtype;
-    info.inner_shape = {static_cast<int64_t>(group.count)};
-    out.push_back(std::move(info));
-  }
-  return out;
-}
+std::vector<ColumnInfo> Loader::Columns() const { return ToColumnInfos(*impl_->spec); }
 
 Result<std::vector<std::string>> Loader::Vocabulary(const std::string& column) const {
   auto it = impl_->spec->vocabularies.find(column);

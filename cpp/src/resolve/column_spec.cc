@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "util/output_keys.h"
+
 namespace stoker {
 
 std::vector<std::string> ExpandParents(const arrow::Schema& schema,
@@ -46,7 +48,7 @@ std::string NullAdvice(const ColumnSpec& spec) {
   if (!spec.feature_group.empty()) {
     // A stacked feature has no mask of its own: the group's mask has one column per feature.
     return "; pass " + fill + " to replace them or null_mask=['" + spec.feature_group +
-           "'] to get the group's validity mask ('" + spec.feature_group + "_mask')";
+           "'] to get the group's validity mask ('" + MaskKey(spec.feature_group) + "')";
   }
   if (spec.group >= 0) {
     // Several outputs of one column take no null_mask (ResolveOutputs).
@@ -77,6 +79,18 @@ int ElementMaskLevels(const ColumnSpec& spec) {
   }
   // A fixed-size list through a chain becomes the chain's tensor: no elements left to mask.
   return spec.fixed_list && !spec.chain ? 1 : 0;
+}
+
+bool WritesValid(const ColumnSpec& spec) {
+  // MakeColumnWriters: partitions have their own writer, a list's chain runs in the decoder.
+  return spec.options.on_error_zero && spec.layout != SourceLayout::kPartition &&
+         (spec.group >= 0 || (spec.chain && spec.layout != SourceLayout::kList));
+}
+
+std::vector<std::string> AddedKeys(const ColumnSpec& spec) {
+  const int lengths_levels = spec.kind == ColumnKind::kPadded ? 1 + spec.list_levels : 0;
+  return AddedKeys(spec.name, lengths_levels, spec.options.null_mask, ElementMaskLevels(spec),
+                   WritesValid(spec));
 }
 
 bool ElementFillApplies(const ColumnSpec& spec) {
@@ -169,7 +183,8 @@ ColumnInfo ToColumnInfo(const ColumnSpec& spec) {
           spec.dtype,
           spec.chain ? spec.output_shape : spec.inner_shape,
           spec.annotation,
-          ElementMaskLevels(spec)};
+          ElementMaskLevels(spec),
+          AddedKeys(spec)};
 }
 
 }  // namespace stoker

@@ -146,6 +146,15 @@ std::string NullAdvice(const ColumnSpec& spec);
 /// 0 otherwise. A function of the type and options only, never of the data.
 int ElementMaskLevels(const ColumnSpec& spec);
 
+/// Whether the column's batches carry `<name>_valid` (ValidKey): on_error="zero" on a column
+/// written by its transforms' writer (batch/column_writers.cc, TransformWriter).
+bool WritesValid(const ColumnSpec& spec);
+
+/// The keys the column adds beside its own in every batch, in batch order (util/output_keys.h):
+/// a padded list's lengths (1 + its levels below the rows), its masks under null_mask
+/// (ElementMaskLevels), its valid flags (WritesValid). A function of the type and options only.
+std::vector<std::string> AddedKeys(const ColumnSpec& spec);
+
 /// Whether null elements of a list column's numbers or bools are replaced by its fill_null
 /// value (variable lists of numbers or bools, fixed-size lists), with or without null_mask.
 bool ElementFillApplies(const ColumnSpec& spec);

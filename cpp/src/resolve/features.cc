@@ -10,6 +10,7 @@
 
 #include "resolve/chains.h"
 #include "resolve/column_checks.h"
+#include "util/output_keys.h"
 
 namespace stoker {
 namespace {
@@ -118,10 +119,10 @@ Status CheckGroup(const FeatureGroup& group, bool single, const std::set<std::st
                      (single ? "features_name '" : "feature group '") + group.name +
                          "' clashes with a column of that name; rename the group");
   }
-  if (taken.contains(group.name + "_mask") && group.null_mask) {
-    return MakeError(ErrorKind::kInvalidOption,
-                     "feature group '" + group.name + "' adds '" + group.name +
-                         "_mask', which is also a column; rename the group");
+  if (taken.contains(MaskKey(group.name)) && group.null_mask) {
+    return MakeError(ErrorKind::kInvalidOption, "feature group '" + group.name + "' adds '" +
+                                                    MaskKey(group.name) +
+                                                    "', which is also a column; rename the group");
   }
   return Status::OK();
 }

@@ -13,6 +13,7 @@
 #include "resolve/column_checks.h"
 #include "resolve/features.h"
 #include "resolve/lookup.h"
+#include "resolve/output_names.h"
 
 namespace stoker {
 namespace {
@@ -407,6 +408,8 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const ColumnsOptions& 
     if (!options.user_transform) AddFooterNullProblems(catalog, out, &problems);
     return CombineProblems(problems);
   }
+  // The names the batches will hold, as the caller named the options (given, not the copy).
+  STOKER_RETURN_NOT_OK(CheckOutputNames(given, ToColumnInfos(out)));
   SetFields(lookup, &out);
   return out;
 }

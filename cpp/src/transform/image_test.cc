@@ -1169,7 +1169,8 @@ TEST(DecodeImage, ValidButUnsupportedFilesAreNotCorrupt) {
       RunChain(*chain, Value::View(ValueKind::kBytes, jpeg.data(), jpeg.size()), &out);
   EXPECT_EQ(GetErrorKind(large), ErrorKind::kUnsupportedInput) << large.ToString();
   EXPECT_NE(large.message().find("max_pixels"), std::string::npos) << large.ToString();
-  // Other image formats, by their magic bytes (tests/test_image_cmyk.py decodes real files).
+  // Other image formats, by their magic bytes (tests/unit/transforms/test_image_cmyk.py decodes
+  // real files).
   const Status gif = DecodeStatus(std::string("GIF89a\x10\x00\x10\x00\x80\x00\x00", 13));
   EXPECT_EQ(GetErrorKind(gif), ErrorKind::kUnsupportedInput) << gif.ToString();
   EXPECT_NE(gif.message().find("GIF images are not supported"), std::string::npos);

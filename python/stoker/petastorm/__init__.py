@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
+from .. import _stoker
 from .._petastorm import PetastormStore, codec_kind, decode_value, detect, field_chain
 from .._unischema import Field, Schema
 from ..errors import (InvalidOptionError, LoaderClosedError, NullValueError, TransformError,
@@ -210,15 +211,15 @@ def _refuse_nulls_inside_lists(batch: Dict[str, Any], name: str, mask: Any) -> N
     element masks that null_mask adds to list columns have no Petastorm form, so a null inside
     a valid row's list is refused as before rather than delivered as 0."""
     level = 1
-    while f"{name}_mask_{level}" in batch:
-        elements = np.asarray(batch[f"{name}_mask_{level}"])
+    while _stoker.mask_key(name, level) in batch:
+        elements = np.asarray(batch[_stoker.mask_key(name, level)])
         if elements.ndim > 1 and mask is not None:  # fixed-size lists: [B, n...]
             elements = elements[np.asarray(mask)]
         if not elements.all():
             raise NullValueError(
                 f"column {name!r} has nulls inside its lists (an inner list, string or element), "
                 "which the Petastorm reader cannot deliver; read it with stoker.Loader("
-                f"null_mask=[{name!r}]), which masks them ({name}_mask_{level})")
+                f"null_mask=[{name!r}]), which masks them ({_stoker.mask_key(name, level)})")
         level += 1
 
 
@@ -441,7 +442,7 @@ class Reader:
                 value = value.view(_LONG_LONG[value.dtype.char])
             if name in self._plan.reshape:  # e.g. Petastorm's [H, W] gray images
                 value = value.reshape((len(value),) + self._plan.reshape[name])
-            mask = batch.get(name + "_mask")
+            mask = batch.get(_stoker.mask_key(name))
             _refuse_nulls_inside_lists(batch, name, mask)
             decode = self._plan.python.get(name)
             if decode is not None:

@@ -1,0 +1,204 @@
+"""The node-local ready-tensor cache: never changes the output, shared by processes, self-healing."""
+
+import glob
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import stoker
+from stoker_testdata import TESTS, digest, write_uneven_dataset
+
+OPTIONS = dict(batch_size=100, seed=4, shuffle_window=700, drop_last=False,
+               lists="ragged")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("cached"))
+    write_uneven_dataset(root)
+    return root
+
+
+def entries(cache_dir):
+    return sorted(p for p in glob.glob(os.path.join(cache_dir, "tensors", "**", "*"),
+                                       recursive=True) if os.path.isfile(p))
+
+
+def run(dataset, cache_dir=None, **kwargs):
+    options = dict(OPTIONS, **kwargs)
+    loader = stoker.Loader(dataset, cache_dir=cache_dir, **options)
+    return digest(loader), loader.stats()["cache"]
+
+
+def test_cold_warm_and_partial_cache_give_identical_batches(dataset, tmp_path):
+    reference, _ = run(dataset)
+    cache_dir = str(tmp_path / "cache")
+    cold, cold_stats = run(dataset, cache_dir, num_threads=3)
+    assert cold == reference
+    assert cold_stats["misses"] > 0 and cold_stats["hits"] == 0
+    assert cold_stats["writes"] == cold_stats["misses"]
+    warm, warm_stats = run(dataset, cache_dir, num_threads=1)
+    assert warm == reference
+    assert warm_stats["misses"] == 0 and warm_stats["hits"] == cold_stats["misses"]
+    # Partly filled: drop every other entry.
+    files = entries(cache_dir)
+    assert files
+    for path in files[::2]:
+        os.remove(path)
+    partial, partial_stats = run(dataset, cache_dir, num_threads=2)
+    assert partial == reference
+    assert partial_stats["hits"] > 0 and partial_stats["misses"] > 0
+
+
+def test_other_epochs_and_ranks_hit_the_same_entries(dataset, tmp_path):
+    cache_dir = str(tmp_path / "cache")
+    run(dataset, cache_dir)
+    loader = stoker.Loader(dataset, cache_dir=cache_dir, rank=1, world_size=2, **OPTIONS)
+    loader.set_epoch(5)
+    reference = stoker.Loader(dataset, rank=1, world_size=2, **OPTIONS)
+    reference.set_epoch(5)
+    assert digest(loader) == digest(reference)
+    assert loader.stats()["cache"]["misses"] == 0
+
+
+def test_corrupt_entry_is_dropped_refetched_and_counted(dataset, tmp_path):
+    reference, _ = run(dataset)
+    cache_dir = str(tmp_path / "cache")
+    run(dataset, cache_dir)
+    files = entries(cache_dir)
+    with open(files[0], "r+b") as f:
+        f.seek(-100, os.SEEK_END)
+        f.write(b"\xff" * 50)
+    with open(files[1], "r+b") as f:
+        f.truncate(os.path.getsize(files[1]) // 2)
+    again, stats = run(dataset, cache_dir)
+    assert again == reference
+    assert stats["corrupt"] == 2
+    assert stats["misses"] == 2
+
+
+def test_cache_budget_is_respected(dataset, tmp_path):
+    cache_dir = str(tmp_path / "cache")
+    reference, _ = run(dataset)
+    small, stats = run(dataset, cache_dir, cache_bytes=50_000)
+    assert small == reference
+    used = sum(os.path.getsize(p) for p in entries(cache_dir))
+    assert used <= 50_000
+    assert stats["evictions"] > 0 or stats["not_stored"] > 0
+
+
+def test_processes_share_one_cache_and_decode_each_entry_once(dataset, tmp_path):
+    cache_dir = str(tmp_path / "cache")
+    reference, _ = run(dataset)
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {TESTS!r})
+        import stoker
+        from stoker_testdata import digest
+        loader = stoker.Loader({dataset!r}, cache_dir={cache_dir!r}, num_threads=2, **{OPTIONS!r})
+        d = digest(loader)
+        print(json.dumps({{"digest": d, "cache": loader.stats()["cache"]}}))
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    import json
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out))
+    for result in results:
+        assert result["digest"] == reference
+    writes = sum(r["cache"]["writes"] for r in results)
+    assert writes == len(entries(cache_dir))  # every entry decoded and written exactly once
+
+
+def test_cache_helpers(dataset, tmp_path):
+    cache_dir = str(tmp_path / "cache")
+    run(dataset, cache_dir)
+    usage = stoker.cache_usage(cache_dir)
+    assert usage["entries"] == len(entries(cache_dir)) > 0
+    assert usage["bytes"] == sum(os.path.getsize(p) for p in entries(cache_dir))
+    stoker.clear_cache(cache_dir)
+    assert entries(cache_dir) == []
+    assert stoker.cache_usage(cache_dir)["entries"] == 0
+
+
+def test_bad_cache_dir(dataset, tmp_path):
+    path = tmp_path / "afile"
+    path.write_text("x")
+    with pytest.raises(stoker.errors.InvalidOptionError, match="afile"):
+        stoker.Loader(dataset, cache_dir=str(path), **OPTIONS)
+
+
+def test_sigkill_mid_write_leaves_no_corrupt_entry(tmp_path):
+    import signal
+    import time
+
+    from stoker_testdata import write_wide_dataset
+
+    root = str(tmp_path / "wide")
+    write_wide_dataset(root, files=2, rows_per_file=60_000, columns=24, row_group_size=6_000)
+    cache_dir = str(tmp_path / "cache")
+    options = dict(batch_size=512, seed=2, shuffle_window=6_000)
+    reference = digest(stoker.Loader(root, **options))
+    script = textwrap.dedent(f"""
+        import stoker
+        loader = stoker.Loader({root!r}, cache_dir={cache_dir!r}, num_threads=2, **{options!r})
+        print("START", flush=True)
+        for batch in loader:
+            pass
+    """)
+    for delay in (0.3, 0.6, 0.9):  # kill at different points of the cold epoch
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "START"
+            time.sleep(delay)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            proc.kill()
+        loader = stoker.Loader(root, cache_dir=cache_dir, **options)
+        assert digest(loader) == reference
+        assert loader.stats()["cache"]["corrupt"] == 0
+    # Whatever the kills left behind (temporary files) is gone after the next open.
+    stoker.cache_usage(cache_dir)
+    leftovers = glob.glob(os.path.join(cache_dir, ".tmp", "*"))
+    assert leftovers == []
+
+
+@pytest.mark.parametrize("cache_state", ["cold", "warm", "partial"])
+def test_resume_and_sharding_contracts_hold_with_any_cache_state(dataset, tmp_path, cache_state):
+    import itertools
+
+    cache_dir = str(tmp_path / "cache")
+    if cache_state != "cold":
+        run(dataset, cache_dir)
+        if cache_state == "partial":
+            for path in entries(cache_dir)[1::2]:
+                os.remove(path)
+    # Resume: the head from one loader plus the tail from a resumed one equals the full epoch.
+    full = digest(stoker.Loader(dataset, **OPTIONS))
+    head_loader = stoker.Loader(dataset, cache_dir=cache_dir, num_threads=3, **OPTIONS)
+    head = digest(itertools.islice(head_loader, 7))
+    state = head_loader.state_dict()
+    tail_loader = stoker.Loader(dataset, cache_dir=cache_dir, num_threads=1, **OPTIONS)
+    tail_loader.load_state_dict(state)
+    assert head + digest(tail_loader) == full
+    # Sharding: every row once across two ranks, equal batch counts, same bytes as uncached.
+    seen = []
+    for rank in range(2):
+        cached = stoker.Loader(dataset, cache_dir=cache_dir, rank=rank, world_size=2,
+                               padding_mask=True, **OPTIONS)
+        uncached = stoker.Loader(dataset, rank=rank, world_size=2, padding_mask=True, **OPTIONS)
+        batches = list(cached)
+        assert digest(batches) == digest(uncached)
+        assert len(batches) == len(cached)
+        seen += [np.asarray(b["id"])[~np.asarray(b["__padding__"])] for b in batches]
+    seen = np.concatenate(seen)
+    np.testing.assert_array_equal(np.sort(seen), np.arange(len(seen)))
