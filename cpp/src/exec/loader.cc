@@ -161,8 +161,9 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
   if (catalog->total_rows() == 0) {
     return MakeError(ErrorKind::kEmptyDataset, "the dataset has no rows");
   }
-  STOKER_ASSIGN_OR_RAISE(auto spec,
-                         ResolveColumns(*catalog, options.columns, !options.cache.dir.empty()));
+  STOKER_ASSIGN_OR_RAISE(
+      auto spec, ResolveColumns(*catalog, options.columns, !options.cache.dir.empty(), nullptr,
+                                options.order.padding_mask ? options.order.padding_name : ""));
   const int64_t window_rows =
       options.order.shuffle_window_bytes > 0
           ? std::max<int64_t>(1, options.order.shuffle_window_bytes / RowBytes(*catalog, spec))

@@ -371,7 +371,8 @@ void SetFields(const ColumnLookup& lookup, OutputSpec* out) {
 }  // namespace
 
 Result<OutputSpec> ResolveColumns(const Catalog& catalog, const ColumnsOptions& given, bool cached,
-                                  std::shared_ptr<arrow::Schema> transform_schema) {
+                                  std::shared_ptr<arrow::Schema> transform_schema,
+                                  const std::string& padding_flag) {
   // Every problem is collected, so that one error lists them all (CombineProblems).
   std::vector<Status> problems;
   // The dataset's structs named by transforms (with transform=, its outputs are the columns).
@@ -409,7 +410,7 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const ColumnsOptions& 
     return CombineProblems(problems);
   }
   // The names the batches will hold, as the caller named the options (given, not the copy).
-  STOKER_RETURN_NOT_OK(CheckOutputNames(given, ToColumnInfos(out)));
+  STOKER_RETURN_NOT_OK(CheckOutputNames(given, padding_flag, ToColumnInfos(out)));
   SetFields(lookup, &out);
   return out;
 }

@@ -24,9 +24,11 @@ namespace stoker {
 /// the struct; its other fields only where columns names them. Any other struct named by
 /// transforms is an error naming its fields.
 /// `cached`: a ready-tensor cache is on (chains then keep their deterministic prefix apart for it).
+/// `padding_flag`: the padding flag's name when padding_mask is on (no column may have it).
 Result<OutputSpec> ResolveColumns(const Catalog& catalog, const ColumnsOptions& given,
                                   bool cached = false,
-                                  std::shared_ptr<arrow::Schema> transform_schema = nullptr);
+                                  std::shared_ptr<arrow::Schema> transform_schema = nullptr,
+                                  const std::string& padding_flag = "");
 
 /// Resolves `name` alone, as a column or (`feature`) as a feature alone in its group, with the
 /// options' choices for it (its vocabulary, its chains): one spec, or one per output of a column
