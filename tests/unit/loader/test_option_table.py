@@ -13,7 +13,7 @@ import pytest
 import stoker
 from stoker import _stoker
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 LEFT_OUT = re.compile(r"does not change the batches|not part of the options fingerprint", re.I)
 PARTS = {"source", "storage", "columns", "order", "execution", "cache", "python"}
 
