@@ -71,7 +71,7 @@ void RunOpen(std::shared_ptr<PendingOpen> pending) {
       return;  // the caller joins this thread, then owns `pending` alone
     }
   }
-  if (pending->options.user_transform) {
+  if (pending->options.columns.user_transform) {
     // The user transform may hold the last reference to a Python object, which only a thread
     // holding the GIL may drop, and this thread must not ask for the GIL while the interpreter
     // exits. Leaked on purpose: a few bytes once per interrupted open.

@@ -126,15 +126,21 @@ void RegisterUserTransform(nb::module_& m) {
       .def(
           "set_user_transform",
           [](LoaderOptions& self, nb::handle apply, std::string fingerprint) {
-            self.user_transform = std::make_shared<PyUserTransform>(apply, std::move(fingerprint));
+            self.columns.user_transform =
+                std::make_shared<PyUserTransform>(apply, std::move(fingerprint));
           },
           nb::arg("apply"), nb::arg("fingerprint"),
           "apply(schema_capsule, array_capsule, where) -> (schema_capsule, array_capsule) or "
           "(kind, message); called on the engine's worker threads with the GIL held. Held "
           "weakly: the caller keeps it alive as long as the loader.")
       .def_prop_ro("has_user_transform",
-                   [](const LoaderOptions& self) { return self.user_transform != nullptr; })
-      .def_rw("transform_columns", &LoaderOptions::transform_columns);
+                   [](const LoaderOptions& self) { return self.columns.user_transform != nullptr; })
+      .def_prop_rw(
+          "transform_columns",
+          [](const LoaderOptions& self) { return self.columns.transform_columns; },
+          [](LoaderOptions& self, std::vector<std::string> columns) {
+            self.columns.transform_columns = std::move(columns);
+          });
 }
 
 }  // namespace stoker::python

@@ -5,65 +5,31 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from . import _stoker
 from ._dtypes import dtype_name
 from .errors import InvalidOptionError
 
-__all__ = ["Source", "parse_size", "normalise_sources", "storage_value", "column_options",
-           "check_int", "transform_chains", "set_transforms", "output_columns", "set_features",
-           "feature_columns", "feature_group_names", "set_categories", "TIME_UNITS",
-           "DECIMAL_MODES", "check_storage_options", "Built", "build"]
+__all__ = ["Source", "parse_size", "transform_chains",
+           "set_transforms", "output_columns", "feature_columns", "feature_group_names",
+           "TIME_UNITS", "DECIMAL_MODES", "Built", "build"]
 
 Source = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
-_SIZE_UNITS = {
-    "": 1, "b": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
-
-
 def parse_size(value: Union[int, str], option: str) -> int:
-    """``1048576``, ``"64MiB"``, ``"1.5GB"`` -> bytes. Errors name ``option``."""
-    if isinstance(value, bool):
-        raise InvalidOptionError(f"{option} must be a byte count or a size like '64MiB', got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
-        if match and match.group(2).lower() in _SIZE_UNITS:
-            return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
-    raise InvalidOptionError(f"{option} must be a byte count or a size like '64MiB', got {value!r}")
+    """``1048576``, ``"64MiB"``, ``"1.5GB"`` -> bytes. Errors name ``option`` (the engine's
+    ParseSize, cpp/src/options/)."""
+    return _stoker.parse_size(value, option)
 
 
-def check_int(name: str, value: Any) -> None:
-    """Raises unless ``value`` is None or an int (bools are refused)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise InvalidOptionError(f"{name} must be an integer, got {value!r}")
-
-
-def normalise_sources(source: Source) -> list:
-    """A source or list of sources -> absolute local paths and URIs, as the engine takes them."""
-    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-    if not items:
-        raise InvalidOptionError("source is empty: give a file, folder, glob or URI")
-    out = []
-    for item in items:
-        text = os.fspath(item)
-        if not isinstance(text, str) or not text:
-            raise InvalidOptionError(f"source {item!r} is not a path or URI")
-        out.append(text if "://" in text else os.path.abspath(os.path.expanduser(text)))
-    return out
-
-
-def storage_value(value: Any) -> str:
-    """A storage option's value as the engine's string (bools as true/false)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+def _plain_sources(source: Any) -> Any:
+    """``source`` with os.PathLike items as str (the engine checks and normalises the paths)."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    if isinstance(source, (bytes, Mapping)) or not isinstance(source, Iterable):
+        return source
+    return [os.fspath(item) if isinstance(item, os.PathLike) else item for item in source]
 
 
 def _chain(chain: Any, where: str) -> list:
@@ -125,161 +91,40 @@ def output_columns(chains: Mapping[str, Any]) -> set:
     return names
 
 
-# time_unit: a calendar day, hour, minute, second, millisecond, microsecond, nanosecond.
-TIME_UNITS = ("D", "h", "m", "s", "ms", "us", "ns")
-DECIMAL_MODES = ("float64", "float32", "scaled_int64")
+# time_unit: a calendar day, hour, minute, second, millisecond, microsecond, nanosecond. The
+# engine's names (cpp/src/options/), for the CLI's flags.
+TIME_UNITS = tuple(_stoker.time_units())
+DECIMAL_MODES = tuple(_stoker.decimal_modes())
+
+# The keyword options the engine's BuildLoaderOptions checks and sets (cpp/src/options/build.cc),
+# besides features, features_dtype and categories (given with Python objects made plain).
+_ENGINE_OPTIONS = ("features_name", "null_mask", "batch_size", "shuffle", "shuffle_window",
+                   "drop_last", "padding_mask", "num_threads", "num_io_threads", "prefetch_bytes",
+                   "task_bytes",
+                   "storage_options", "max_retries", "retry_base_delay", "cache_bytes",
+                   "cache_min_free_bytes", "allow_lossy_cast", "lists", "pad_value", "fill_null",
+                   "on_error", "time_unit", "decimals")
 
 
-def _per_column(value: Any) -> tuple:
-    """An option given for every column (a scalar) or per column (a dict) -> (default, dict)."""
-    if isinstance(value, Mapping):
-        return None, dict(value)
-    return value, {}
-
-
-def column_options(lists: Union[None, str, Mapping[str, str]],
-                   pad_value: Union[float, Mapping[str, float]],
-                   fill_null: Union[None, float, Mapping[str, float]],
-                   null_mask: Union[bool, Sequence[str]],
-                   requested: Sequence[str],
-                   on_error: Union[str, Mapping[str, str]] = "raise",
-                   time_unit: Union[None, str, Mapping[str, str]] = None,
-                   decimals: Union[None, str, Mapping[str, str]] = None) -> tuple:
-    """The per-column options -> (default ColumnOptions, {column: ColumnOptions})."""
-    modes = {"padded": _stoker.ListMode.padded, "ragged": _stoker.ListMode.ragged}
-    list_default, list_by = _per_column(lists)
-    pad_default, pad_by = _per_column(pad_value)
-    pad_default = 0 if pad_default is None else pad_default
-    fill_default, fill_by = _per_column(fill_null)
-    if isinstance(null_mask, bool):
-        mask_default, mask_by = null_mask, {}
-    elif isinstance(null_mask, str):
-        raise InvalidOptionError("null_mask takes True or a list of column names, not a string")
-    else:
-        mask_default, mask_by = False, {name: True for name in null_mask}
-    error_default, error_by = _per_column(on_error)
-    error_default = "raise" if error_default is None else error_default
-    unit_default, unit_by = _per_column(time_unit)
-    decimal_default, decimal_by = _per_column(decimals)
-    for option, by in (("lists", list_by), ("pad_value", pad_by), ("fill_null", fill_by),
-                       ("null_mask", mask_by), ("on_error", error_by), ("time_unit", unit_by),
-                       ("decimals", decimal_by)):
-        for name in by:
-            # A struct's name stands for its leaves, and a leaf may be named below a parent.
-            if requested and not any(r == name or r.startswith(name + ".") or
-                                     name.startswith(r + ".") for r in requested):
-                raise InvalidOptionError(
-                    f"{option} names column {name!r}, which is not in columns or features")
-
-    def make(mode, pad, fill, mask, error, where, unit=None, decimal=None):
-        col = _stoker.ColumnOptions()
-        for option, value, allowed in (("time_unit", unit, TIME_UNITS),
-                                       ("decimals", decimal, DECIMAL_MODES)):
-            if value is None:
-                continue
-            if value not in allowed:
-                raise InvalidOptionError(
-                    f"{option}{where} must be one of {', '.join(map(repr, allowed))}, "
-                    f"got {value!r}")
-            setattr(col, option, value)
-        if error not in ("raise", "zero"):
-            raise InvalidOptionError(f"on_error{where} must be 'raise' or 'zero', got {error!r}")
-        col.on_error_zero = error == "zero"
-        if mode is not None:
-            if mode not in modes:
-                raise InvalidOptionError(f"lists{where} must be 'padded' or 'ragged', got {mode!r}")
-            col.list_mode = modes[mode]
-        col.pad_value = float(pad)
-        if fill is not None:
-            col.has_fill_null = True
-            col.fill_null = float(fill)
-        col.null_mask = bool(mask)
-        return col
-
-    default = make(list_default, pad_default, fill_default, mask_default, error_default, "",
-                   unit_default, decimal_default)
-    per_column = {}
-    for name in (set(list_by) | set(pad_by) | set(fill_by) | set(mask_by) | set(error_by) |
-                 set(unit_by) | set(decimal_by)):
-        per_column[name] = make(
-            list_by.get(name, list_default), pad_by.get(name, pad_default),
-            fill_by.get(name, fill_default), mask_by.get(name, mask_default),
-            error_by.get(name, error_default), f"[{name!r}]",
-            unit_by.get(name, unit_default), decimal_by.get(name, decimal_default))
-    return default, per_column
-
-
-def _names(value: Any, where: str) -> list:
-    if isinstance(value, str) or not isinstance(value, Sequence) or \
-            not all(isinstance(name, str) for name in value):
-        raise InvalidOptionError(f"{where} takes a list of column names, got {value!r}")
-    return list(value)
-
-
-def set_features(opts: Any, features: Any, features_dtype: Any, features_name: str,
-                 null_mask: Any) -> Any:
-    """Sets the stacked features on the engine's options and returns ``null_mask`` without the
-    group names it named (those masks are the groups').
-
-    ``features`` is a list (one group named ``features_name``) or ``{group: [columns]}``;
-    ``features_dtype`` a dtype name for every group or ``{group: dtype}`` (groups it leaves out
-    are float32). ``null_mask`` may name groups: ``True`` masks every group."""
-    if features is None:
-        if isinstance(features_dtype, Mapping):
-            raise InvalidOptionError("features_dtype is a dict but features is not given")
-        opts.features_dtype = dtype_name(features_dtype, "features_dtype")
-        opts.features_name = features_name
-        return null_mask
-    grouped = isinstance(features, Mapping)
-    if grouped:
-        if features_name != "features":
-            raise InvalidOptionError(
-                "features_name names the group of a list of features; with a dict, its keys "
-                "name the groups")
-        if not features:
-            raise InvalidOptionError("features is an empty dict: give {group: [columns]}")
-        groups = {}
-        for name, columns in features.items():
-            if not isinstance(name, str) or not name:
-                raise InvalidOptionError(f"features keys are group names, got {name!r}")
-            groups[name] = _names(columns, f"features[{name!r}]")
-    else:
-        groups = {features_name: _names(features, "features")}
+def _dtype_names(features: Any, features_dtype: Any) -> Any:
+    """``features_dtype`` with numpy and torch dtype objects as the engine's names (only Python
+    knows them); the engine checks the names and how they fit ``features``."""
     if isinstance(features_dtype, Mapping):
-        unknown = sorted(set(features_dtype) - set(groups))
-        if unknown:
-            raise InvalidOptionError(
-                f"features_dtype names group(s) {unknown}, which features does not define; "
-                f"groups: {sorted(groups)}")
-        dtypes = {name: dtype_name(features_dtype.get(name, "float32"),
-                                   f"features_dtype[{name!r}]") for name in groups}
-    else:
-        one = dtype_name(features_dtype, "features_dtype (a dtype, or a dict {group: dtype})")
-        dtypes = {name: one for name in groups}
-    masked: set = set()
-    rest = null_mask
-    if null_mask is True:
-        masked = set(groups)
-    elif not isinstance(null_mask, (bool, str)) and isinstance(null_mask, Sequence):
-        masked = {name for name in null_mask if name in groups}
-        rest = [name for name in null_mask if name not in groups]
-    if not grouped and not masked:
-        # One group as before (its fingerprint unchanged); null_mask=True masks it.
-        opts.features = groups[features_name]
-        opts.features_name = features_name
-        opts.features_dtype = dtypes[features_name]
-        return rest
-    made = []
-    for name, columns in groups.items():
-        group = _stoker.FeatureGroup()
-        group.name = name
-        group.columns = columns
-        group.dtype = dtypes[name]
-        group.null_mask = name in masked
-        made.append(group)
-    opts.feature_groups = made
-    opts.features_name = features_name
-    return rest
+        if features is None:
+            return dict(features_dtype)  # the engine refuses a dict without features
+        return {name: dtype_name(value, f"features_dtype[{name!r}]")
+                for name, value in features_dtype.items()}
+    where = "features_dtype" if features is None else \
+        "features_dtype (a dtype, or a dict {group: dtype})"
+    return dtype_name(features_dtype, where)
+
+
+def _paths(categories: Any) -> Any:
+    """``categories`` with os.PathLike vocabulary files as str (the engine reads them)."""
+    if not isinstance(categories, Mapping):
+        return categories
+    return {column: os.fspath(given) if isinstance(given, os.PathLike) else given
+            for column, given in categories.items()}
 
 
 def feature_columns(opts: Any) -> list:
@@ -293,66 +138,6 @@ def feature_group_names(opts: Any) -> list:
     if opts.feature_groups:
         return [group.name for group in opts.feature_groups]
     return [opts.features_name] if opts.features else []
-
-
-def set_categories(opts: Any, categories: Any) -> None:
-    """``{column: "auto" | [values] | path of a text file, one value per line}`` -> the engine's
-    ``{column: [values]}`` ([] for "auto"). A file is read here (UTF-8; blank lines skipped)."""
-    if categories is None:
-        return
-    if not isinstance(categories, Mapping):
-        raise InvalidOptionError(
-            "categories must be a dict {column: 'auto' | list of str | path of a text file}")
-    out = {}
-    for column, given in categories.items():
-        where = f"categories[{column!r}]"
-        if not isinstance(column, str):
-            raise InvalidOptionError(f"categories keys are column names, got {column!r}")
-        if isinstance(given, str) and given == "auto":
-            out[column] = []
-            continue
-        if isinstance(given, (str, os.PathLike)):
-            path = os.fspath(given)
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    values = [line for line in handle.read().splitlines() if line.strip()]
-            except OSError as exc:
-                raise InvalidOptionError(
-                    f"{where}: cannot read the vocabulary file {path!r}: {exc.strerror or exc}"
-                ) from None
-            except UnicodeDecodeError:
-                raise InvalidOptionError(
-                    f"{where}: the vocabulary file {path!r} is not UTF-8 text") from None
-            where = f"{where} (file {path!r})"
-        elif isinstance(given, Sequence) and all(isinstance(value, str) for value in given):
-            values = list(given)
-        else:
-            raise InvalidOptionError(
-                f"{where} must be 'auto', a list of str or the path of a text file, got "
-                f"{given!r}")
-        if not values:
-            raise InvalidOptionError(f"{where} is empty: give at least one value, or 'auto'")
-        seen: set = set()
-        for value in values:
-            if value in seen:
-                raise InvalidOptionError(f"{where} lists {value!r} twice; each value gets one id")
-            seen.add(value)
-        out[column] = values
-    opts.categories = out
-
-
-def check_storage_options(sources: Sequence[str], storage_options: Any) -> None:
-    """``storage_options`` configure remote filesystems: given (non-empty) with nothing but local
-    paths, they would be ignored, so this raises naming the option. An empty dict is allowed
-    (code that always passes one)."""
-    if not storage_options:
-        return
-    local = [s for s in sources if "://" not in s or s.startswith("file://")]
-    if len(local) == len(sources):
-        raise InvalidOptionError(
-            f"storage_options ({', '.join(sorted(map(str, storage_options)))}) configure remote "
-            f"filesystems (s3://, gs://, hdfs://, ...), but source {local[0]!r} is a local path, "
-            "where they would be ignored: drop storage_options, or give the remote URI")
 
 
 # ------------------------------------------------------------------------------------- build
@@ -393,44 +178,21 @@ def build(source: Source, columns: Optional[Sequence[str]], features: Any, *,
                 raise InvalidOptionError("output='torch' needs PyTorch: pip install torch") from None
     if isinstance(columns, str) or isinstance(features, str):
         raise InvalidOptionError("columns and features take a list of names, not a string")
-    checked_ints = ("num_io_threads",) if describe else \
-        ("batch_size", "num_threads", "num_io_threads", "max_retries")
-    for name in checked_ints:
-        check_int(name, kw[name])
     built = Built(options=_stoker.LoaderOptions(), transforms={})
     if not describe:
         _check_loader_only(built, kw)
     opts = built.options
-    opts.sources = normalise_sources(source)
     opts.columns = list(columns) if columns is not None else []
-    null_mask = set_features(opts, features, kw["features_dtype"], kw["features_name"],
-                             kw["null_mask"])
-    set_categories(opts, kw["categories"])
-    opts.allow_lossy_cast = bool(kw["allow_lossy_cast"])
+    # Every check of the plain options, and their defaults, are the engine's.
+    values = {name: kw[name] for name in _ENGINE_OPTIONS if name in kw}
+    values.update(source=_plain_sources(source), features=features,
+                  features_dtype=_dtype_names(features, kw["features_dtype"]),
+                  categories=_paths(kw["categories"]))
+    built.options = opts = _stoker.build_loader_options(values, opts, describe)
     if not describe:
         _set_loader_only(built, kw)
-    else:
-        opts.num_io_threads = kw["num_io_threads"] or 0
-    storage_options = kw["storage_options"]
-    if storage_options is not None:
-        if not isinstance(storage_options, Mapping):
-            raise InvalidOptionError("storage_options must be a dict of strings")
-        check_storage_options(opts.sources, storage_options)
-        opts.storage_options = {str(k): storage_value(v) for k, v in storage_options.items()}
-    if describe:
-        check_int("max_retries", kw["max_retries"])
-    opts.max_retries = kw["max_retries"]
-    opts.retry_base_delay_s = float(kw["retry_base_delay"])
-    if describe:
-        # Sizes are checked as a Loader checks them, though they do not change the description.
-        for name in ("prefetch_bytes", "task_bytes", "cache_bytes", "cache_min_free_bytes"):
-            parse_size(kw[name], name)
-    else:
         cache_dir = kw["cache_dir"]
         opts.cache_dir = os.path.abspath(os.fspath(cache_dir)) if cache_dir is not None else ""
-        opts.cache_bytes = parse_size(kw["cache_bytes"], "cache_bytes")
-        opts.cache_min_free_bytes = parse_size(kw["cache_min_free_bytes"],
-                                               "cache_min_free_bytes")
     transforms = kw["transforms"]
     built.transforms = transform_chains(transforms) if transforms is not None else {}
     _plan_petastorm(built, columns, kw, describe)
@@ -445,9 +207,6 @@ def build(source: Source, columns: Optional[Sequence[str]], features: Any, *,
             raise InvalidOptionError("transform_columns is empty: name at least one "
                                      "column, or pass None for all")
         opts.transform_columns = list(transform_columns)
-    opts.default_column_options, opts.column_options = column_options(
-        kw["lists"], kw["pad_value"], kw["fill_null"], null_mask,
-        opts.columns + feature_columns(opts), kw["on_error"], kw["time_unit"], kw["decimals"])
     return built
 
 
@@ -490,28 +249,18 @@ def _check_loader_only(built: Built, kw: Mapping[str, Any]) -> None:
 
 
 def _set_loader_only(built: Built, kw: Mapping[str, Any]) -> None:
-    """Batching, sharding, the seed, threads and memory: the options only a Loader has."""
+    """Sharding, the seed, the default thread count and pinning: what only Python knows
+    (torch.distributed, the environment, the device)."""
     from ._distributed import agree_on_seed, default_num_threads, resolve_rank
 
     opts = built.options
-    opts.batch_size = kw["batch_size"]
-    opts.shuffle = bool(kw["shuffle"])
-    shuffle_window = kw["shuffle_window"]
-    if isinstance(shuffle_window, int) and not isinstance(shuffle_window, bool):
-        opts.shuffle_window_rows = shuffle_window
-    else:
-        opts.shuffle_window_bytes = parse_size(shuffle_window, "shuffle_window")
-    opts.drop_last = bool(kw["drop_last"])
-    opts.padding_mask = bool(kw["padding_mask"])
     opts.rank, opts.world_size = resolve_rank(kw["rank"], kw["world_size"])
     built.seed_given = kw["seed"] is not None
     opts.seed = agree_on_seed(kw["seed"], opts.world_size, opts.shuffle)
-    opts.num_threads = kw["num_threads"] or default_num_threads()
-    opts.num_io_threads = kw["num_io_threads"] or 0
-    opts.prefetch_bytes = parse_size(kw["prefetch_bytes"], "prefetch_bytes")
+    if not opts.num_threads:
+        opts.num_threads = default_num_threads()
     pin_memory = kw["pin_memory"]
     opts.pin_memory = built.device is not None if pin_memory is None else pin_memory
-    opts.task_bytes = parse_size(kw["task_bytes"], "task_bytes")
 
 
 def _plan_petastorm(built: Built, columns: Optional[Sequence[str]], kw: Mapping[str, Any],

@@ -10,9 +10,9 @@ new ranks, ``(old world size, batches each old rank delivered)``.
 
 from __future__ import annotations
 
-import zlib
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from . import _stoker
 from ._state import STATE_VERSION, check_state
 from .errors import StateMismatchError
 
@@ -41,59 +41,16 @@ def make_state(epoch: int, batch: int, seed: int, engine: Any, rank: int, world_
 
 def option_summary(opts: Any, engine: Any, transforms: Any, transform_fingerprint: str,
                    has_transform: bool) -> Dict[str, int]:
-    """What the options fingerprint covers, one int per option (CRCs of the larger ones)."""
-
-    def crc(*parts: Any) -> int:
-        return zlib.crc32(repr(parts).encode())
-
-    def column_options(o: Any) -> tuple:
-        # on_error joins only when set, so that states saved before it still match.
-        return ((str(o.list_mode), o.pad_value, o.has_fill_null, o.fill_null, o.null_mask) +
-                (("on_error=zero",) if o.on_error_zero else ()))
-
-    return {
-        "dataset": engine.dataset_fingerprint,
-        "batch_size": opts.batch_size,
-        "shuffle": int(opts.shuffle),
-        "shuffle_window": engine.shuffle_window_rows,
-        "drop_last": int(opts.drop_last),
-        "padding_mask": int(opts.padding_mask),
-        "columns": crc(sorted(opts.columns)),
-        "features": crc(list(opts.features), opts.features_name, str(opts.features_dtype),
-                        opts.allow_lossy_cast) if not opts.feature_groups else
-        crc([(g.name, list(g.columns), g.dtype, g.null_mask) for g in opts.feature_groups],
-            opts.allow_lossy_cast),
-        # Only when set, so states of loaders without categories are unchanged.
-        **({"categories": crc(sorted(opts.categories.items()))} if opts.categories else {}),
-        "column_options": crc(column_options(opts.default_column_options),
-                              sorted((k, column_options(v))
-                                     for k, v in opts.column_options.items())),
-        "transforms": crc(transforms),
-        # Only with transform=, so states of loaders without one are unchanged.
-        **({"transform": crc(transform_fingerprint, list(opts.transform_columns))}
-           if has_transform else {}),
-    }
+    """What the options fingerprint covers, one int per option (CRCs of the larger ones): the
+    engine's OptionSummary (cpp/src/options/summary.cc), beside the fingerprint it explains."""
+    return _stoker.option_summary(opts, engine.dataset_fingerprint, engine.shuffle_window_rows,
+                                  transforms, transform_fingerprint, has_transform)
 
 
 def differences(state: Mapping[str, Any], mine: Mapping[str, int]) -> str:
     """What differs between a saved state's options and ``mine`` (option_summary), for the
-    error of a fingerprint mismatch."""
-    saved = state.get("options")
-    if not isinstance(saved, Mapping):
-        return ("the dataset's files and these options must match: source, columns, "
-                "features, features_name, features_dtype, allow_lossy_cast, batch_size, "
-                "shuffle, shuffle_window, drop_last, padding_mask, transforms and the column "
-                "options (lists, pad_value, fill_null, null_mask, on_error)")
-    names = {"dataset": "the dataset (its files, sizes or row counts)",
-             "features": "features (or features_name, features_dtype, allow_lossy_cast)",
-             "column_options": "the column options (lists, pad_value, fill_null, null_mask, "
-                               "on_error)"}
-    differ = [names.get(k, k) + (f" (saved {saved[k]}, now {mine[k]})"
-                                 if k in ("batch_size", "shuffle", "shuffle_window",
-                                          "drop_last", "padding_mask") else "")
-              for k in mine if saved.get(k) != mine[k]]
-    return ("these differ: " + "; ".join(differ)) if differ else \
-        "the sources differ (the same files under other paths)"
+    error of a fingerprint mismatch (the engine's OptionDifferences)."""
+    return _stoker.option_differences(state.get("options"), dict(mine))
 
 
 def plan_resume(state: Mapping[str, Any], engine: Any, rank: int, world_size: int, seed: int,

@@ -11,7 +11,7 @@ import re
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SRC = os.path.join(ROOT, "cpp", "src")
-ORDER = ["util", "cache", "io", "catalog", "plan", "transform", "resolve", "decode", "batch",
+ORDER = ["util", "options", "cache", "io", "catalog", "plan", "transform", "resolve", "decode", "batch",
          "exec"]
 INCLUDE = re.compile(r'#include "([a-z_]+)/')
 INCLUDE_FILE = re.compile(r'^#include "([a-z_]+/[A-Za-z0-9_]+)\.h"', re.MULTILINE)

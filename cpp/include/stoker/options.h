@@ -82,9 +82,26 @@ struct FeatureGroup {
   bool null_mask = false;
 };
 
-struct LoaderOptions {
+/// Where the data is (Catalog::Open).
+struct SourceOptions {
   /// Files, folders (recursive), globs or URIs (file://, s3://, ...). Local paths are absolute.
   std::vector<std::string> sources;
+};
+
+/// How remote stores are reached (io/: OpenFileSystem). Never part of the fingerprint.
+struct StorageOptions {
+  /// Filesystem settings for remote sources, with Arrow's names (endpoint_override, region,
+  /// scheme, access_key, secret_key, session_token, anonymous, connect_timeout, request_timeout).
+  /// Values never appear in errors, logs, repr or stats.
+  std::map<std::string, std::string> storage_options;
+  /// Transient storage errors (5xx, SlowDown, resets, timeouts) are retried this many times with
+  /// exponential backoff and jitter starting at retry_base_delay_s.
+  int max_retries = 5;
+  double retry_base_delay_s = 0.1;
+};
+
+/// What each column becomes (resolve/: ResolveColumns, ColumnLookup, the feature groups).
+struct ColumnsOptions {
   /// Columns delivered one tensor each. Empty with empty `features`: every column.
   std::vector<std::string> columns;
   /// Scalar columns stacked into one dense [B, F] tensor named `features_name`.
@@ -118,7 +135,10 @@ struct LoaderOptions {
   std::shared_ptr<UserTransform> user_transform;
   /// The file columns the user transform receives; empty: every file column.
   std::vector<std::string> transform_columns;
+};
 
+/// Which rows go into which batch, in which order, on which rank (plan/, the padding writer).
+struct OrderOptions {
   int64_t batch_size = 1024;
   bool shuffle = true;
   uint64_t seed = 0;
@@ -133,7 +153,10 @@ struct LoaderOptions {
   std::string padding_name = "__padding__";
   int rank = 0;
   int world_size = 1;
+};
 
+/// Threads and memory (exec/). Never part of the fingerprint: a run can resume with others.
+struct ExecutionOptions {
   /// Target uncompressed bytes of one decode task (row groups are split by column groups).
   int64_t task_bytes = 16 << 20;
   int num_threads = 0;     // CPU workers; 0: the number of cores
@@ -142,20 +165,25 @@ struct LoaderOptions {
   /// Allocate batch slabs page-locked through the CUDA runtime in the process (for asynchronous
   /// copies to a GPU). Needs a CUDA build of torch loaded; does not change the batches.
   bool pin_memory = false;
+};
 
-  /// Filesystem settings for remote sources, with Arrow's names (endpoint_override, region,
-  /// scheme, access_key, secret_key, session_token, anonymous, connect_timeout, request_timeout).
-  /// Values never appear in errors, logs, repr or stats.
-  std::map<std::string, std::string> storage_options;
-  /// Transient storage errors (5xx, SlowDown, resets, timeouts) are retried this many times with
-  /// exponential backoff and jitter starting at retry_base_delay_s.
-  int max_retries = 5;
-  double retry_base_delay_s = 0.1;
+/// The node-local cache (cache/: DiskCache). Never part of the fingerprint.
+struct CacheOptions {
+  /// Cache folder shared by every process on the node; empty: no cache.
+  std::string dir;
+  int64_t bytes = int64_t{50} << 30;
+  int64_t min_free_bytes = int64_t{1} << 30;
+};
 
-  /// Node-local cache folder shared by every process on the node; empty: no cache.
-  std::string cache_dir;
-  int64_t cache_bytes = int64_t{50} << 30;
-  int64_t cache_min_free_bytes = int64_t{1} << 30;
+/// Every option of a Loader, one struct per layer that reads them: each layer is handed only its
+/// own (OpenFileSystem the storage, ResolveColumns the columns, the planner the order, ...).
+struct LoaderOptions {
+  SourceOptions source;
+  StorageOptions storage;
+  ColumnsOptions columns;
+  OrderOptions order;
+  ExecutionOptions execution;
+  CacheOptions cache;
 
   /// Checks ranges and consistency; errors name the option.
   Status Validate() const;

@@ -2,7 +2,7 @@
 
 namespace stoker {
 
-BatchAssembler::BatchAssembler(std::shared_ptr<const OutputSpec> spec, const LoaderOptions& options,
+BatchAssembler::BatchAssembler(std::shared_ptr<const OutputSpec> spec, const WriterOptions& options,
                                std::shared_ptr<SlabPool> pool)
     : spec_(std::move(spec)),
       pool_(std::move(pool)),

@@ -22,7 +22,7 @@ namespace stoker {
 
 class BatchAssembler {
  public:
-  BatchAssembler(std::shared_ptr<const OutputSpec> spec, const LoaderOptions& options,
+  BatchAssembler(std::shared_ptr<const OutputSpec> spec, const WriterOptions& options,
                  std::shared_ptr<SlabPool> pool);
 
   /// Per-item work done once on the worker that decoded it (each writer's Prepare: the features

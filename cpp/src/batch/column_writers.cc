@@ -930,13 +930,13 @@ Status TransformWriter::Fill(const BatchRows& rows, OutputColumn* column) const 
 
 // --- MakeColumnWriters ---------------------------------------------------------------------
 
-ColumnWriters MakeColumnWriters(const OutputSpec& spec, const LoaderOptions& options) {
+ColumnWriters MakeColumnWriters(const OutputSpec& spec, const WriterOptions& options) {
   ColumnWriters out;
   auto add = [&](std::unique_ptr<const ColumnWriter> writer) {
     out.writers.push_back(std::move(writer));
   };
   const int num_columns = static_cast<int>(spec.columns.size());
-  const bool lend = options.cache_dir.empty() && !options.pin_memory;
+  const bool lend = options.lend;
   for (int c = 0; c < num_columns; ++c) {
     const ColumnSpec& column = spec.columns[c];
     const int output = out.num_outputs++;

@@ -238,8 +238,19 @@ struct ColumnWriters {
   int num_outputs = 0;
 };
 
+/// What the writers take from a loader's options (its OrderOptions and ExecutionOptions, and
+/// whether it has a cache), resolved by the loader.
+struct WriterOptions {
+  /// Adds a bool tensor named `padding_name` marking rows repeated to even out ranks.
+  bool padding_mask = false;
+  std::string padding_name = "__padding__";
+  /// Transform writers may lend an item's buffer to a batch (TransformWriter's `lend`): false
+  /// with a tensor cache or pin_memory.
+  bool lend = true;
+};
+
 /// One writer per output of `spec` (plus mask writers per null_mask column), then the features
 /// and padding-flag writers that `options` asks for.
-ColumnWriters MakeColumnWriters(const OutputSpec& spec, const LoaderOptions& options);
+ColumnWriters MakeColumnWriters(const OutputSpec& spec, const WriterOptions& options);
 
 }  // namespace stoker

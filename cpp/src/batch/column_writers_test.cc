@@ -749,7 +749,7 @@ TEST(MakeColumnWriters, OneWriterPerOutputPlusMasksFeaturesAndPadding) {
   spec.features.push_back(
       Spec("f", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kInt32));
   spec.feature_groups.push_back({"features", DType::kFloat32, false, 0, 1});
-  LoaderOptions options;
+  WriterOptions options;
   options.padding_mask = true;
   const ColumnWriters made = MakeColumnWriters(spec, options);
   EXPECT_EQ(made.num_outputs, 5);
@@ -771,7 +771,7 @@ TEST(MakeColumnWriters, ListsInNullMaskGetAnElementMaskWriter) {
   spec.columns.back().options.null_mask = true;
   spec.columns.push_back(
       Spec("m", SourceLayout::kList, ColumnKind::kRagged, DType::kInt32, DType::kInt32));
-  const ColumnWriters made = MakeColumnWriters(spec, LoaderOptions());
+  const ColumnWriters made = MakeColumnWriters(spec, WriterOptions());
   std::vector<int> outputs;
   for (const auto& writer : made.writers) outputs.push_back(writer->output());
   EXPECT_EQ(outputs, (std::vector<int>{0, 0, 0, 1}));
@@ -830,7 +830,7 @@ TEST(BatchAssembler, AssemblesAllColumnsIntoOneSlab) {
   spec->features.push_back(
       Spec("f", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kInt32));
   spec->feature_groups.push_back({"features", DType::kFloat32, false, 0, 1});
-  LoaderOptions options;
+  WriterOptions options;
   options.padding_mask = true;
   options.padding_name = "__padding__";
   const BatchAssembler assembler(spec, options, SlabPool::Make(2));

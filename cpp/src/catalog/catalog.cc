@@ -167,11 +167,11 @@ int64_t MtimeNs(const arrow::fs::FileInfo& info) {
       .count();
 }
 
-Status ListSource(const std::string& raw_source, const LoaderOptions& options,
+Status ListSource(const std::string& raw_source, const StorageOptions& storage,
                   std::vector<ListedFile>* out) {
   std::string path;
   STOKER_ASSIGN_OR_RAISE(std::shared_ptr<arrow::fs::FileSystem> fs,
-                         OpenFileSystem(raw_source, options, &path));
+                         OpenFileSystem(raw_source, storage, &path));
   const std::string source = RedactUri(raw_source);  // no credentials in messages
   const std::string prefix = DisplayPrefix(raw_source, *fs);
   auto display = [&](const std::string& p) { return prefix + p; };
@@ -700,13 +700,13 @@ Status CatalogFile::CheckUnchanged() const {
 }
 
 Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& sources,
-                                               int num_threads, const LoaderOptions& options,
+                                               int num_threads, const StorageOptions& storage,
                                                std::shared_ptr<DiskCache> block_cache) {
   if (sources.empty()) {
     return MakeError(ErrorKind::kInvalidOption, "source is empty: give a file, folder or URI");
   }
   std::vector<ListedFile> listed;
-  for (const auto& source : sources) STOKER_RETURN_NOT_OK(ListSource(source, options, &listed));
+  for (const auto& source : sources) STOKER_RETURN_NOT_OK(ListSource(source, storage, &listed));
   // The same file reached through two sources or two links is read once, under the first of
   // its paths in sorted order (the name messages, hive folders and the fingerprint use).
   std::sort(listed.begin(), listed.end(),

@@ -100,10 +100,10 @@ std::shared_ptr<arrow::DataType> UnifyTypes(const std::shared_ptr<arrow::DataTyp
 class Catalog {
  public:
   /// Lists and opens every source. `num_threads` footers are read at once. Remote sources are
-  /// opened with `options.storage_options` and retried per `options.max_retries`.
+  /// opened with `storage.storage_options` and retried per `storage.max_retries`.
   static Result<std::shared_ptr<Catalog>> Open(const std::vector<std::string>& sources,
                                                int num_threads,
-                                               const LoaderOptions& options = LoaderOptions(),
+                                               const StorageOptions& storage = StorageOptions(),
                                                std::shared_ptr<DiskCache> block_cache = nullptr);
 
   const std::vector<CatalogFile>& files() const { return files_; }

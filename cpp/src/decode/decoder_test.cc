@@ -87,7 +87,7 @@ TEST_F(DecoderTest, ASegmentIsItsRowGroupsRowsWithDictionariesResolved) {
 
 TEST_F(DecoderTest, CategoriesAreIdsUnderANameThatCarriesTheVocabulary) {
   LoaderOptions options = Options({"s", "id"});
-  options.categories["s"] = {"blue", "red"};  // green is out of the vocabulary: id 0
+  options.columns.categories["s"] = {"blue", "red"};  // green is out of the vocabulary: id 0
   auto decoder = MakeDecoder(options);
   ASSERT_NE(decoder, nullptr);
   ASSERT_OK_AND_ASSIGN(DecodedColumns decoded, decoder->DecodeRows(0, {"id", "s"}, 0, 4));
@@ -122,7 +122,7 @@ TEST_F(DecoderTest, JoinChecksNullsAgainstTheOptionsAndNamesTheRows) {
   }
 
   LoaderOptions masked = Options({"id", "x"});
-  masked.column_options["x"].null_mask = true;
+  masked.columns.column_options["x"].null_mask = true;
   ASSERT_OK_AND_ASSIGN(auto item, decode_and_join(masked));
   EXPECT_EQ(item->segment, 0);
   EXPECT_EQ(item->num_rows, 10);
@@ -143,7 +143,7 @@ TEST_F(DecoderTest, JoinChecksNullsAgainstTheOptionsAndNamesTheRows) {
 
 TEST_F(DecoderTest, ListsKeepTheirRowsAndTheirOffsets) {
   LoaderOptions options = Options({"l"});
-  options.column_options["l"].list_mode = ListMode::kRagged;
+  options.columns.column_options["l"].list_mode = ListMode::kRagged;
   auto decoder = MakeDecoder(options);
   ASSERT_NE(decoder, nullptr);
   const Plan plan = PlanOf({{2, 1, 4, false}});  // rows 81..84

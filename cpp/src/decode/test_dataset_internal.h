@@ -72,14 +72,14 @@ class DatasetTest : public ::testing::Test {
   /// Options reading `columns` of the file.
   LoaderOptions Options(std::vector<std::string> columns) const {
     LoaderOptions options;
-    options.sources = {path_};
-    options.columns = std::move(columns);
+    options.source.sources = {path_};
+    options.columns.columns = std::move(columns);
     return options;
   }
 
   /// The decoder of `options` (resolved against the catalog), or null after a failed assertion.
   std::shared_ptr<const Decoder> MakeDecoder(const LoaderOptions& options) {
-    auto spec = ResolveColumns(*catalog_, options);
+    auto spec = ResolveColumns(*catalog_, options.columns);
     EXPECT_TRUE(spec.ok()) << spec.status().ToString();
     if (!spec.ok()) return nullptr;
     return std::make_shared<Decoder>(catalog_, std::make_shared<OutputSpec>(std::move(*spec)));

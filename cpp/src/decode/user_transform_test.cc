@@ -84,9 +84,9 @@ class UserCodeTest : public ::testing::Test {
     auto catalog = Catalog::Open({path_}, 1);
     ASSERT_TRUE(catalog.ok()) << catalog.status().ToString();
     catalog_ = *catalog;
-    options_.sources = {path_};
-    options_.user_transform = transform_;
-    options_.transform_columns = {"v"};
+    options_.source.sources = {path_};
+    options_.columns.user_transform = transform_;
+    options_.columns.transform_columns = {"v"};
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -98,7 +98,7 @@ class UserCodeTest : public ::testing::Test {
 };
 
 TEST_F(UserCodeTest, ResolveSeesTheOutputSchemaLearnedFromTheFirstRows) {
-  auto spec = ResolveColumns(*catalog_, options_);
+  auto spec = ResolveColumns(*catalog_, options_.columns);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(transform_->calls, 1);
   EXPECT_EQ(transform_->rows_seen, std::min<int64_t>(kTransformProbeRows, 40));  // row group 0
@@ -108,8 +108,8 @@ TEST_F(UserCodeTest, ResolveSeesTheOutputSchemaLearnedFromTheFirstRows) {
   EXPECT_EQ(spec->decoded_fields, std::vector<std::string>{"w"});
 
   LoaderOptions raw_name = options_;
-  raw_name.columns = {"v"};
-  auto missing = ResolveColumns(*catalog_, raw_name);
+  raw_name.columns.columns = {"v"};
+  auto missing = ResolveColumns(*catalog_, raw_name.columns);
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(GetErrorKind(missing.status()), ErrorKind::kColumnNotFound);
   EXPECT_NE(missing.status().message().find("available columns: w"), std::string::npos)
@@ -117,7 +117,7 @@ TEST_F(UserCodeTest, ResolveSeesTheOutputSchemaLearnedFromTheFirstRows) {
 }
 
 TEST_F(UserCodeTest, DecodeRowsRunsOnTheWholeRowGroupThenSlices) {
-  auto spec = ResolveColumns(*catalog_, options_);
+  auto spec = ResolveColumns(*catalog_, options_.columns);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   Decoder decoder(catalog_, std::make_shared<OutputSpec>(std::move(*spec)));
   transform_->rows_seen = 0;
@@ -138,7 +138,7 @@ TEST_F(UserCodeTest, ALaterTypeChangeNamesKeyBothTypesAndRowGroup) {
   transform_->out_type = [](int64_t first) {
     return first >= 80 ? arrow::float64() : arrow::int64();
   };
-  auto spec = ResolveColumns(*catalog_, options_);
+  auto spec = ResolveColumns(*catalog_, options_.columns);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   Decoder decoder(catalog_, std::make_shared<OutputSpec>(std::move(*spec)));
   ASSERT_TRUE(decoder.DecodeRows(1, {"v"}, 0, 40).ok());
@@ -152,8 +152,8 @@ TEST_F(UserCodeTest, ALaterTypeChangeNamesKeyBothTypesAndRowGroup) {
 }
 
 TEST_F(UserCodeTest, TransformColumnsMustBeFileColumns) {
-  options_.transform_columns = {"nope"};
-  auto spec = ResolveColumns(*catalog_, options_);
+  options_.columns.transform_columns = {"nope"};
+  auto spec = ResolveColumns(*catalog_, options_.columns);
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(GetErrorKind(spec.status()), ErrorKind::kColumnNotFound);
   EXPECT_EQ(transform_->calls, 0);  // checked before the transform runs

@@ -63,7 +63,7 @@ class AddedKeysTest : public ::testing::Test {
       if (batch == nullptr) break;
       ++batches;
       for (const OutputColumn& column : batch->columns) {
-        if (column.name == options.padding_name) continue;  // a flag, not a column
+        if (column.name == options.order.padding_name) continue;  // a flag, not a column
         ASSERT_TRUE(named.contains(column.name)) << column.name;
         EXPECT_EQ(CarriedKeys(column), named[column.name]) << column.name;
       }
@@ -77,12 +77,12 @@ class AddedKeysTest : public ::testing::Test {
 
 TEST_F(AddedKeysTest, PaddedListsWithMasks) {
   LoaderOptions options;
-  options.sources = {path_};
-  options.batch_size = 2;
-  options.columns = {"ll", "l", "f", "x"};
-  options.default_column_options.list_mode = ListMode::kPadded;
-  options.default_column_options.null_mask = true;
-  options.padding_mask = true;
+  options.source.sources = {path_};
+  options.order.batch_size = 2;
+  options.columns.columns = {"ll", "l", "f", "x"};
+  options.columns.default_column_options.list_mode = ListMode::kPadded;
+  options.columns.default_column_options.null_mask = true;
+  options.order.padding_mask = true;
   ExpectBatchesCarryTheNamedKeys(options);
   ASSERT_OK_AND_ASSIGN(auto loader, Loader::Open(options));
   const std::vector<ColumnInfo> columns = loader->Columns();
@@ -94,17 +94,18 @@ TEST_F(AddedKeysTest, PaddedListsWithMasks) {
 
 TEST_F(AddedKeysTest, RaggedListsStringsAndFeatureGroups) {
   LoaderOptions options;
-  options.sources = {path_};
-  options.batch_size = 2;
-  options.columns = {"ll", "l", "w"};
-  options.default_column_options.list_mode = ListMode::kRagged;
-  options.default_column_options.null_mask = true;
-  options.feature_groups = {FeatureGroup{"g", {"x", "y"}, DType::kFloat32, /*null_mask=*/true}};
+  options.source.sources = {path_};
+  options.order.batch_size = 2;
+  options.columns.columns = {"ll", "l", "w"};
+  options.columns.default_column_options.list_mode = ListMode::kRagged;
+  options.columns.default_column_options.null_mask = true;
+  options.columns.feature_groups = {
+      FeatureGroup{"g", {"x", "y"}, DType::kFloat32, /*null_mask=*/true}};
   ExpectBatchesCarryTheNamedKeys(options);
   // Without masks, nothing is added.
-  options.columns = {"x"};
-  options.feature_groups.clear();
-  options.default_column_options.null_mask = false;
+  options.columns.columns = {"x"};
+  options.columns.feature_groups.clear();
+  options.columns.default_column_options.null_mask = false;
   ExpectBatchesCarryTheNamedKeys(options);
 }
 

@@ -125,7 +125,8 @@ std::vector<ColumnDescription> DescribeColumn(
       column.null_count_known = facts.null_count_known;
     }
   }
-  auto resolved = ResolveColumnAlone(catalog, options, transform_schema, name, feature);
+  auto resolved = ResolveColumnAlone(catalog, options.columns, !options.cache.dir.empty(),
+                                     transform_schema, name, feature);
   if (resolved.ok()) {
     column.ok = true;
     std::vector<ColumnDescription> out;
@@ -135,7 +136,7 @@ std::vector<ColumnDescription> DescribeColumn(
       SetProduced(spec, &out.back());
       if (spec.vocabulary) out.back().vocabulary_size = spec.vocabulary->size();
       if (feature) {
-        for (const FeatureGroup& group : EffectiveFeatureGroups(options)) {
+        for (const FeatureGroup& group : EffectiveFeatureGroups(options.columns)) {
           const auto& members = group.columns;
           if (std::find(members.begin(), members.end(), name) != members.end()) {
             out.back().feature_group = group.name;
@@ -149,15 +150,17 @@ std::vector<ColumnDescription> DescribeColumn(
   column.error_kind = kind ? ErrorKindName(*kind) : "internal";
   column.error = resolved.status().message();
   // A list column read without a list mode: say what it is, as lists='ragged' would give it.
-  auto it = options.column_options.find(name);
-  const ColumnOptions& chosen =
-      it == options.column_options.end() ? options.default_column_options : it->second;
+  auto it = options.columns.column_options.find(name);
+  const ColumnOptions& chosen = it == options.columns.column_options.end()
+                                    ? options.columns.default_column_options
+                                    : it->second;
   if (!feature && kind == ErrorKind::kUnsupportedType && chosen.list_mode == ListMode::kUnset) {
     LoaderOptions ragged = options;
     ColumnOptions with_mode = chosen;
     with_mode.list_mode = ListMode::kRagged;
-    ragged.column_options[name] = with_mode;
-    auto as_ragged = ResolveColumnAlone(catalog, ragged, transform_schema, name, feature);
+    ragged.columns.column_options[name] = with_mode;
+    auto as_ragged = ResolveColumnAlone(catalog, ragged.columns, !options.cache.dir.empty(),
+                                        transform_schema, name, feature);
     if (as_ragged.ok() && as_ragged->front().layout == SourceLayout::kList) {
       column.needs_list_mode = true;
       SetProduced(as_ragged->front(), &column);
@@ -170,13 +173,15 @@ std::vector<ColumnDescription> DescribeColumn(
 
 Result<DatasetDescription> Describe(const LoaderOptions& options) {
   STOKER_RETURN_NOT_OK(options.Validate());
-  int io_threads = options.num_io_threads;
+  int io_threads = options.execution.num_io_threads;
   if (io_threads <= 0) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    io_threads = std::max(4, options.num_threads > 0 ? options.num_threads : cores);
+    io_threads =
+        std::max(4, options.execution.num_threads > 0 ? options.execution.num_threads : cores);
   }
   // No block cache: a description reads each footer once and leaves no trace on disk.
-  STOKER_ASSIGN_OR_RAISE(auto catalog, Catalog::Open(options.sources, io_threads, options));
+  STOKER_ASSIGN_OR_RAISE(auto catalog,
+                         Catalog::Open(options.source.sources, io_threads, options.storage));
 
   DatasetDescription out;
   out.rows = catalog->total_rows();
@@ -205,12 +210,13 @@ Result<DatasetDescription> Describe(const LoaderOptions& options) {
 
   // A user transform is run once, on the first rows: its outputs are the columns.
   std::shared_ptr<arrow::Schema> transform_schema;
-  if (options.user_transform) {
-    STOKER_ASSIGN_OR_RAISE(transform_schema, ProbeUserTransform(*catalog, *options.user_transform,
-                                                                options.transform_columns));
+  if (options.columns.user_transform) {
+    STOKER_ASSIGN_OR_RAISE(transform_schema,
+                           ProbeUserTransform(*catalog, *options.columns.user_transform,
+                                              options.columns.transform_columns));
   }
-  const std::vector<FeatureGroup> groups = EffectiveFeatureGroups(options);
-  if (options.columns.empty() && groups.empty()) {
+  const std::vector<FeatureGroup> groups = EffectiveFeatureGroups(options.columns);
+  if (options.columns.columns.empty() && groups.empty()) {
     std::vector<std::string> names;
     if (transform_schema) {
       for (const auto& field : transform_schema->fields()) names.push_back(field->name());
@@ -231,7 +237,7 @@ Result<DatasetDescription> Describe(const LoaderOptions& options) {
     // Each leaf once: columns=["image", "image.path"] with transforms on the struct "image"
     // names image.path twice (its chain reads image.bytes alone, resolve_columns.h).
     std::set<std::string> described;
-    for (const auto& name : ExpandParents(schema, options.columns)) {
+    for (const auto& name : ExpandParents(schema, options.columns.columns)) {
       if (!described.insert(name).second) continue;
       for (auto& column : DescribeColumn(*catalog, options, transform_schema, name, false)) {
         out.columns.push_back(std::move(column));

@@ -55,7 +55,7 @@ class DescribeTest : public ::testing::Test {
 
 TEST_F(DescribeTest, EveryColumnGetsItsOwnVerdict) {
   LoaderOptions options;
-  options.sources = {dir_.string()};
+  options.source.sources = {dir_.string()};
   auto described = Describe(options);
   ASSERT_TRUE(described.ok()) << described.status().ToString();
   const DatasetDescription& d = *described;
@@ -96,8 +96,8 @@ TEST_F(DescribeTest, EveryColumnGetsItsOwnVerdict) {
   EXPECT_EQ(year.dtype, DType::kInt64);
 
   // With a list mode the list column resolves; an unknown column is an entry, not an error.
-  options.default_column_options.list_mode = ListMode::kPadded;
-  options.columns = {"tags", "nope"};
+  options.columns.default_column_options.list_mode = ListMode::kPadded;
+  options.columns.columns = {"tags", "nope"};
   described = Describe(options);
   ASSERT_TRUE(described.ok()) << described.status().ToString();
   ASSERT_EQ(described->columns.size(), 2u);
@@ -108,7 +108,7 @@ TEST_F(DescribeTest, EveryColumnGetsItsOwnVerdict) {
 
 TEST_F(DescribeTest, DatasetErrorsAreTheLoaders) {
   LoaderOptions options;
-  options.sources = {(dir_ / "missing").string()};
+  options.source.sources = {(dir_ / "missing").string()};
   auto described = Describe(options);
   ASSERT_FALSE(described.ok());
   EXPECT_EQ(GetErrorKind(described.status()), ErrorKind::kNotFound);

@@ -90,16 +90,26 @@ int64_t RowBytes(const Catalog& catalog, const OutputSpec& spec) {
   return std::max<int64_t>(1, bytes / std::max<int64_t>(1, catalog.total_rows()));
 }
 
-PlanOptions MakePlanOptions(const LoaderOptions& options, int64_t shuffle_window_rows) {
+PlanOptions MakePlanOptions(const OrderOptions& order, int64_t shuffle_window_rows) {
   PlanOptions plan;
-  plan.batch_size = options.batch_size;
-  plan.shuffle = options.shuffle;
-  plan.seed = options.seed;
+  plan.batch_size = order.batch_size;
+  plan.shuffle = order.shuffle;
+  plan.seed = order.seed;
   plan.shuffle_window_rows = shuffle_window_rows;
-  plan.drop_last = options.drop_last;
-  plan.rank = options.rank;
-  plan.world_size = options.world_size;
+  plan.drop_last = order.drop_last;
+  plan.rank = order.rank;
+  plan.world_size = order.world_size;
   return plan;
+}
+
+// What the column writers need: the padding flag, and whether a batch may borrow an item's
+// buffer (not with a tensor cache, whose entries are mapped, nor with pinned slabs).
+WriterOptions MakeWriterOptions(const LoaderOptions& options) {
+  WriterOptions writer;
+  writer.padding_mask = options.order.padding_mask;
+  writer.padding_name = options.order.padding_name;
+  writer.lend = options.cache.dir.empty() && !options.execution.pin_memory;
+  return writer;
 }
 
 }  // namespace
@@ -114,26 +124,27 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
   // requested, also on the catalog's footer threads.
   const RemoteStopScope stop_scope(stop);
   STOKER_RETURN_NOT_OK(options.Validate());
-  if (options.pin_memory) STOKER_RETURN_NOT_OK(CudaHostAvailable());
+  if (options.execution.pin_memory) STOKER_RETURN_NOT_OK(CudaHostAvailable());
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->pipeline_options.num_workers = options.num_threads > 0 ? options.num_threads : UsableCpus();
-  impl->pipeline_options.prefetch_bytes = options.prefetch_bytes;
-  impl->pipeline_options.task_bytes = options.task_bytes;
-  impl->num_io_threads = options.num_io_threads > 0
-                             ? options.num_io_threads
+  impl->pipeline_options.num_workers =
+      options.execution.num_threads > 0 ? options.execution.num_threads : UsableCpus();
+  impl->pipeline_options.prefetch_bytes = options.execution.prefetch_bytes;
+  impl->pipeline_options.task_bytes = options.execution.task_bytes;
+  impl->num_io_threads = options.execution.num_io_threads > 0
+                             ? options.execution.num_io_threads
                              : std::max(4, impl->pipeline_options.num_workers);
   impl->counters = std::make_shared<PipelineCounters>(impl->pipeline_options.num_workers);
-  impl->recycling = std::make_unique<RecyclingPool::Budget>(options.prefetch_bytes);
-  if (!options.cache_dir.empty()) {
+  impl->recycling = std::make_unique<RecyclingPool::Budget>(options.execution.prefetch_bytes);
+  if (!options.cache.dir.empty()) {
     DiskCacheOptions cache_options;
-    cache_options.dir = options.cache_dir;
-    cache_options.max_bytes = options.cache_bytes;
-    cache_options.min_free_bytes = options.cache_min_free_bytes;
+    cache_options.dir = options.cache.dir;
+    cache_options.max_bytes = options.cache.bytes;
+    cache_options.min_free_bytes = options.cache.min_free_bytes;
     STOKER_ASSIGN_OR_RAISE(impl->disk_cache, DiskCache::Open(cache_options));
   }
-  STOKER_ASSIGN_OR_RAISE(auto catalog, Catalog::Open(options.sources, impl->num_io_threads, options,
-                                                     impl->disk_cache));
+  STOKER_ASSIGN_OR_RAISE(auto catalog, Catalog::Open(options.source.sources, impl->num_io_threads,
+                                                     options.storage, impl->disk_cache));
   // Remote column chunks are pre-buffered as concurrent range reads on Arrow's (process-wide)
   // I/O pool: that pool is stoker's I/O pool, sized by num_io_threads; the CPU workers decode.
   const bool remote = std::any_of(catalog->files().begin(), catalog->files().end(),
@@ -144,18 +155,20 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
   if (const char* fetch = std::getenv("STOKER_FETCH_AHEAD"); fetch && std::string(fetch) == "0") {
     impl->pipeline_options.fetch_ahead = false;
   }
-  if (remote && options.num_io_threads > 0) {
-    STOKER_RETURN_NOT_OK(arrow::io::SetIOThreadPoolCapacity(options.num_io_threads));
+  if (remote && options.execution.num_io_threads > 0) {
+    STOKER_RETURN_NOT_OK(arrow::io::SetIOThreadPoolCapacity(options.execution.num_io_threads));
   }
   if (catalog->total_rows() == 0) {
     return MakeError(ErrorKind::kEmptyDataset, "the dataset has no rows");
   }
-  STOKER_ASSIGN_OR_RAISE(auto spec, ResolveColumns(*catalog, options));
+  STOKER_ASSIGN_OR_RAISE(
+      auto spec, ResolveColumns(*catalog, options.columns, !options.cache.dir.empty(), nullptr,
+                                options.order.padding_mask ? options.order.padding_name : ""));
   const int64_t window_rows =
-      options.shuffle_window_bytes > 0
-          ? std::max<int64_t>(1, options.shuffle_window_bytes / RowBytes(*catalog, spec))
-          : options.shuffle_window_rows;
-  impl->plan_options = MakePlanOptions(options, window_rows);
+      options.order.shuffle_window_bytes > 0
+          ? std::max<int64_t>(1, options.order.shuffle_window_bytes / RowBytes(*catalog, spec))
+          : options.order.shuffle_window_rows;
+  impl->plan_options = MakePlanOptions(options.order, window_rows);
   for (const auto& file : catalog->files()) {
     if (std::find(impl->filesystems.begin(), impl->filesystems.end(), file.fs) ==
         impl->filesystems.end()) {
@@ -167,19 +180,21 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
   impl->decoder = std::make_shared<Decoder>(impl->catalog, impl->spec);
   if (impl->disk_cache) {
     // The write-behind queue may hold half as much again as the decoded data in flight.
-    impl->cached_decoder = std::make_shared<CachedDecoder>(
-        impl->disk_cache, impl->decoder, std::max<int64_t>(1, options.prefetch_bytes / 2));
+    impl->cached_decoder =
+        std::make_shared<CachedDecoder>(impl->disk_cache, impl->decoder,
+                                        std::max<int64_t>(1, options.execution.prefetch_bytes / 2));
   }
-  impl->pool = SlabPool::Make(8, options.pin_memory);
-  impl->assembler = std::make_shared<BatchAssembler>(impl->spec, impl->options, impl->pool);
+  impl->pool = SlabPool::Make(8, options.execution.pin_memory);
+  impl->assembler =
+      std::make_shared<BatchAssembler>(impl->spec, MakeWriterOptions(options), impl->pool);
   impl->shape = ComputeRankShape(catalog->total_rows(), impl->plan_options);
   if (impl->shape.num_batches == 0) {
-    return MakeError(
-        ErrorKind::kInvalidOption,
-        "the dataset has " + std::to_string(catalog->total_rows()) +
-            " rows, too few for one batch of batch_size=" + std::to_string(options.batch_size) +
-            " on each of world_size=" + std::to_string(options.world_size) +
-            " ranks with drop_last=True; lower batch_size or set drop_last=False");
+    return MakeError(ErrorKind::kInvalidOption,
+                     "the dataset has " + std::to_string(catalog->total_rows()) +
+                         " rows, too few for one batch of batch_size=" +
+                         std::to_string(options.order.batch_size) +
+                         " on each of world_size=" + std::to_string(options.order.world_size) +
+                         " ranks with drop_last=True; lower batch_size or set drop_last=False");
   }
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }

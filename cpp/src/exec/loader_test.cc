@@ -38,14 +38,14 @@ class LoaderTest : public ::testing::Test {
 
   LoaderOptions Options(int threads) const {
     LoaderOptions options;
-    options.sources = {dir_.string()};
-    options.batch_size = 64;
-    options.seed = 42;
-    options.shuffle_window_rows = 600;
-    options.drop_last = false;
-    options.num_threads = threads;
-    options.prefetch_bytes = 8 << 10;  // tiny: exercises the budget
-    options.task_bytes = 1;            // one column per task
+    options.source.sources = {dir_.string()};
+    options.order.batch_size = 64;
+    options.order.seed = 42;
+    options.order.shuffle_window_rows = 600;
+    options.order.drop_last = false;
+    options.execution.num_threads = threads;
+    options.execution.prefetch_bytes = 8 << 10;  // tiny: exercises the budget
+    options.execution.task_bytes = 1;            // one column per task
     return options;
   }
 
@@ -144,7 +144,7 @@ TEST_F(LoaderTest, ErrorsArriveAfterEarlierBatchesAndNameTheFile) {
 
 TEST_F(LoaderTest, UnknownColumnIsAnError) {
   LoaderOptions options = Options(1);
-  options.columns = {"id", "nope"};
+  options.columns.columns = {"id", "nope"};
   auto loader = Loader::Open(options);
   ASSERT_FALSE(loader.ok());
   EXPECT_EQ(GetErrorKind(loader.status()), ErrorKind::kColumnNotFound);

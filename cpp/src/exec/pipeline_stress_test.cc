@@ -64,14 +64,14 @@ class PipelineStressTest : public ::testing::Test {
 
   std::unique_ptr<Loader> Open() const {
     LoaderOptions options;
-    options.sources = {dir_.string()};
-    options.batch_size = 50;
-    options.seed = 7;
-    options.shuffle_window_rows = 500;
-    options.drop_last = false;
-    options.num_threads = 3;
-    options.prefetch_bytes = 16 << 10;  // small: workers wait on the budget too
-    options.task_bytes = 1;             // one column per task
+    options.source.sources = {dir_.string()};
+    options.order.batch_size = 50;
+    options.order.seed = 7;
+    options.order.shuffle_window_rows = 500;
+    options.order.drop_last = false;
+    options.execution.num_threads = 3;
+    options.execution.prefetch_bytes = 16 << 10;  // small: workers wait on the budget too
+    options.execution.task_bytes = 1;             // one column per task
     auto loader = Loader::Open(options);
     EXPECT_TRUE(loader.ok()) << loader.status().ToString();
     return loader.ok() ? std::move(*loader) : nullptr;

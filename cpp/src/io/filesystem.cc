@@ -121,7 +121,7 @@ const char* const kS3Keys[] = {"region",
                                "tls_ca_dir_path",
                                kConcurrencyKey};
 
-Result<std::shared_ptr<FileSystem>> OpenS3(const std::string& uri, const LoaderOptions& options,
+Result<std::shared_ptr<FileSystem>> OpenS3(const std::string& uri, const StorageOptions& options,
                                            const std::vector<std::string>& secrets,
                                            std::string* path) {
   const auto& storage = options.storage_options;
@@ -795,7 +795,7 @@ std::shared_ptr<FileSystem> MakeRetryingFileSystem(std::shared_ptr<FileSystem> b
 }
 
 Result<std::shared_ptr<FileSystem>> OpenFileSystem(const std::string& uri_or_path,
-                                                   const LoaderOptions& options,
+                                                   const StorageOptions& options,
                                                    std::string* path) {
   const std::string scheme = UriScheme(uri_or_path);
   std::vector<std::string> secrets;

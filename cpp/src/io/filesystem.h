@@ -1,5 +1,5 @@
 // Filesystems for sources: local paths as Arrow opens them; object stores (s3://, gs://, abfs://,
-// hdfs://) configured from the URI and LoaderOptions::storage_options, and wrapped so that
+// hdfs://) configured from the URI and StorageOptions::storage_options, and wrapped so that
 // transient errors are retried with exponential backoff and jitter.
 //
 // Messages never contain credentials: user info and query strings are dropped from URIs, and
@@ -27,7 +27,7 @@ namespace stoker {
 /// Errors: kInvalidOption for a bad URI or storage option, kStorage when the store cannot be
 /// set up. Remote filesystems retry transient errors per `options.max_retries`.
 Result<std::shared_ptr<arrow::fs::FileSystem>> OpenFileSystem(const std::string& uri_or_path,
-                                                              const LoaderOptions& options,
+                                                              const StorageOptions& options,
                                                               std::string* path);
 
 /// What to put in front of a path of `fs` so the user recognises it: "" for local files,

@@ -332,7 +332,7 @@ TEST(ReaderProperties, PreBufferOnlyForRemote) {
 }
 
 TEST(OpenFileSystem, LocalPathsStayLocal) {
-  LoaderOptions options;
+  StorageOptions options;
   std::string path;
   ASSERT_OK_AND_ASSIGN(auto fs, OpenFileSystem("/tmp", options, &path));
   EXPECT_EQ(fs->type_name(), "local");

@@ -1,4 +1,4 @@
-// A categorical column (LoaderOptions::categories): its strings become int64 ids of a
+// A categorical column (ColumnsOptions::categories): its strings become int64 ids of a
 // vocabulary (resolve/vocabulary.h), given or built here once ("auto").
 #pragma once
 

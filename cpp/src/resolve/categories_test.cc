@@ -62,20 +62,20 @@ TEST(Vocabulary, IdsStartAtOneAndZeroIsOutOfVocabulary) {
 
 TEST(LoaderOptions, GroupsAndCategoriesAreFingerprinted) {
   LoaderOptions base;
-  base.sources = {"/data"};
+  base.source.sources = {"/data"};
   const uint64_t plain = base.Fingerprint();
   LoaderOptions grouped = base;
-  grouped.feature_groups = {{"dense", {"a", "b"}, DType::kFloat32, false}};
+  grouped.columns.feature_groups = {{"dense", {"a", "b"}, DType::kFloat32, false}};
   LoaderOptions other_dtype = grouped;
-  other_dtype.feature_groups[0].dtype = DType::kFloat64;
+  other_dtype.columns.feature_groups[0].dtype = DType::kFloat64;
   LoaderOptions masked = grouped;
-  masked.feature_groups[0].null_mask = true;
+  masked.columns.feature_groups[0].null_mask = true;
   LoaderOptions auto_vocabulary = base;
-  auto_vocabulary.categories["c"] = {};
+  auto_vocabulary.columns.categories["c"] = {};
   LoaderOptions given = base;
-  given.categories["c"] = {"x", "y"};
+  given.columns.categories["c"] = {"x", "y"};
   LoaderOptions reordered = base;
-  reordered.categories["c"] = {"y", "x"};
+  reordered.columns.categories["c"] = {"y", "x"};
   const std::vector<uint64_t> prints = {plain,
                                         grouped.Fingerprint(),
                                         other_dtype.Fingerprint(),
@@ -88,10 +88,10 @@ TEST(LoaderOptions, GroupsAndCategoriesAreFingerprinted) {
   }
   EXPECT_TRUE(given.Validate().ok());
   LoaderOptions twice = base;
-  twice.categories["c"] = {"x", "x"};
+  twice.columns.categories["c"] = {"x", "x"};
   EXPECT_EQ(GetErrorKind(twice.Validate()), ErrorKind::kInvalidOption);
   LoaderOptions both = grouped;
-  both.features = {"a"};
+  both.columns.features = {"a"};
   EXPECT_EQ(GetErrorKind(both.Validate()), ErrorKind::kInvalidOption);
 }
 
@@ -123,7 +123,7 @@ class FeaturesAndCategoriesTest : public ::testing::Test {
 
   LoaderOptions Options() {
     LoaderOptions options;
-    options.sources = {path_};
+    options.source.sources = {path_};
     return options;
   }
 
@@ -150,22 +150,22 @@ TEST_F(FeaturesAndCategoriesTest, CategoricalColumnsResolveToInt64Ids) {
       {Strings({"b", "a"}), Int32s({1, 2})});
   auto catalog = Write(table, true);
   LoaderOptions options = Options();
-  options.columns = {"fruit"};
-  options.categories["fruit"] = {};
-  auto spec = ResolveColumns(*catalog, options);
+  options.columns.columns = {"fruit"};
+  options.columns.categories["fruit"] = {};
+  auto spec = ResolveColumns(*catalog, options.columns);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->columns[0].dtype, DType::kInt64);
   EXPECT_EQ(spec->columns[0].kind, ColumnKind::kDense);
   EXPECT_EQ(spec->columns[0].annotation, "category");
   ASSERT_EQ(spec->vocabularies.count("fruit"), 1u);
   EXPECT_EQ(spec->vocabularies.at("fruit")->values(), (std::vector<std::string>{"a", "b"}));
-  options.categories = {{"n", {}}};
-  options.columns = {"n"};
-  auto numbers = ResolveColumns(*catalog, options);
+  options.columns.categories = {{"n", {}}};
+  options.columns.columns = {"n"};
+  auto numbers = ResolveColumns(*catalog, options.columns);
   ASSERT_FALSE(numbers.ok());
   EXPECT_EQ(GetErrorKind(numbers.status()), ErrorKind::kUnsupportedType);
-  options.categories = {{"other", {}}};
-  auto unknown = ResolveColumns(*catalog, options);
+  options.columns.categories = {{"other", {}}};
+  auto unknown = ResolveColumns(*catalog, options.columns);
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(GetErrorKind(unknown.status()), ErrorKind::kInvalidOption);
 }
@@ -177,10 +177,10 @@ TEST_F(FeaturesAndCategoriesTest, GroupsKeepTheirDtypesAndMasks) {
       {Doubles({1.5, std::nullopt}), Int64s({3, 4}), Strings({"u", "v"})});
   auto catalog = Write(table, true);
   LoaderOptions options = Options();
-  options.feature_groups = {{"dense", {"a"}, DType::kFloat64, true},
-                            {"ids", {"b", "s"}, DType::kInt64, false}};
-  options.categories["s"] = {"v"};
-  auto spec = ResolveColumns(*catalog, options);
+  options.columns.feature_groups = {{"dense", {"a"}, DType::kFloat64, true},
+                                    {"ids", {"b", "s"}, DType::kInt64, false}};
+  options.columns.categories["s"] = {"v"};
+  auto spec = ResolveColumns(*catalog, options.columns);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   ASSERT_EQ(spec->feature_groups.size(), 2u);
   EXPECT_EQ(spec->feature_groups[0].first, 0u);
@@ -192,8 +192,8 @@ TEST_F(FeaturesAndCategoriesTest, GroupsKeepTheirDtypesAndMasks) {
   EXPECT_EQ(spec->features[2].dtype, DType::kInt64);
   ASSERT_NE(spec->features[2].vocabulary, nullptr);
 
-  options.feature_groups[1].name = "a";  // a column's name
-  auto clash = ResolveColumns(*catalog, options);
+  options.columns.feature_groups[1].name = "a";  // a column's name
+  auto clash = ResolveColumns(*catalog, options.columns);
   ASSERT_FALSE(clash.ok());
   EXPECT_EQ(GetErrorKind(clash.status()), ErrorKind::kInvalidOption);
   EXPECT_NE(clash.status().message().find("clashes"), std::string::npos);
@@ -205,17 +205,17 @@ TEST_F(FeaturesAndCategoriesTest, IntegerToFloatCastsUseStatistics) {
       {Int64s({-9007199254740992, 5, 16777216}), Int64s({9007199254740993, 1, 2})});
   auto catalog = Write(table, false);
   LoaderOptions options = Options();
-  options.features = {"small"};
-  options.features_dtype = DType::kFloat64;
-  EXPECT_TRUE(ResolveColumns(*catalog, options).ok());  // |v| <= 2^53
-  options.features_dtype = DType::kFloat32;
-  auto beyond_float32 = ResolveColumns(*catalog, options);
+  options.columns.features = {"small"};
+  options.columns.features_dtype = DType::kFloat64;
+  EXPECT_TRUE(ResolveColumns(*catalog, options.columns).ok());  // |v| <= 2^53
+  options.columns.features_dtype = DType::kFloat32;
+  auto beyond_float32 = ResolveColumns(*catalog, options.columns);
   ASSERT_FALSE(beyond_float32.ok());  // 2^53 > 2^24
   EXPECT_NE(beyond_float32.status().message().find("features_dtype='float64'"), std::string::npos)
       << beyond_float32.status().message();
-  options.features = {"big"};
-  options.features_dtype = DType::kFloat64;
-  auto big = ResolveColumns(*catalog, options);
+  options.columns.features = {"big"};
+  options.columns.features_dtype = DType::kFloat64;
+  auto big = ResolveColumns(*catalog, options.columns);
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(GetErrorKind(big.status()), ErrorKind::kLossyCast);
   const std::string message = big.status().message();
@@ -223,17 +223,17 @@ TEST_F(FeaturesAndCategoriesTest, IntegerToFloatCastsUseStatistics) {
   EXPECT_NE(message.find("statistics reach"), std::string::npos) << message;
   EXPECT_NE(message.find("features_dtype='int64'"), std::string::npos) << message;
   EXPECT_NE(message.find("allow_lossy_cast=True"), std::string::npos) << message;
-  options.features_dtype = DType::kInt64;  // the suggested fix
-  EXPECT_TRUE(ResolveColumns(*catalog, options).ok());
+  options.columns.features_dtype = DType::kInt64;  // the suggested fix
+  EXPECT_TRUE(ResolveColumns(*catalog, options.columns).ok());
 
   auto unproven = Write(table, false, /*statistics=*/false);
-  options.features = {"small"};
-  options.features_dtype = DType::kFloat64;
-  auto no_stats = ResolveColumns(*unproven, options);
+  options.columns.features = {"small"};
+  options.columns.features_dtype = DType::kFloat64;
+  auto no_stats = ResolveColumns(*unproven, options.columns);
   ASSERT_FALSE(no_stats.ok());
   EXPECT_NE(no_stats.status().message().find("no min/max statistics"), std::string::npos);
-  options.allow_lossy_cast = true;
-  EXPECT_TRUE(ResolveColumns(*unproven, options).ok());
+  options.columns.allow_lossy_cast = true;
+  EXPECT_TRUE(ResolveColumns(*unproven, options.columns).ok());
 }
 
 }  // namespace

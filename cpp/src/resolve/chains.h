@@ -1,4 +1,4 @@
-// The transform chain of a column (LoaderOptions::transforms, transform_outputs): its ops built
+// The transform chain of a column (ColumnsOptions::transforms, transform_outputs): its ops built
 // and type-checked against the column's values, and the prefix the decoder runs before the
 // ready-tensor cache chosen.
 #pragma once

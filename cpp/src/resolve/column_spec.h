@@ -67,7 +67,7 @@ struct ColumnSpec {
   /// time_unit / decimals: the decoder converts the column's arrays before anything else reads
   /// them; `source_dtype` and `dtype` then describe the converted values.
   ValueConversion conversion;
-  /// The column's transform chain (LoaderOptions::transforms), or null. The decoder runs ops
+  /// The column's transform chain (ColumnsOptions::transforms), or null. The decoder runs ops
   /// [0, cached_ops) per row before the ready-tensor cache, so the cache stores their output; the
   /// column's writer runs the rest per batch. `layout`, `source_dtype`, `inner` and `inner_shape`
   /// then describe what the writer reads (the raw column, or the cached prefix's fixed-shape
@@ -79,14 +79,14 @@ struct ColumnSpec {
   /// bytes), `layout` kString; TransformInput reads it back as a tensor.
   bool cached_shapes = false;
   std::vector<int64_t> output_shape;  // per-row shape of the chain's output
-  /// Several outputs of one column (LoaderOptions::transform_outputs) share a group number (-1:
+  /// Several outputs of one column (ColumnsOptions::transform_outputs) share a group number (-1:
   /// none) and are adjacent in OutputSpec::columns; ops [cached_ops, shared_ops) are the same in
   /// all of them and run once per row for the group.
   int group = -1;
   size_t shared_ops = 0;
   /// The loader's transform counters (OutputSpec::transform_counters) for chained columns.
   std::shared_ptr<TransformCounters> counters;
-  /// A categorical column (LoaderOptions::categories): its strings become these int64 ids in
+  /// A categorical column (ColumnsOptions::categories): its strings become these int64 ids in
   /// the decoder (a partition column: in Decoder::Join); null otherwise.
   std::shared_ptr<const Vocabulary> vocabulary;
   /// The stacked feature group this column is read into (empty for a column of `columns`):
@@ -116,7 +116,7 @@ struct OutputSpec {
   /// Names of the arrays a decode task delivers: file_fields, or with a user transform the
   /// transform outputs that columns and features read, in the transform's output order.
   std::vector<std::string> decoded_fields;
-  /// LoaderOptions::user_transform (or null) and its output schema, learned at open.
+  /// ColumnsOptions::user_transform (or null) and its output schema, learned at open.
   std::shared_ptr<UserTransform> user_transform;
   std::shared_ptr<arrow::Schema> transform_schema;
 };

@@ -268,7 +268,7 @@ std::string LossyFix(const std::vector<FeatureGroup>& groups, bool single,
 // Resolves the groups of one ResolveFeatureGroups call, collecting its problems in order.
 class FeatureResolver {
  public:
-  FeatureResolver(const Catalog& catalog, const LoaderOptions& options,
+  FeatureResolver(const Catalog& catalog, const ColumnsOptions& options,
                   const std::set<std::string>& taken, ColumnLookup& lookup, OutputSpec* out,
                   std::vector<Status>* problems)
       : catalog_(catalog),
@@ -338,8 +338,7 @@ class FeatureResolver {
                            "to the columns in columns");
     }
     if (auto chain = options_.transforms.find(name); chain != options_.transforms.end()) {
-      STOKER_RETURN_NOT_OK(
-          ResolveFeatureChain(chain->second, group.name, !options_.cache_dir.empty(), &spec));
+      STOKER_RETURN_NOT_OK(ResolveFeatureChain(chain->second, group.name, lookup_.cached(), &spec));
       spec.counters = out_->transform_counters;
     }
     STOKER_RETURN_NOT_OK(CheckStackable(spec, group));
@@ -360,7 +359,7 @@ class FeatureResolver {
   }
 
   const Catalog& catalog_;
-  const LoaderOptions& options_;
+  const ColumnsOptions& options_;
   const std::set<std::string>& taken_;
   ColumnLookup& lookup_;
   OutputSpec* out_;
@@ -374,7 +373,7 @@ class FeatureResolver {
 
 }  // namespace
 
-std::vector<FeatureGroup> EffectiveFeatureGroups(const LoaderOptions& options) {
+std::vector<FeatureGroup> EffectiveFeatureGroups(const ColumnsOptions& options) {
   if (!options.feature_groups.empty()) return options.feature_groups;
   if (options.features.empty()) return {};
   FeatureGroup group;
@@ -385,7 +384,7 @@ std::vector<FeatureGroup> EffectiveFeatureGroups(const LoaderOptions& options) {
   return {group};
 }
 
-void ResolveFeatureGroups(const Catalog& catalog, const LoaderOptions& options,
+void ResolveFeatureGroups(const Catalog& catalog, const ColumnsOptions& options,
                           const std::vector<FeatureGroup>& groups,
                           const std::set<std::string>& taken, ColumnLookup& lookup, OutputSpec* out,
                           std::vector<Status>* problems) {

@@ -63,10 +63,11 @@ Status SettleListOfStrings(const std::string& name, const arrow::DataType& type,
 
 }  // namespace
 
-Result<ColumnLookup> ColumnLookup::Make(const Catalog& catalog, const LoaderOptions& options,
+Result<ColumnLookup> ColumnLookup::Make(const Catalog& catalog, const ColumnsOptions& options,
+                                        bool cached,
                                         std::shared_ptr<arrow::Schema> transform_schema,
                                         OutputSpec* out) {
-  ColumnLookup lookup(catalog, options, out);
+  ColumnLookup lookup(catalog, options, cached, out);
   lookup.schema_ = catalog.schema();
   lookup.num_regular_ = catalog.num_file_fields();
   if (!options.user_transform) return lookup;

@@ -23,8 +23,9 @@ class ColumnLookup {
   /// `transform_schema`, or learned here by calling it) plus the partition columns; the
   /// transform, its inputs and its schema are recorded in `out`, which also receives the
   /// vocabularies the lookups build.
-  static Result<ColumnLookup> Make(const Catalog& catalog, const LoaderOptions& options,
-                                   std::shared_ptr<arrow::Schema> transform_schema,
+  /// `cached`: a ready-tensor cache is on (what chains resolved through this lookup ask).
+  static Result<ColumnLookup> Make(const Catalog& catalog, const ColumnsOptions& options,
+                                   bool cached, std::shared_ptr<arrow::Schema> transform_schema,
                                    OutputSpec* out);
 
   /// Column `name` as it is read: options (its own, else its nearest struct parent's, else the
@@ -38,10 +39,12 @@ class ColumnLookup {
   const std::shared_ptr<arrow::Schema>& transform_schema() const { return transform_schema_; }
   /// The fields (file columns or transform outputs) that a found column reads.
   const std::set<std::string>& needed() const { return needed_; }
+  /// Whether a ready-tensor cache is on.
+  bool cached() const { return cached_; }
 
  private:
-  ColumnLookup(const Catalog& catalog, const LoaderOptions& options, OutputSpec* out)
-      : catalog_(&catalog), options_(&options), out_(out) {}
+  ColumnLookup(const Catalog& catalog, const ColumnsOptions& options, bool cached, OutputSpec* out)
+      : catalog_(&catalog), options_(&options), cached_(cached), out_(out) {}
 
   /// The options of `name`; `*named` tells whether they are the column's (or a parent's) own.
   const ColumnOptions& OptionsFor(const std::string& name, bool* named) const;
@@ -51,7 +54,8 @@ class ColumnLookup {
   Status MakeCategorical(ColumnSpec* spec);
 
   const Catalog* catalog_;
-  const LoaderOptions* options_;
+  const ColumnsOptions* options_;
+  bool cached_;
   OutputSpec* out_;
   std::shared_ptr<arrow::Schema> schema_;
   std::shared_ptr<arrow::Schema> transform_schema_;

@@ -36,7 +36,8 @@ std::vector<ColumnInfo> ToColumnInfos(const OutputSpec& spec) {
   return out;
 }
 
-Status CheckOutputNames(const LoaderOptions& options, const std::vector<ColumnInfo>& columns) {
+Status CheckOutputNames(const ColumnsOptions& options, const std::string& padding_flag,
+                        const std::vector<ColumnInfo>& columns) {
   std::set<std::string> names;
   for (const ColumnInfo& info : columns) names.insert(info.name);
   std::set<std::string> known = names;
@@ -54,9 +55,8 @@ Status CheckOutputNames(const LoaderOptions& options, const std::vector<ColumnIn
                      ", which the loader does not read");
     }
   }
-  if (options.padding_mask && names.contains(options.padding_name)) {
-    return Invalid("padding_mask=True adds " + Quoted(options.padding_name) +
-                   ", which is also a column");
+  if (!padding_flag.empty() && names.contains(padding_flag)) {
+    return Invalid("padding_mask=True adds " + Quoted(padding_flag) + ", which is also a column");
   }
   for (const ColumnInfo& info : columns) {
     for (const std::string& key : info.added_keys) {

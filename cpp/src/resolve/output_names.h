@@ -17,10 +17,12 @@ namespace stoker {
 /// group (a dense [B, F] tensor, `<group>_mask` beside it when masked).
 std::vector<ColumnInfo> ToColumnInfos(const OutputSpec& spec);
 
-/// kInvalidOption when a per-column option (LoaderOptions::column_options) names a column the
-/// loader does not read (a struct's name stands for its fields), `padding_name` is a column's
-/// name under padding_mask, or a key a column adds is also a column's (or another added key's)
-/// name. `options` as the caller gave them; `columns` from ToColumnInfos.
-Status CheckOutputNames(const LoaderOptions& options, const std::vector<ColumnInfo>& columns);
+/// kInvalidOption when a per-column option (ColumnsOptions::column_options) names a column the
+/// loader does not read (a struct's name stands for its fields), `padding_flag` (the padding
+/// flag's name under padding_mask, else empty) is a column's name, or a key a column adds is also a
+/// column's (or another added key's) name. `options` as the caller gave them; `columns` from
+/// ToColumnInfos.
+Status CheckOutputNames(const ColumnsOptions& options, const std::string& padding_flag,
+                        const std::vector<ColumnInfo>& columns);
 
 }  // namespace stoker

@@ -66,15 +66,21 @@ class OutputNames : public ::testing::Test {
 
   LoaderOptions Options(std::vector<std::string> columns, ListMode lists) const {
     LoaderOptions options;
-    options.sources = {path_};
-    options.columns = std::move(columns);
-    options.default_column_options.list_mode = lists;
+    options.source.sources = {path_};
+    options.columns.columns = std::move(columns);
+    options.columns.default_column_options.list_mode = lists;
     return options;
+  }
+
+  // ResolveColumns as Loader::Open calls it: the columns options and the padding flag's name.
+  Result<OutputSpec> Resolve(const LoaderOptions& options) const {
+    return ResolveColumns(*catalog_, options.columns, false, nullptr,
+                          options.order.padding_mask ? options.order.padding_name : "");
   }
 
   // The message of the error resolving `options`, which must be kInvalidOption.
   std::string Refused(const LoaderOptions& options) const {
-    auto spec = ResolveColumns(*catalog_, options);
+    auto spec = Resolve(options);
     EXPECT_FALSE(spec.ok());
     if (spec.ok()) return "";
     EXPECT_EQ(GetErrorKind(spec.status()), ErrorKind::kInvalidOption) << spec.status().ToString();
@@ -88,9 +94,9 @@ class OutputNames : public ::testing::Test {
 
 TEST_F(OutputNames, ColumnInfosListTheKeysTheBatchesCarry) {
   LoaderOptions options = Options({"ll", "l", "x"}, ListMode::kPadded);
-  options.column_options["ll"] = options.default_column_options;
-  options.column_options["ll"].null_mask = true;
-  ASSERT_OK_AND_ASSIGN(OutputSpec spec, ResolveColumns(*catalog_, options));
+  options.columns.column_options["ll"] = options.columns.default_column_options;
+  options.columns.column_options["ll"].null_mask = true;
+  ASSERT_OK_AND_ASSIGN(OutputSpec spec, Resolve(options));
   const std::vector<ColumnInfo> infos = ToColumnInfos(spec);
   ASSERT_EQ(infos.size(), 3u);
   // A padded list of lists: the rows' lengths, then level 1's; masks of the rows, the inner
@@ -101,16 +107,16 @@ TEST_F(OutputNames, ColumnInfosListTheKeysTheBatchesCarry) {
   EXPECT_EQ(infos[2].added_keys, Keys{});
 
   options = Options({"ll", "l"}, ListMode::kRagged);
-  options.default_column_options.null_mask = true;
-  ASSERT_OK_AND_ASSIGN(spec, ResolveColumns(*catalog_, options));
+  options.columns.default_column_options.null_mask = true;
+  ASSERT_OK_AND_ASSIGN(spec, Resolve(options));
   EXPECT_EQ(ToColumnInfos(spec)[0].added_keys, (Keys{"ll_mask", "ll_mask_1", "ll_mask_2"}));
   EXPECT_EQ(ToColumnInfos(spec)[1].added_keys, (Keys{"l_mask", "l_mask_1"}));
 }
 
 TEST_F(OutputNames, FeatureGroupsAddTheirMask) {
   LoaderOptions options = Options({"l"}, ListMode::kRagged);
-  options.feature_groups = {FeatureGroup{"g", {"x"}, DType::kFloat32, /*null_mask=*/true}};
-  ASSERT_OK_AND_ASSIGN(OutputSpec spec, ResolveColumns(*catalog_, options));
+  options.columns.feature_groups = {FeatureGroup{"g", {"x"}, DType::kFloat32, /*null_mask=*/true}};
+  ASSERT_OK_AND_ASSIGN(OutputSpec spec, Resolve(options));
   const std::vector<ColumnInfo> infos = ToColumnInfos(spec);
   ASSERT_EQ(infos.size(), 2u);
   EXPECT_EQ(infos[1].name, "g");
@@ -123,14 +129,14 @@ TEST_F(OutputNames, InnerLengthsClashWithAColumn) {
             "output key 'll_lengths_1' for column 'll' clashes with a column of that name; leave "
             "'ll_lengths_1' out of columns, or lists={'ll': 'ragged'}");
   // Ragged: no lengths, no clash.
-  ASSERT_OK(ResolveColumns(*catalog_, Options({"ll", "ll_lengths_1"}, ListMode::kRagged)).status());
+  ASSERT_OK(Resolve(Options({"ll", "ll_lengths_1"}, ListMode::kRagged)).status());
 }
 
 TEST_F(OutputNames, ElementMaskClashesWithAColumn) {
   LoaderOptions options = Options({"l", "l_mask_1"}, ListMode::kRagged);
-  ASSERT_OK(ResolveColumns(*catalog_, options).status());
-  options.column_options["l"] = options.default_column_options;
-  options.column_options["l"].null_mask = true;
+  ASSERT_OK(Resolve(options).status());
+  options.columns.column_options["l"] = options.columns.default_column_options;
+  options.columns.column_options["l"].null_mask = true;
   EXPECT_EQ(Refused(options),
             "output key 'l_mask_1' for column 'l' clashes with a column of that name; leave "
             "'l_mask_1' out of columns, or leave 'l' out of null_mask");
@@ -138,24 +144,24 @@ TEST_F(OutputNames, ElementMaskClashesWithAColumn) {
 
 TEST_F(OutputNames, PaddingFlagClashesWithAColumn) {
   LoaderOptions options = Options({"x"}, ListMode::kUnset);
-  options.padding_mask = true;
-  ASSERT_OK(ResolveColumns(*catalog_, options).status());
-  options.padding_name = "x";
+  options.order.padding_mask = true;
+  ASSERT_OK(Resolve(options).status());
+  options.order.padding_name = "x";
   EXPECT_EQ(Refused(options), "padding_mask=True adds 'x', which is also a column");
-  options.padding_mask = false;  // no flag, no clash
-  ASSERT_OK(ResolveColumns(*catalog_, options).status());
+  options.order.padding_mask = false;  // no flag, no clash
+  ASSERT_OK(Resolve(options).status());
 }
 
 TEST_F(OutputNames, PerColumnOptionsNameColumnsTheLoaderReads) {
   LoaderOptions options = Options({"x"}, ListMode::kUnset);
-  options.column_options["nope"] = ColumnOptions{};
+  options.columns.column_options["nope"] = ColumnOptions{};
   EXPECT_EQ(Refused(options),
             "a per-column option names column 'nope', which the loader does not read");
   // A feature is read too.
   options = Options({"l"}, ListMode::kRagged);
-  options.features = {"x"};
-  options.column_options["x"] = ColumnOptions{};
-  ASSERT_OK(ResolveColumns(*catalog_, options).status());
+  options.columns.features = {"x"};
+  options.columns.column_options["x"] = ColumnOptions{};
+  ASSERT_OK(Resolve(options).status());
 }
 
 TEST(CheckOutputNames, ValidFlagsAndAddedKeysOfTwoColumns) {
@@ -164,7 +170,7 @@ TEST(CheckOutputNames, ValidFlagsAndAddedKeysOfTwoColumns) {
   image.added_keys = {ValidKey("img")};
   ColumnInfo valid;
   valid.name = "img_valid";
-  Status status = CheckOutputNames(LoaderOptions{}, {image, valid});
+  Status status = CheckOutputNames(ColumnsOptions{}, "", {image, valid});
   EXPECT_EQ(status.message(),
             "output key 'img_valid' for column 'img' clashes with a column of that name; leave "
             "'img_valid' out of columns, or leave 'img' out of on_error");
@@ -172,17 +178,14 @@ TEST(CheckOutputNames, ValidFlagsAndAddedKeysOfTwoColumns) {
   ColumnInfo other;
   other.name = "b";
   other.added_keys = {"img_valid"};
-  status = CheckOutputNames(LoaderOptions{}, {image, other});
+  status = CheckOutputNames(ColumnsOptions{}, "", {image, other});
   EXPECT_EQ(GetErrorKind(status), ErrorKind::kInvalidOption);
   EXPECT_NE(status.message().find("output key 'img_valid' for column 'b'"), std::string::npos);
-  ASSERT_OK(CheckOutputNames(LoaderOptions{}, {image}));
+  ASSERT_OK(CheckOutputNames(ColumnsOptions{}, "", {image}));
   // Names are quoted as Python's repr() quotes them.
   ColumnInfo quoted;
   quoted.name = "it's";
-  LoaderOptions options;
-  options.padding_mask = true;
-  options.padding_name = "it's";
-  EXPECT_EQ(CheckOutputNames(options, {quoted}).message(),
+  EXPECT_EQ(CheckOutputNames(ColumnsOptions{}, "it's", {quoted}).message(),
             "padding_mask=True adds \"it's\", which is also a column");
 }
 

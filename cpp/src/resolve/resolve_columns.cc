@@ -19,14 +19,14 @@ namespace stoker {
 namespace {
 
 // Whether nothing names the columns: every column is delivered.
-bool AllColumns(const LoaderOptions& options) {
+bool AllColumns(const ColumnsOptions& options) {
   return options.columns.empty() && options.features.empty() && options.feature_groups.empty();
 }
 
 // The columns delivered one tensor each: `options.columns` (a struct parent stands for its
 // leaves), or every column when neither columns nor features are given.
 std::vector<std::string> RequestedColumns(const arrow::Schema& schema,
-                                          const LoaderOptions& options) {
+                                          const ColumnsOptions& options) {
   std::vector<std::string> columns = ExpandParents(schema, options.columns);
   if (AllColumns(options)) {
     for (const auto& field : schema.fields()) columns.push_back(field->name());
@@ -39,7 +39,7 @@ std::vector<std::string> RequestedColumns(const arrow::Schema& schema,
 // then one column: its chain reads `<struct>.bytes` and its output takes the struct's name
 // (`renamed`, leaf -> output); its other fields are delivered only when columns names them.
 struct StructChains {
-  LoaderOptions options;
+  ColumnsOptions options;
   std::map<std::string, std::string> renamed;
   std::map<std::string, std::string> chained;  // struct -> its bytes field
   std::set<std::string> failed;                // structs named by transforms without one
@@ -75,7 +75,7 @@ Status StructTransformError(const std::string& name, const std::vector<std::stri
 
 // The struct parents named by transforms (one chain or several outputs) whose chains read their
 // bytes field, with the options rewritten to name that field; a struct without one is a problem.
-StructChains ChainStructBytes(const arrow::Schema& schema, const LoaderOptions& options,
+StructChains ChainStructBytes(const arrow::Schema& schema, const ColumnsOptions& options,
                               std::vector<Status>* problems) {
   StructChains out{options, {}, {}, {}};
   std::set<std::string> keys;
@@ -147,7 +147,7 @@ StructChains ChainStructBytes(const arrow::Schema& schema, const LoaderOptions& 
 
 // on_error='zero' on a list column, whose chain gives a list per row: there is no zero tensor to
 // substitute. The advice names the other requested columns whose chains can take it.
-Status OnErrorZeroOnList(const std::string& name, const LoaderOptions& options,
+Status OnErrorZeroOnList(const std::string& name, const ColumnsOptions& options,
                          const arrow::Schema& schema, const std::vector<std::string>& columns) {
   std::string others;
   for (const auto& [other, unused] : options.transforms) {
@@ -171,14 +171,15 @@ Status OnErrorZeroOnList(const std::string& name, const LoaderOptions& options,
 
 // Column `spec` through its chain `ops` (a list column: element by element, with its pad_value
 // then checked against the chain's output).
-Status ResolveColumnChain(const std::vector<OpSpec>& ops, const LoaderOptions& options,
-                          const arrow::Schema& schema, const std::vector<std::string>& columns,
-                          OutputSpec* out, ColumnSpec* spec) {
+Status ResolveColumnChain(const std::vector<OpSpec>& ops, const ColumnsOptions& options,
+                          bool cached, const arrow::Schema& schema,
+                          const std::vector<std::string>& columns, OutputSpec* out,
+                          ColumnSpec* spec) {
   if (spec->layout == SourceLayout::kPartition) {
     return MakeError(ErrorKind::kUnsupportedType,
                      "transforms['" + spec->name + "']: partition columns take no transforms");
   }
-  STOKER_RETURN_NOT_OK(ResolveChain(ops, spec, true, !options.cache_dir.empty()));
+  STOKER_RETURN_NOT_OK(ResolveChain(ops, spec, true, cached));
   spec->counters = out->transform_counters;
   if (spec->layout != SourceLayout::kList) return Status::OK();
   STOKER_RETURN_NOT_OK(CheckOptionValues(*spec));
@@ -212,7 +213,7 @@ Status CheckOnErrorZero(const ColumnSpec& spec) {
 // its several chains (group number `*groups`, then incremented). Its name, and its outputs',
 // go into `*seen_outputs`.
 Status ResolveColumn(const std::string& name, const std::vector<std::string>& columns,
-                     const LoaderOptions& options,
+                     const ColumnsOptions& options,
                      const std::map<std::string, std::string>& renamed, ColumnLookup& lookup,
                      int* groups, std::set<std::string>* seen_outputs, OutputSpec* out) {
   if (!seen_outputs->insert(name).second) {
@@ -227,8 +228,8 @@ Status ResolveColumn(const std::string& name, const std::vector<std::string>& co
   }
   if (auto outputs = options.transform_outputs.find(name);
       outputs != options.transform_outputs.end()) {
-    return ResolveOutputs(outputs->second, name, (*groups)++, !options.cache_dir.empty(), lookup,
-                          seen_outputs, out);
+    return ResolveOutputs(outputs->second, name, (*groups)++, lookup.cached(), lookup, seen_outputs,
+                          out);
   }
   ColumnSpec spec;
   STOKER_RETURN_NOT_OK(lookup.Find(name, &spec));
@@ -242,8 +243,8 @@ Status ResolveColumn(const std::string& name, const std::vector<std::string>& co
     STOKER_RETURN_NOT_OK(CheckOptionValues(spec));
   }
   if (chain != options.transforms.end()) {
-    STOKER_RETURN_NOT_OK(
-        ResolveColumnChain(chain->second, options, lookup.schema(), columns, out, &spec));
+    STOKER_RETURN_NOT_OK(ResolveColumnChain(chain->second, options, lookup.cached(),
+                                            lookup.schema(), columns, out, &spec));
   }
   STOKER_RETURN_NOT_OK(CheckOnErrorZero(spec));
   out->columns.push_back(std::move(spec));
@@ -252,7 +253,7 @@ Status ResolveColumn(const std::string& name, const std::vector<std::string>& co
 
 // Several outputs of a column need the column in `columns`, one way of transforming it, and no
 // feature of that name.
-void CheckSeveralOutputs(const LoaderOptions& options, const std::vector<std::string>& columns,
+void CheckSeveralOutputs(const ColumnsOptions& options, const std::vector<std::string>& columns,
                          const std::set<std::string>& feature_names,
                          std::vector<Status>* problems) {
   for (const auto& [name, outputs] : options.transform_outputs) {
@@ -277,7 +278,7 @@ void CheckSeveralOutputs(const LoaderOptions& options, const std::vector<std::st
 }
 
 // transforms and categories name only requested columns or features.
-void CheckNamedColumns(const LoaderOptions& options, const std::set<std::string>& seen_outputs,
+void CheckNamedColumns(const ColumnsOptions& options, const std::set<std::string>& seen_outputs,
                        const std::set<std::string>& feature_names, std::vector<Status>* problems) {
   auto requested = [&](const std::string& name) {
     return seen_outputs.contains(name) || feature_names.contains(name);
@@ -369,18 +370,20 @@ void SetFields(const ColumnLookup& lookup, OutputSpec* out) {
 
 }  // namespace
 
-Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& given,
-                                  std::shared_ptr<arrow::Schema> transform_schema) {
+Result<OutputSpec> ResolveColumns(const Catalog& catalog, const ColumnsOptions& given, bool cached,
+                                  std::shared_ptr<arrow::Schema> transform_schema,
+                                  const std::string& padding_flag) {
   // Every problem is collected, so that one error lists them all (CombineProblems).
   std::vector<Status> problems;
   // The dataset's structs named by transforms (with transform=, its outputs are the columns).
   const StructChains structs = given.user_transform
                                    ? StructChains{given, {}, {}, {}}
                                    : ChainStructBytes(*catalog.schema(), given, &problems);
-  const LoaderOptions& options = structs.options;
+  const ColumnsOptions& options = structs.options;
   OutputSpec out;
-  STOKER_ASSIGN_OR_RAISE(ColumnLookup lookup,
-                         ColumnLookup::Make(catalog, options, std::move(transform_schema), &out));
+  STOKER_ASSIGN_OR_RAISE(
+      ColumnLookup lookup,
+      ColumnLookup::Make(catalog, options, cached, std::move(transform_schema), &out));
   const arrow::Schema& schema = lookup.schema();
   std::set<std::string> seen_outputs;
   const std::vector<std::string> columns = RequestedColumns(schema, options);
@@ -407,13 +410,13 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& g
     return CombineProblems(problems);
   }
   // The names the batches will hold, as the caller named the options (given, not the copy).
-  STOKER_RETURN_NOT_OK(CheckOutputNames(given, ToColumnInfos(out)));
+  STOKER_RETURN_NOT_OK(CheckOutputNames(given, padding_flag, ToColumnInfos(out)));
   SetFields(lookup, &out);
   return out;
 }
 
 Result<std::vector<ColumnSpec>> ResolveColumnAlone(
-    const Catalog& catalog, const LoaderOptions& options,
+    const Catalog& catalog, const ColumnsOptions& options, bool cached,
     const std::shared_ptr<arrow::Schema>& transform_schema, const std::string& name, bool feature) {
   // A field of a struct named by transforms (Describe lists structs by their fields): its bytes
   // field is the struct's column, its other fields nothing unless columns names them.
@@ -434,7 +437,7 @@ Result<std::vector<ColumnSpec>> ResolveColumnAlone(
       if (name.rfind(parent + ".", 0) == 0) column = parent;  // its error
     }
   }
-  LoaderOptions one = options;
+  ColumnsOptions one = options;
   one.columns.clear();
   one.features.clear();
   one.feature_groups.clear();
@@ -465,7 +468,7 @@ Result<std::vector<ColumnSpec>> ResolveColumnAlone(
       outputs != options.transform_outputs.end() && !feature) {
     one.transform_outputs.insert(*outputs);
   }
-  STOKER_ASSIGN_OR_RAISE(OutputSpec spec, ResolveColumns(catalog, one, transform_schema));
+  STOKER_ASSIGN_OR_RAISE(OutputSpec spec, ResolveColumns(catalog, one, cached, transform_schema));
   return feature ? spec.features : spec.columns;
 }
 

@@ -23,8 +23,12 @@ namespace stoker {
 /// binary, path: string>) is one column: its chain reads `<struct>.bytes`, the output named after
 /// the struct; its other fields only where columns names them. Any other struct named by
 /// transforms is an error naming its fields.
-Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& given,
-                                  std::shared_ptr<arrow::Schema> transform_schema = nullptr);
+/// `cached`: a ready-tensor cache is on (chains then keep their deterministic prefix apart for it).
+/// `padding_flag`: the padding flag's name when padding_mask is on (no column may have it).
+Result<OutputSpec> ResolveColumns(const Catalog& catalog, const ColumnsOptions& given,
+                                  bool cached = false,
+                                  std::shared_ptr<arrow::Schema> transform_schema = nullptr,
+                                  const std::string& padding_flag = "");
 
 /// Resolves `name` alone, as a column or (`feature`) as a feature alone in its group, with the
 /// options' choices for it (its vocabulary, its chains): one spec, or one per output of a column
@@ -33,7 +37,7 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const LoaderOptions& g
 /// its bytes: the bytes field gives the struct's column, another field nothing unless columns
 /// names it.
 Result<std::vector<ColumnSpec>> ResolveColumnAlone(
-    const Catalog& catalog, const LoaderOptions& options,
+    const Catalog& catalog, const ColumnsOptions& options, bool cached,
     const std::shared_ptr<arrow::Schema>& transform_schema, const std::string& name, bool feature);
 
 }  // namespace stoker

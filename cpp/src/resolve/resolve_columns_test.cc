@@ -177,10 +177,10 @@ class ResolveColumnsTest : public ::testing::Test {
 
   Result<OutputSpec> Resolve(std::vector<std::string> columns, ColumnOptions defaults = {}) {
     LoaderOptions options;
-    options.sources = {path_};
-    options.columns = std::move(columns);
-    options.default_column_options = defaults;
-    return ResolveColumns(*catalog_, options);
+    options.source.sources = {path_};
+    options.columns.columns = std::move(columns);
+    options.columns.default_column_options = defaults;
+    return ResolveColumns(*catalog_, options.columns);
   }
 
   std::filesystem::path dir_;
@@ -266,9 +266,9 @@ TEST_F(ResolveColumnsTest, BoolListsAreUnpackedBits) {
   EXPECT_EQ(spec->columns[1].source_dtype, DType::kBool);
   // A bool fixed-size list is no scalar feature.
   LoaderOptions options;
-  options.sources = {path_};
-  options.features = {"fb"};
-  auto features = ResolveColumns(*catalog_, options);
+  options.source.sources = {path_};
+  options.columns.features = {"fb"};
+  auto features = ResolveColumns(*catalog_, options.columns);
   ASSERT_FALSE(features.ok());
   EXPECT_EQ(GetErrorKind(features.status()), ErrorKind::kUnsupportedType);
 }
@@ -291,22 +291,22 @@ TEST_F(ResolveColumnsTest, TimestampKeepsItsUnit) {
 
 TEST_F(ResolveColumnsTest, FillNullMustFitTheColumn) {
   LoaderOptions options;
-  options.sources = {path_};
-  options.columns = {"i8", "s"};
+  options.source.sources = {path_};
+  options.columns.columns = {"i8", "s"};
   ColumnOptions fill;
   fill.has_fill_null = true;
   fill.fill_null = 200;  // not an int8
-  options.column_options["i8"] = fill;
-  auto spec = ResolveColumns(*catalog_, options);
+  options.columns.column_options["i8"] = fill;
+  auto spec = ResolveColumns(*catalog_, options.columns);
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(GetErrorKind(spec.status()), ErrorKind::kInvalidOption);
   EXPECT_NE(spec.status().message().find("'i8'"), std::string::npos);
-  options.column_options["i8"].fill_null = -5;
-  EXPECT_TRUE(ResolveColumns(*catalog_, options).ok());
+  options.columns.column_options["i8"].fill_null = -5;
+  EXPECT_TRUE(ResolveColumns(*catalog_, options.columns).ok());
   // Strings ignore a numeric fill value (their nulls need the mask), so it is no error there.
-  options.column_options.clear();
-  options.column_options["s"] = fill;
-  EXPECT_TRUE(ResolveColumns(*catalog_, options).ok());
+  options.columns.column_options.clear();
+  options.columns.column_options["s"] = fill;
+  EXPECT_TRUE(ResolveColumns(*catalog_, options.columns).ok());
 }
 
 TEST_F(ResolveColumnsTest, DefaultFillNullIsCheckedOnlyWhereNullsAre) {
@@ -323,10 +323,10 @@ TEST_F(ResolveColumnsTest, DefaultFillNullIsCheckedOnlyWhereNullsAre) {
 // (categories_test.cc covers the lossy side, with its message).
 TEST_F(ResolveColumnsTest, FeatureCastsUseTheFooterStatistics) {
   LoaderOptions options;
-  options.sources = {path_};
-  options.features = {"i8", "ts"};
-  options.features_dtype = DType::kFloat32;
-  auto spec = ResolveColumns(*catalog_, options);
+  options.source.sources = {path_};
+  options.columns.features = {"i8", "ts"};
+  options.columns.features_dtype = DType::kFloat32;
+  auto spec = ResolveColumns(*catalog_, options.columns);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->features.size(), 2u);
   EXPECT_EQ(spec->features[1].dtype, DType::kFloat32);
@@ -347,14 +347,14 @@ TEST(IsRepresentable, BFloat16HasEightSignificantBits) {
 
 TEST_F(ResolveColumnsTest, ChainsOnListsFeaturesAndSeveralOutputs) {
   LoaderOptions options;
-  options.sources = {path_};
-  options.columns = {"l", "s"};
-  options.features = {"s"};
-  options.default_column_options.list_mode = ListMode::kPadded;
-  options.transforms["l"] = {OpSpec{"log1p", {}}};
-  options.transforms["s"] = {OpSpec{"hash_bucket", {{"num_buckets", ParamValue(10)}}},
-                             OpSpec{"cast", {{"dtype", ParamValue("float32")}}}};
-  auto spec = ResolveColumns(*catalog_, options);
+  options.source.sources = {path_};
+  options.columns.columns = {"l", "s"};
+  options.columns.features = {"s"};
+  options.columns.default_column_options.list_mode = ListMode::kPadded;
+  options.columns.transforms["l"] = {OpSpec{"log1p", {}}};
+  options.columns.transforms["s"] = {OpSpec{"hash_bucket", {{"num_buckets", ParamValue(10)}}},
+                                     OpSpec{"cast", {{"dtype", ParamValue("float32")}}}};
+  auto spec = ResolveColumns(*catalog_, options.columns);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   const ColumnSpec& list = spec->columns[0];
   EXPECT_EQ(list.layout, SourceLayout::kList);  // still a list, of the chain's output
@@ -367,24 +367,24 @@ TEST_F(ResolveColumnsTest, ChainsOnListsFeaturesAndSeveralOutputs) {
   EXPECT_EQ(feature.cached_ops, 2u);
 
   // A feature chain must give one number per row.
-  options.columns = {};
-  options.features = {"t"};
-  options.transforms = {{"t", {OpSpec{"log1p", {}}}}};
-  spec = ResolveColumns(*catalog_, options);
+  options.columns.columns = {};
+  options.columns.features = {"t"};
+  options.columns.transforms = {{"t", {OpSpec{"log1p", {}}}}};
+  spec = ResolveColumns(*catalog_, options.columns);
   ASSERT_FALSE(spec.ok());
   EXPECT_NE(spec.status().message().find("feature column 't'"), std::string::npos)
       << spec.status().message();
 
   // Several outputs of one column: adjacent specs of one group reading it, sharing log1p.
-  options.features = {};
-  options.columns = {"i8", "t"};
-  options.transforms.clear();
-  options.transform_outputs["t"] = {
+  options.columns.features = {};
+  options.columns.columns = {"i8", "t"};
+  options.columns.transforms.clear();
+  options.columns.transform_outputs["t"] = {
       {"t_log", {OpSpec{"log1p", {}}}},
       {"t_log_std",
        {OpSpec{"log1p", {}},
         OpSpec{"standardize", {{"mean", ParamValue(1.0)}, {"std", ParamValue(2.0)}}}}}};
-  spec = ResolveColumns(*catalog_, options);
+  spec = ResolveColumns(*catalog_, options.columns);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   ASSERT_EQ(spec->columns.size(), 3u);
   EXPECT_EQ(spec->columns[1].name, "t_log");
@@ -392,30 +392,29 @@ TEST_F(ResolveColumnsTest, ChainsOnListsFeaturesAndSeveralOutputs) {
   EXPECT_EQ(spec->columns[1].group, spec->columns[2].group);
   EXPECT_EQ(spec->columns[2].shared_ops, 1u);
   EXPECT_EQ(spec->columns[2].cached_ops, 0u);  // no cache_dir: the chains run per batch
-  options.cache_dir = "/nonexistent";          // resolution only: nothing is opened
-  spec = ResolveColumns(*catalog_, options);
+  spec = ResolveColumns(*catalog_, options.columns, /*cached=*/true);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->columns[2].cached_ops, 1u);  // with one, the shared prefix is cached
 
-  options.transform_outputs["t"].push_back({"i8", {OpSpec{"log1p", {}}}});
-  spec = ResolveColumns(*catalog_, options);
+  options.columns.transform_outputs["t"].push_back({"i8", {OpSpec{"log1p", {}}}});
+  spec = ResolveColumns(*catalog_, options.columns);
   ASSERT_FALSE(spec.ok());
   EXPECT_NE(spec.status().message().find("'i8'"), std::string::npos) << spec.status().message();
 }
 
 TEST_F(ResolveColumnsTest, OnErrorZeroOnlyForColumnsWithTransforms) {
   LoaderOptions options;
-  options.sources = {path_};
-  options.columns = {"i8"};
+  options.source.sources = {path_};
+  options.columns.columns = {"i8"};
   ColumnOptions zero;
   zero.on_error_zero = true;
-  options.column_options["i8"] = zero;
-  auto spec = ResolveColumns(*catalog_, options);
+  options.columns.column_options["i8"] = zero;
+  auto spec = ResolveColumns(*catalog_, options.columns);
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(GetErrorKind(spec.status()), ErrorKind::kInvalidOption);
   EXPECT_NE(spec.status().message().find("on_error"), std::string::npos);
-  options.transforms["i8"] = {OpSpec{"cast", {{"dtype", ParamValue("uint8")}}}};
-  spec = ResolveColumns(*catalog_, options);
+  options.columns.transforms["i8"] = {OpSpec{"cast", {{"dtype", ParamValue("uint8")}}}};
+  spec = ResolveColumns(*catalog_, options.columns);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_TRUE(spec->columns[0].options.on_error_zero);
 }
@@ -461,9 +460,9 @@ class StructBytesTest : public ::testing::Test {
 
   LoaderOptions Options(std::vector<std::string> columns, const std::string& transformed) {
     LoaderOptions options;
-    options.sources = {path_};
-    options.columns = std::move(columns);
-    options.transforms[transformed] = {
+    options.source.sources = {path_};
+    options.columns.columns = std::move(columns);
+    options.columns.transforms[transformed] = {
         OpSpec{"decode_image", {}},
         OpSpec{"resize", {{"size", ParamValue(ParamValue::List{4, 4})}}}};
     return options;
@@ -475,7 +474,7 @@ class StructBytesTest : public ::testing::Test {
 };
 
 TEST_F(StructBytesTest, TheStructsChainReadsItsBytesUnderItsName) {
-  auto spec = ResolveColumns(*catalog_, Options({"image", "label"}, "image"));
+  auto spec = ResolveColumns(*catalog_, Options({"image", "label"}, "image").columns);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   ASSERT_EQ(spec->columns.size(), 2u);  // no image.path
   const ColumnSpec& image = spec->columns[0];
@@ -486,11 +485,11 @@ TEST_F(StructBytesTest, TheStructsChainReadsItsBytesUnderItsName) {
   EXPECT_EQ(spec->file_fields, (std::vector<std::string>{"image.bytes", "label"}));
 
   // The path when named; every column when none is: the struct is one column.
-  spec = ResolveColumns(*catalog_, Options({"image", "image.path"}, "image"));
+  spec = ResolveColumns(*catalog_, Options({"image", "image.path"}, "image").columns);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   ASSERT_EQ(spec->columns.size(), 2u);
   EXPECT_EQ(spec->columns[1].name, "image.path");
-  spec = ResolveColumns(*catalog_, Options({}, "image"));
+  spec = ResolveColumns(*catalog_, Options({}, "image").columns);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   std::vector<std::string> names;
   for (const ColumnSpec& column : spec->columns) names.push_back(column.name);
@@ -498,18 +497,19 @@ TEST_F(StructBytesTest, TheStructsChainReadsItsBytesUnderItsName) {
 
   // Describe's per-field resolution agrees: the bytes field is the struct's column, the path
   // nothing.
-  auto alone =
-      ResolveColumnAlone(*catalog_, Options({"image"}, "image"), nullptr, "image.bytes", false);
+  auto alone = ResolveColumnAlone(*catalog_, Options({"image"}, "image").columns, false, nullptr,
+                                  "image.bytes", false);
   ASSERT_TRUE(alone.ok()) << alone.status().ToString();
   ASSERT_EQ(alone->size(), 1u);
   EXPECT_EQ((*alone)[0].name, "image");
-  alone = ResolveColumnAlone(*catalog_, Options({"image"}, "image"), nullptr, "image.path", false);
+  alone = ResolveColumnAlone(*catalog_, Options({"image"}, "image").columns, false, nullptr,
+                             "image.path", false);
   ASSERT_TRUE(alone.ok()) << alone.status().ToString();
   EXPECT_TRUE(alone->empty());
 }
 
 TEST_F(StructBytesTest, OtherStructsNameTheFieldToTransform) {
-  auto spec = ResolveColumns(*catalog_, Options({"meta"}, "meta"));
+  auto spec = ResolveColumns(*catalog_, Options({"meta"}, "meta").columns);
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(GetErrorKind(spec.status()), ErrorKind::kInvalidOption);
   const std::string message = spec.status().message();
@@ -518,8 +518,8 @@ TEST_F(StructBytesTest, OtherStructsNameTheFieldToTransform) {
   EXPECT_EQ(message.find("problems"), std::string::npos) << message;  // one problem only
 
   LoaderOptions both = Options({"image"}, "image");
-  both.transforms["image.bytes"] = both.transforms["image"];
-  spec = ResolveColumns(*catalog_, both);
+  both.columns.transforms["image.bytes"] = both.columns.transforms["image"];
+  spec = ResolveColumns(*catalog_, both.columns);
   ASSERT_FALSE(spec.ok());
   EXPECT_NE(spec.status().message().find("both 'image' and 'image.bytes'"), std::string::npos)
       << spec.status().message();

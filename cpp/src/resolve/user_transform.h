@@ -18,7 +18,7 @@ namespace stoker {
 inline constexpr int64_t kTransformProbeRows = 64;
 
 /// The file columns the user transform receives: `transform_columns`
-/// (LoaderOptions::transform_columns), or every file column when it is empty, in schema order.
+/// (ColumnsOptions::transform_columns), or every file column when it is empty, in schema order.
 /// Errors name a column that is not a file column.
 Result<std::vector<std::string>> TransformInputs(const Catalog& catalog,
                                                  const std::vector<std::string>& transform_columns);

@@ -1,5 +1,5 @@
 // Vocabularies of categorical columns: string columns delivered as int64 ids
-// (LoaderOptions::categories).
+// (ColumnsOptions::categories).
 //
 // Id 0 is the out-of-vocabulary id; vocabulary value i (0-based) gets id i + 1. A vocabulary is
 // given by the user (a list, or a file read by the Python front) or built at open ("auto"): the

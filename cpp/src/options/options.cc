@@ -2,13 +2,12 @@
 
 #include <algorithm>
 
+#include "options/options_internal.h"
 #include "stoker/redact.h"
 #include "util/hash.h"
 
 namespace stoker {
 namespace {
-
-Status Invalid(const std::string& message) { return MakeError(ErrorKind::kInvalidOption, message); }
 
 void HashColumnOptions(const ColumnOptions& options, Fnv1a* hash) {
   hash->AddInt(static_cast<uint64_t>(options.list_mode));
@@ -37,6 +36,17 @@ constexpr std::pair<DecimalMode, const char*> kDecimalModes[] = {
 };
 
 }  // namespace
+
+bool ParseListMode(const std::string& name, ListMode* out) {
+  if (name == "padded") {
+    *out = ListMode::kPadded;
+  } else if (name == "ragged") {
+    *out = ListMode::kRagged;
+  } else {
+    return false;
+  }
+  return true;
+}
 
 const char* TimeUnitName(TimeUnit unit) {
   for (const auto& [value, name] : kTimeUnits) {
@@ -73,58 +83,60 @@ bool ParseDecimalMode(const std::string& name, DecimalMode* out) {
 }
 
 Status LoaderOptions::Validate() const {
-  if (batch_size <= 0) {
-    return Invalid("batch_size must be positive, got " + std::to_string(batch_size));
+  if (order.batch_size <= 0) {
+    return Invalid("batch_size must be positive, got " + std::to_string(order.batch_size));
   }
-  if (world_size < 1) {
-    return Invalid("world_size must be at least 1, got " + std::to_string(world_size));
+  if (order.world_size < 1) {
+    return Invalid("world_size must be at least 1, got " + std::to_string(order.world_size));
   }
-  if (rank < 0 || rank >= world_size) {
-    return Invalid("rank must be in [0, world_size=" + std::to_string(world_size) + "), got " +
-                   std::to_string(rank));
+  if (order.rank < 0 || order.rank >= order.world_size) {
+    return Invalid("rank must be in [0, world_size=" + std::to_string(order.world_size) +
+                   "), got " + std::to_string(order.rank));
   }
-  if (shuffle_window_rows < 0 || shuffle_window_rows > (int64_t{1} << 31)) {
+  if (order.shuffle_window_rows < 0 || order.shuffle_window_rows > (int64_t{1} << 31)) {
     return Invalid("shuffle_window must be between 0 and 2**31 rows, got " +
-                   std::to_string(shuffle_window_rows));
+                   std::to_string(order.shuffle_window_rows));
   }
-  if (shuffle_window_bytes < 0) {
+  if (order.shuffle_window_bytes < 0) {
     return Invalid("shuffle_window must not be negative, got " +
-                   std::to_string(shuffle_window_bytes) + " bytes");
+                   std::to_string(order.shuffle_window_bytes) + " bytes");
   }
-  if (num_threads < 0) {
-    return Invalid("num_threads must be positive (or None), got " + std::to_string(num_threads));
+  if (execution.num_threads < 0) {
+    return Invalid("num_threads must be positive (or None), got " +
+                   std::to_string(execution.num_threads));
   }
-  if (num_io_threads < 0) {
+  if (execution.num_io_threads < 0) {
     return Invalid("num_io_threads must be positive (or None), got " +
-                   std::to_string(num_io_threads));
+                   std::to_string(execution.num_io_threads));
   }
-  if (prefetch_bytes <= 0) {
-    return Invalid("prefetch_bytes must be positive, got " + std::to_string(prefetch_bytes));
+  if (execution.prefetch_bytes <= 0) {
+    return Invalid("prefetch_bytes must be positive, got " +
+                   std::to_string(execution.prefetch_bytes));
   }
-  if (task_bytes <= 0) {
-    return Invalid("task_bytes must be positive, got " + std::to_string(task_bytes));
+  if (execution.task_bytes <= 0) {
+    return Invalid("task_bytes must be positive, got " + std::to_string(execution.task_bytes));
   }
-  if (max_retries < 0) {
-    return Invalid("max_retries must be >= 0, got " + std::to_string(max_retries));
+  if (storage.max_retries < 0) {
+    return Invalid("max_retries must be >= 0, got " + std::to_string(storage.max_retries));
   }
-  if (retry_base_delay_s < 0) return Invalid("retry_base_delay must be >= 0");
-  if (!cache_dir.empty() && cache_bytes <= 0) {
-    return Invalid("cache_bytes must be positive, got " + std::to_string(cache_bytes));
+  if (storage.retry_base_delay_s < 0) return Invalid("retry_base_delay must be >= 0");
+  if (!cache.dir.empty() && cache.bytes <= 0) {
+    return Invalid("cache_bytes must be positive, got " + std::to_string(cache.bytes));
   }
-  if (cache_min_free_bytes < 0) {
+  if (cache.min_free_bytes < 0) {
     return Invalid("cache_min_free_bytes must be >= 0, got " +
-                   std::to_string(cache_min_free_bytes));
+                   std::to_string(cache.min_free_bytes));
   }
-  if (features_dtype == DType::kBool || features_dtype == DType::kFloat16) {
-    return Invalid(std::string("features_dtype ") + DTypeName(features_dtype) +
+  if (columns.features_dtype == DType::kBool || columns.features_dtype == DType::kFloat16) {
+    return Invalid(std::string("features_dtype ") + DTypeName(columns.features_dtype) +
                    " is not supported; use a float32/float64 or integer dtype");
   }
-  if (features_name.empty()) return Invalid("features_name must not be empty");
-  if (!feature_groups.empty() && !features.empty()) {
+  if (columns.features_name.empty()) return Invalid("features_name must not be empty");
+  if (!columns.feature_groups.empty() && !columns.features.empty()) {
     return Invalid("features and feature_groups are both set; give the groups only");
   }
-  for (size_t g = 0; g < feature_groups.size(); ++g) {
-    const FeatureGroup& group = feature_groups[g];
+  for (size_t g = 0; g < columns.feature_groups.size(); ++g) {
+    const FeatureGroup& group = columns.feature_groups[g];
     if (group.name.empty()) return Invalid("a feature group's name must not be empty");
     if (group.columns.empty()) {
       return Invalid("feature group '" + group.name + "' names no columns");
@@ -134,12 +146,12 @@ Status LoaderOptions::Validate() const {
                      " is not supported; use a float32/float64 or integer dtype");
     }
     for (size_t h = 0; h < g; ++h) {
-      if (feature_groups[h].name == group.name) {
+      if (columns.feature_groups[h].name == group.name) {
         return Invalid("feature group '" + group.name + "' is given twice");
       }
     }
   }
-  for (const auto& [column, vocabulary] : categories) {
+  for (const auto& [column, vocabulary] : columns.categories) {
     std::vector<std::string> sorted = vocabulary;
     std::sort(sorted.begin(), sorted.end());
     auto duplicate = std::adjacent_find(sorted.begin(), sorted.end());
@@ -148,7 +160,7 @@ Status LoaderOptions::Validate() const {
                      "' twice; each value gets one id");
     }
   }
-  if (!transform_columns.empty() && !user_transform) {
+  if (!columns.transform_columns.empty() && !columns.user_transform) {
     return Invalid("transform_columns needs transform=");
   }
   return Status::OK();
@@ -164,25 +176,25 @@ uint64_t LoaderOptions::Fingerprint(bool with_shard) const {
   // what the batches depend on (the catalog fingerprint names the files themselves).
   // Sorted: the files are read in sorted order whatever order the sources were given in.
   std::vector<std::string> redacted;
-  for (const auto& source : sources) redacted.push_back(RedactUri(source));
+  for (const auto& uri : source.sources) redacted.push_back(RedactUri(uri));
   std::sort(redacted.begin(), redacted.end());
   for (const auto& source : redacted) hash.Add(source);
-  hash.AddInt(columns.size());
-  for (const auto& column : columns) hash.Add(column);
-  hash.AddInt(features.size());
-  for (const auto& feature : features) hash.Add(feature);
-  hash.Add(features_name);
-  hash.AddInt(static_cast<uint64_t>(features_dtype));
-  hash.AddInt(allow_lossy_cast);
+  hash.AddInt(columns.columns.size());
+  for (const auto& column : columns.columns) hash.Add(column);
+  hash.AddInt(columns.features.size());
+  for (const auto& feature : columns.features) hash.Add(feature);
+  hash.Add(columns.features_name);
+  hash.AddInt(static_cast<uint64_t>(columns.features_dtype));
+  hash.AddInt(columns.allow_lossy_cast);
   // Only when set, so fingerprints of loaders without them are unchanged.
-  for (const auto& group : feature_groups) {
+  for (const auto& group : columns.feature_groups) {
     hash.Add("feature-group:" + group.name);
     hash.AddInt(group.columns.size());
     for (const auto& column : group.columns) hash.Add(column);
     hash.AddInt(static_cast<uint64_t>(group.dtype));
     hash.AddInt(group.null_mask);
   }
-  for (const auto& [column, vocabulary] : categories) {
+  for (const auto& [column, vocabulary] : columns.categories) {
     hash.Add("categories:" + column);
     hash.AddInt(vocabulary.size());
     for (const auto& value : vocabulary) {
@@ -190,12 +202,12 @@ uint64_t LoaderOptions::Fingerprint(bool with_shard) const {
       hash.Add(value);
     }
   }
-  for (const auto& [name, options] : column_options) {
+  for (const auto& [name, options] : columns.column_options) {
     hash.Add(name);
     HashColumnOptions(options, &hash);
   }
-  HashColumnOptions(default_column_options, &hash);
-  for (const auto& [column, chain] : transforms) {
+  HashColumnOptions(columns.default_column_options, &hash);
+  for (const auto& [column, chain] : columns.transforms) {
     hash.Add(column);
     for (const auto& op : chain) {
       hash.Add(op.op);
@@ -205,7 +217,7 @@ uint64_t LoaderOptions::Fingerprint(bool with_shard) const {
       }
     }
   }
-  for (const auto& [column, outputs] : transform_outputs) {
+  for (const auto& [column, outputs] : columns.transform_outputs) {
     hash.Add("outputs:" + column);
     for (const auto& [output, chain] : outputs) {
       hash.Add(output);
@@ -219,25 +231,25 @@ uint64_t LoaderOptions::Fingerprint(bool with_shard) const {
     }
   }
   // Only when set, so fingerprints of loaders without user code are unchanged.
-  if (user_transform) {
+  if (columns.user_transform) {
     hash.Add("user-transform");
-    hash.Add(user_transform->Fingerprint());
-    hash.AddInt(transform_columns.size());
-    for (const auto& column : transform_columns) hash.Add(column);
+    hash.Add(columns.user_transform->Fingerprint());
+    hash.AddInt(columns.transform_columns.size());
+    for (const auto& column : columns.transform_columns) hash.Add(column);
   }
-  hash.AddInt(batch_size);
-  hash.AddInt(shuffle);
-  hash.AddInt(shuffle_window_rows);
-  hash.AddInt(shuffle_window_bytes);
-  hash.AddInt(drop_last);
+  hash.AddInt(order.batch_size);
+  hash.AddInt(order.shuffle);
+  hash.AddInt(order.shuffle_window_rows);
+  hash.AddInt(order.shuffle_window_bytes);
+  hash.AddInt(order.drop_last);
   // Only with drop_last and shuffle, whose plans changed (the dropped rows are a randomly placed
   // stretch, not the tail): a resume state saved before must not match. Others are unchanged.
-  if (drop_last && shuffle) hash.Add("drop-at-random-start");
-  hash.AddInt(padding_mask);
-  hash.Add(padding_name);
+  if (order.drop_last && order.shuffle) hash.Add("drop-at-random-start");
+  hash.AddInt(order.padding_mask);
+  hash.Add(order.padding_name);
   if (with_shard) {
-    hash.AddInt(rank);
-    hash.AddInt(world_size);
+    hash.AddInt(order.rank);
+    hash.AddInt(order.world_size);
   }
   return hash.digest();
 }
