@@ -117,12 +117,11 @@ class Loader(Resumable):
                 self._stages = PythonStages(built, python_workers, python_start_method)
                 self._runner = self._stages.runner
             self._engine = _stoker.Engine.open(opts)
-            # The engine checked at open that every name a batch holds is distinct.
+            # Checked at open: every name a batch holds is distinct. The route converts the
+            # engine's batches, before the fields finished in Python.
             engine_columns = {info.name: info for info in self._engine.columns()}
-            self._columns = engine_columns
-            if self._finishing is not None:
-                self._columns = self._finishing.columns(engine_columns)
-            # The engine's batches, before the fields finished in Python.
+            self._columns = engine_columns if self._finishing is None else \
+                self._finishing.columns(engine_columns)
             self._route = Route.for_columns(output, engine_columns)
         except BaseException:
             self.close()
@@ -185,17 +184,15 @@ class Loader(Resumable):
                 f"rank={self._options.rank}/{self._options.world_size}, seed={self._seed})")
 
     # ------------------------------------------------------------------------------- iteration
-    #
-    # Epoch rule: see _epochs.py (EpochCursor, changed only under _handover).
-    #
-    # Hand-over rule (iterators in several threads): every iter(), set_epoch() and
-    # load_state_dict() takes a new generation; only the iterator of the newest generation may
-    # take batches. An iterator takes a batch while holding _handover, checking its generation
-    # before and after the engine's next(); the engine's epoch is stopped and started only under
-    # _handover, by the holder of the newest generation. So a batch of a newer epoch never goes
-    # to an older iterator (which would leave the newer one short), and an older iterator never
-    # stops a newer epoch. The generation is taken before waiting for _handover: an iterator
-    # inside next() sees it when next() returns (within _POLL_MS) and lets go.
+    # Epoch rule: see _epochs.py (EpochCursor, changed only under _handover). Hand-over rule
+    # (iterators in several threads): every iter(), set_epoch() and load_state_dict() takes a new
+    # generation; only the iterator of the newest generation may take batches. An iterator takes a
+    # batch while holding _handover, checking its generation before and after the engine's next();
+    # the engine's epoch is stopped and started only under _handover, by the holder of the newest
+    # generation. So a batch of a newer epoch never goes to an older iterator (which would leave the
+    # newer one short), and an older iterator never stops a newer epoch. The generation is taken
+    # before waiting for _handover: an iterator inside next() sees it when next() returns (within
+    # _POLL_MS) and lets go.
 
     def _new_generation(self, reason: str) -> int:
         """Ends every iterator so far: their next step raises LoaderStateError naming

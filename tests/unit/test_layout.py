@@ -150,3 +150,11 @@ def test_the_xdist_groups_name_existing_modules():
     assert named
     missing = sorted(m for m in named if not os.path.isfile(os.path.join(TESTS, m)))
     assert not missing, f"tests/conftest.py groups name modules that do not exist: {missing}"
+
+
+def test_the_loader_module_stays_thin():
+    """Issue 24's bound: loader.py keeps construction, iteration and lifecycle (<= 400 lines);
+    option building, resume, the Python stages and conversion live in their own modules."""
+    with open(os.path.join(os.path.dirname(TESTS), "python", "stoker", "loader.py")) as f:
+        lines = f.read().count("\n")
+    assert lines <= 400, f"python/stoker/loader.py has {lines} lines; move a concern out of it"

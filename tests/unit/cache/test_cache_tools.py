@@ -189,7 +189,7 @@ def test_stats_on_a_read_only_cache(cache):
 
 
 # ------------------------------------------------------------------------------ stats and clear
-# (was tests/test_cli_cache.py) What the commands print and do on a real cache folder.
+# What the commands print and do on a real cache folder.
 
 def test_stats_and_clear(tmp_path):
     root = str(tmp_path / "data")
