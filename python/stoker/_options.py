@@ -33,16 +33,8 @@ def _plain_sources(source: Any) -> Any:
 
 
 def _chain(chain: Any, where: str) -> list:
-    if isinstance(chain, Mapping):
-        chain = [chain]
-    if not isinstance(chain, Sequence) or isinstance(chain, str) or not chain:
-        raise InvalidOptionError(f"{where} must be a non-empty list of ops (stoker.ops.*)")
-    for position, op in enumerate(chain):
-        if not isinstance(op, Mapping) or not isinstance(op.get("op"), str):
-            raise InvalidOptionError(
-                f"{where}[{position}] is {op!r}, not an op: use stoker.ops "
-                "(e.g. stoker.ops.resize(224)) or a dict {'op': name, **params}")
-    return [_dtype_param(dict(op), f"{where}[{position}]") for position, op in enumerate(chain)]
+    ops = [chain] if isinstance(chain, Mapping) else list(chain)
+    return [_dtype_param(dict(op), f"{where}[{position}]") for position, op in enumerate(ops)]
 
 
 def _dtype_param(op: dict, where: str) -> dict:
@@ -51,28 +43,18 @@ def _dtype_param(op: dict, where: str) -> dict:
     return op
 
 
-def transform_chains(transforms: Any) -> dict:
-    """``{column: [op, ...]}`` or ``{column: {output: [op, ...], ...}}`` (several outputs of one
-    column) checked for shape (ops are dicts with an "op" name, as :mod:`stoker.ops` makes
-    them); the engine checks names, parameters and types."""
-    if not isinstance(transforms, Mapping):
-        raise InvalidOptionError("transforms must be a dict {column: [op, ...]}")
+def transform_chains(transforms: Mapping[str, Any]) -> dict:
+    """``transforms`` as the engine checked its shape (BuildLoaderOptions: ``{column: [op, ...]}``
+    or ``{column: {output: [op, ...], ...}}``), each chain a list of op dicts, with numpy/torch
+    dtype objects in op parameters as names (only Python knows them)."""
     out: dict = {}
     for column, chain in transforms.items():
-        if not isinstance(column, str):
-            raise InvalidOptionError(f"transforms keys are column names, got {column!r}")
+        where = f"transforms[{column!r}]"
         if isinstance(chain, Mapping) and "op" not in chain:
-            if not chain:
-                raise InvalidOptionError(f"transforms[{column!r}] names no outputs")
-            outputs = {}
-            for output, ops in chain.items():
-                if not isinstance(output, str) or not output:
-                    raise InvalidOptionError(
-                        f"transforms[{column!r}] keys are output names, got {output!r}")
-                outputs[output] = _chain(ops, f"transforms[{column!r}][{output!r}]")
-            out[column] = outputs
+            out[column] = {output: _chain(ops, f"{where}[{output!r}]")
+                           for output, ops in chain.items()}
         else:
-            out[column] = _chain(chain, f"transforms[{column!r}]")
+            out[column] = _chain(chain, where)
     return out
 
 
@@ -187,7 +169,9 @@ def build(source: Source, columns: Optional[Sequence[str]], features: Any, *,
     values = {name: kw[name] for name in _ENGINE_OPTIONS if name in kw}
     values.update(source=_plain_sources(source), features=features,
                   features_dtype=_dtype_names(features, kw["features_dtype"]),
-                  categories=_paths(kw["categories"]))
+                  categories=_paths(kw["categories"]), transforms=kw["transforms"])
+    if built.transform_fn is not None:  # (without transform=, _check_loader_only refused it)
+        values["transform_columns"] = kw.get("transform_columns")
     built.options = opts = _stoker.build_loader_options(values, opts, describe)
     if not describe:
         _set_loader_only(built, kw)
@@ -198,15 +182,6 @@ def build(source: Source, columns: Optional[Sequence[str]], features: Any, *,
     _plan_petastorm(built, columns, kw, describe)
     if built.transforms:
         set_transforms(opts, built.transforms)
-    transform_columns = kw.get("transform_columns")
-    if built.transform_fn is not None and transform_columns is not None:
-        if isinstance(transform_columns, str) or not all(
-                isinstance(name, str) for name in transform_columns):
-            raise InvalidOptionError("transform_columns takes a list of column names")
-        if not transform_columns:
-            raise InvalidOptionError("transform_columns is empty: name at least one "
-                                     "column, or pass None for all")
-        opts.transform_columns = list(transform_columns)
     return built
 
 

@@ -24,7 +24,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EXAMPLE = os.path.join(REPO, "examples", "ray_train.py")
 ROWS, BATCH, FEATURES = 1000, 50, ["f0", "f1", "f2"]
 
-pytestmark = pytest.mark.slow
+# Two Ray Train runs (about 35-140 s each on 2 shared cores): more than pytest's default 300 s.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")

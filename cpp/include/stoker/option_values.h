@@ -73,7 +73,9 @@ Result<int64_t> ParseSize(const OptionValue& value, const std::string& option);
 /// sources), max_retries, retry_base_delay, cache_bytes, cache_min_free_bytes, allow_lossy_cast
 /// and the per-column options (lists, pad_value, fill_null, null_mask, on_error, time_unit,
 /// decimals), whose column names must be among `base`'s columns and features when those are
-/// given. `values` is a dict keyed by the keyword names; a missing key keeps `base`'s value.
+/// given; the shape of transforms (a dict of op chains, or of {output: chain} dicts; the ops
+/// themselves are checked at open) and transform_columns (given only with transform=). `values`
+/// is a dict keyed by the keyword names; a missing key keeps `base`'s value.
 /// Errors are kInvalidOption and name the option.
 Result<LoaderOptions> BuildLoaderOptions(const OptionValue& values, LoaderOptions base,
                                          bool describe);

@@ -655,6 +655,69 @@ Status SetSources(const OptionValue& source, SourceOptions* out) {
   return Status::OK();
 }
 
+// One chain of `transforms`: an op (a dict with a str "op"), or a non-empty list or tuple of
+// them. The ops' names and parameters are the transform registry's to check, at open.
+Status CheckChain(const OptionValue& chain, const std::string& where) {
+  if (chain.kind == Kind::kDict) return CheckChain(OptionValue::List({chain}), where);
+  if ((chain.kind != Kind::kList && chain.kind != Kind::kTuple) || chain.items.empty()) {
+    return Invalid(where + " must be a non-empty list of ops (stoker.ops.*)");
+  }
+  for (size_t position = 0; position < chain.items.size(); ++position) {
+    const OptionValue& op = chain.items[position];
+    const OptionValue* name = op.kind == Kind::kDict ? op.Find("op") : nullptr;
+    if (name == nullptr || !name->is_string()) {
+      return Invalid(where + "[" + std::to_string(position) + "] is " + op.Repr() +
+                     ", not an op: use stoker.ops (e.g. stoker.ops.resize(224)) or a dict "
+                     "{'op': name, **params}");
+    }
+  }
+  return Status::OK();
+}
+
+// `transforms`: {column: chain} or {column: {output: chain, ...}} (several outputs of one column).
+Status CheckTransforms(const OptionValue& transforms) {
+  if (transforms.is_none()) return Status::OK();
+  if (transforms.kind != Kind::kDict) {
+    return Invalid("transforms must be a dict {column: [op, ...]}");
+  }
+  for (size_t i = 0; i < transforms.items.size(); ++i) {
+    const OptionValue& column = transforms.keys[i];
+    const OptionValue& chain = transforms.items[i];
+    if (!column.is_string()) {
+      return Invalid("transforms keys are column names, got " + column.Repr());
+    }
+    const std::string where = "transforms[" + column.Repr() + "]";
+    if (chain.kind != Kind::kDict || chain.Find("op") != nullptr) {
+      STOKER_RETURN_NOT_OK(CheckChain(chain, where));
+      continue;
+    }
+    if (chain.items.empty()) return Invalid(where + " names no outputs");
+    for (size_t j = 0; j < chain.items.size(); ++j) {
+      const OptionValue& output = chain.keys[j];
+      if (!output.is_string() || output.text.empty()) {
+        return Invalid(where + " keys are output names, got " + output.Repr());
+      }
+      STOKER_RETURN_NOT_OK(CheckChain(chain.items[j], where + "[" + output.Repr() + "]"));
+    }
+  }
+  return Status::OK();
+}
+
+// `transform_columns` (given with transform=): a non-empty list of column names.
+Status SetTransformColumns(const OptionValue& given, ColumnsOptions* out) {
+  if (given.is_none()) return Status::OK();
+  const bool names = (given.kind == Kind::kList || given.kind == Kind::kTuple) &&
+                     std::all_of(given.items.begin(), given.items.end(),
+                                 [](const OptionValue& item) { return item.is_string(); });
+  if (!names) return Invalid("transform_columns takes a list of column names");
+  if (given.items.empty()) {
+    return Invalid("transform_columns is empty: name at least one column, or pass None for all");
+  }
+  out->transform_columns.clear();
+  for (const auto& item : given.items) out->transform_columns.push_back(item.text);
+  return Status::OK();
+}
+
 }  // namespace
 
 const std::vector<std::string>& TimeUnitNames() {
@@ -744,6 +807,8 @@ Result<LoaderOptions> BuildLoaderOptions(const OptionValue& values, LoaderOption
     }
   }
   STOKER_RETURN_NOT_OK(SetColumnOptions(values, null_mask, &out.columns));
+  STOKER_RETURN_NOT_OK(CheckTransforms(Get(values, "transforms")));
+  STOKER_RETURN_NOT_OK(SetTransformColumns(Get(values, "transform_columns"), &out.columns));
   return out;
 }
 

@@ -51,6 +51,49 @@ TEST(OptionValue, ReprIsPythons) {
   EXPECT_EQ(Crc32("abc"), 891568578u);  // zlib.crc32(b"abc")
 }
 
+TEST(BuildLoaderOptions, TransformsShapeAndTransformColumns) {
+  LoaderOptions base;
+  const OptionValue op = Values({{"op", S("resize")}, {"size", OptionValue::Int(8)}});
+  const auto list = [](std::vector<OptionValue> items) { return OptionValue::List(items); };
+  // Accepted: a chain, one op alone, and several named outputs of one column.
+  EXPECT_TRUE(
+      BuildLoaderOptions(
+          Values({{"transforms",
+                   Values({{"a", list({op})}, {"b", op}, {"c", Values({{"x", list({op})}})}})}}),
+          base, false)
+          .ok());
+  const std::vector<std::pair<OptionValue, std::string>> bad = {
+      {list({op}), "transforms must be a dict {column: [op, ...]}"},
+      {OptionValue::Dict({{OptionValue::Int(1), list({op})}}),
+       "transforms keys are column names, got 1"},
+      {Values({{"a", list({})}}), "transforms['a'] must be a non-empty list of ops (stoker.ops.*)"},
+      {Values({{"a", S("resize")}}),
+       "transforms['a'] must be a non-empty list of ops (stoker.ops.*)"},
+      {Values({{"a", list({op, S("crop")})}}),
+       "transforms['a'][1] is 'crop', not an op: use stoker.ops (e.g. stoker.ops.resize(224)) or "
+       "a dict {'op': name, **params}"},
+      {Values({{"a", Values({})}}), "transforms['a'] names no outputs"},
+      {Values({{"a", Values({{"", list({op})}})}}),
+       "transforms['a'] keys are output names, got ''"},
+      {Values({{"a", Values({{"x", list({Values({{"op", OptionValue::Int(3)}})})}})}}),
+       "transforms['a']['x'][0] is {'op': 3}, not an op: use stoker.ops (e.g. "
+       "stoker.ops.resize(224)) or a dict {'op': name, **params}"},
+  };
+  for (const auto& [transforms, message] : bad) {
+    auto built = BuildLoaderOptions(Values({{"transforms", transforms}}), base, false);
+    ASSERT_FALSE(built.ok()) << transforms.Repr();
+    EXPECT_EQ(Message(built), message);
+  }
+  auto named =
+      BuildLoaderOptions(Values({{"transform_columns", list({S("a"), S("b")})}}), base, false);
+  ASSERT_TRUE(named.ok());
+  EXPECT_EQ(named->columns.transform_columns, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(Message(BuildLoaderOptions(Values({{"transform_columns", S("a")}}), base, false)),
+            "transform_columns takes a list of column names");
+  EXPECT_EQ(Message(BuildLoaderOptions(Values({{"transform_columns", list({})}}), base, false)),
+            "transform_columns is empty: name at least one column, or pass None for all");
+}
+
 TEST(BuildLoaderOptions, SetsAndChecksWithTheOptionsName) {
   LoaderOptions base;
   base.source.sources = {"/data"};
