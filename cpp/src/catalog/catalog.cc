@@ -28,6 +28,7 @@
 #include "io/local_listing.h"
 #include "io/prefetched_file.h"
 #include "util/hash.h"
+#include "util/utf8.h"
 
 namespace stoker {
 namespace {
@@ -65,42 +66,6 @@ struct ListedFile {
   int64_t mtime_ns = 0;
   std::string real_path;  // the file once symbolic links are resolved (remote: `display`)
 };
-
-// Column names become Python str: a name that is not UTF-8 is a corrupt footer, not a crash of
-// the bindings later on.
-bool IsValidUtf8(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    size_t extra = 0;
-    uint32_t code = 0;
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    } else if (lead >= 0xC2 && lead <= 0xDF) {
-      extra = 1, code = lead & 0x1F;
-    } else if (lead >= 0xE0 && lead <= 0xEF) {
-      extra = 2, code = lead & 0x0F;
-    } else if (lead >= 0xF0 && lead <= 0xF4) {
-      extra = 3, code = lead & 0x07;
-    } else {
-      return false;
-    }
-    if (text.size() - i <= extra) return false;  // truncated sequence
-    for (size_t k = 1; k <= extra; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      if ((next & 0xC0) != 0x80) return false;
-      code = (code << 6) | (next & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF.
-    if ((extra == 2 && code < 0x800) || (extra == 3 && (code < 0x10000 || code > 0x10FFFF)) ||
-        (code >= 0xD800 && code <= 0xDFFF)) {
-      return false;
-    }
-    i += extra + 1;
-  }
-  return true;
-}
 
 // Arrow builds a column chunk's metadata (and checks its size statistics) only when it is asked
 // for, and reports a corrupt one by throwing: check every chunk once here, so planning and

@@ -15,6 +15,7 @@
 
 #include "options/options_internal.h"
 #include "stoker/option_values.h"
+#include "util/utf8.h"
 
 namespace stoker {
 namespace {
@@ -444,43 +445,6 @@ bool Blank(const std::string& line) {
   return true;
 }
 
-// Strict UTF-8, as Python's decoder takes it (no overlong forms, surrogates or > U+10FFFF).
-bool ValidUtf8(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    int more = 0;
-    uint32_t code = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xc2 && c <= 0xdf) {
-      more = 1;
-      code = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      more = 2;
-      code = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      more = 3;
-      code = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + more >= text.size()) return false;
-    for (int k = 1; k <= more; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      if ((next & 0xc0) != 0x80) return false;
-      code = (code << 6) | (next & 0x3f);
-    }
-    if ((more == 2 && (code < 0x800 || (code >= 0xd800 && code <= 0xdfff))) ||
-        (more == 3 && (code < 0x10000 || code > 0x10ffff))) {
-      return false;
-    }
-    i += more + 1;
-  }
-  return true;
-}
-
 // The non-blank lines of a UTF-8 vocabulary file; errors name `where`.
 Result<std::vector<std::string>> ReadVocabulary(const std::string& path, const std::string& where) {
   const std::string shown = OptionValue::String(path).Repr();
@@ -509,7 +473,7 @@ Result<std::vector<std::string>> ReadVocabulary(const std::string& path, const s
     text.append(buffer, static_cast<size_t>(got));
   }
   ::close(fd);
-  if (!ValidUtf8(text)) {
+  if (!IsValidUtf8(text)) {
     return Invalid(where + ": the vocabulary file " + shown + " is not UTF-8 text");
   }
   std::vector<std::string> lines;
