@@ -781,6 +781,12 @@ Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& s
     fields.push_back(arrow::field(keys[k], all_int ? arrow::int64() : arrow::utf8(), false));
   }
   catalog->schema_ = arrow::schema(std::move(fields));
+  // Arrow computes a type's fingerprint on first use (DataType::Equals of nested types) and
+  // caches it: computed here, before any worker compares a read column's type with these
+  // shared ones, every later use only reads it.
+  for (const auto& field : catalog->schema_->fields()) {
+    static_cast<void>(field->type()->fingerprint());
+  }
 
   Fnv1a hash;
   for (size_t f = 0; f < catalog->files_.size(); ++f) {
