@@ -33,6 +33,7 @@ import argparse
 import fnmatch
 import json
 import os
+import sys
 import tempfile
 import time
 
@@ -43,6 +44,13 @@ import stoker
 
 CHECKPOINT = "checkpoint.pt"
 FORMAT = 2  # 1: the per-rank rank<r>.pt files of earlier versions of this example (refused)
+
+
+def say(line: str) -> None:
+    """One write per line: the ranks share torchrun's stdout, and print() writes the text and its
+    newline separately, so two ranks' lines could run together."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def parse_args() -> argparse.Namespace:
@@ -177,8 +185,7 @@ def main() -> None:
     features, dtype = resolve_features(args)
     torch_dtype = getattr(torch, dtype)
     if rank == 0:
-        print(f"features ({len(features)}, {dtype}): {', '.join(features)}; label: {args.label}",
-              flush=True)
+        say(f"features ({len(features)}, {dtype}): {', '.join(features)}; label: {args.label}")
     if (args.log_ids or args.ids_out) and args.id is None:
         raise SystemExit("--log-ids/--ids-out need a row id column: name it with --id")
     # The id column is read whenever the dataset has one, logged or not: the loader's options
@@ -215,8 +222,8 @@ def main() -> None:
             optimizer.load_state_dict(state["optimizer"])
             loader.load_state_dict(state["loader"])  # another world size: elastic resume
             step = state["step"]
-            print(f"rank {rank}: resumed at step {step}, epoch {loader.epoch} (saved on "
-                  f"{state['loader']['world_size']} ranks, now {world_size})", flush=True)
+            say(f"rank {rank}: resumed at step {step}, epoch {loader.epoch} (saved on "
+                f"{state['loader']['world_size']} ranks, now {world_size})")
     # DDP wraps the model after the load: its state_dict keys stay those of the plain model.
     ddp = torch.nn.parallel.DistributedDataParallel(model) if distributed else model
     log = open(f"{args.log_ids}.rank{rank}", "a") if args.log_ids else None
@@ -259,11 +266,10 @@ def main() -> None:
                                      "loader": loader.state_dict(), "step": step,
                                      "features": features},
                                     os.path.join(args.ckpt_dir, CHECKPOINT))
-            print(f"rank {rank}: step {step}", flush=True)
+            say(f"rank {rank}: step {step}")
         stats = loader.stats()
-        print(f"rank {rank}: epoch {epoch} done in {time.perf_counter() - start:.2f} s, "
-              f"{step} steps, waited for data {100 * stats['stall_fraction']:.0f}% of the loop",
-              flush=True)
+        say(f"rank {rank}: epoch {epoch} done in {time.perf_counter() - start:.2f} s, "
+            f"{step} steps, waited for data {100 * stats['stall_fraction']:.0f}% of the loop")
 
     if args.out:
         torch.save(model.state_dict(), f"{args.out}.rank{rank}")

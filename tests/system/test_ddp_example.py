@@ -62,7 +62,7 @@ def _torchrun(nproc: int, args, **popen) -> subprocess.Popen:
     return subprocess.Popen(cmd, env=_env(), text=True, **popen)
 
 
-def _run(nproc: int, args, timeout=90) -> str:
+def _run(nproc: int, args, timeout=300) -> str:
     proc = _torchrun(nproc, args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, out[-2000:] + err[-3000:]
@@ -192,7 +192,7 @@ def test_ranks_that_find_different_checkpoints_refuse(data, killed, tmp_path):
                EXAMPLE, "--data", data, "--ckpt-dir", str(tmp_path / f"node{node}")] + ARGS
         nodes.append(subprocess.Popen(cmd, env=_env(), text=True, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE))
-    outputs = [proc.communicate(timeout=90) for proc in nodes]
+    outputs = [proc.communicate(timeout=300) for proc in nodes]
     for proc, (out, err) in zip(nodes, outputs):
         assert proc.returncode != 0
         assert (f"the ranks found different checkpoints (rank 0: step {resume_step} "
@@ -215,7 +215,7 @@ def _lightning(devices: int, args, **popen) -> subprocess.Popen:
 
 def _lightning_run(devices: int, args, cwd) -> None:
     proc = _lightning(devices, args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = proc.communicate(timeout=150)
+    out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-2000:] + err[-3000:]
 
 
