@@ -137,6 +137,9 @@ class _Worker:
     def stop(self) -> None:
         self._engine.stop()
 
+    def flush_cache(self) -> None:
+        self._loader.flush_cache()
+
     @ray.method(concurrency_group="control")
     def stats(self) -> Dict[str, Any]:
         stats = self._loader.stats()
@@ -460,6 +463,12 @@ class RayLoader:
                "wait_ms": sum(self._wait_s) * 1e3, "replacements": sum(self._replaced)}
         out.update(plan._stall.read())
         return out
+
+    def flush_cache(self) -> None:
+        """Waits until every actor has written the ``cache_dir`` entries it queued so far (as
+        ``Loader.flush_cache``; after the calls already submitted to it)."""
+        self._live_plan()
+        ray.get([actor.flush_cache.remote() for actor in self._actors])
 
     def _live_plan(self) -> Loader:
         plan = self._plan
