@@ -252,3 +252,29 @@ def test_trainer_only_options_are_refused(cluster, data):
         stoker.ray.RayLoader(data, actor_options={"max_restarts": 2}, **_options())
     with pytest.raises(InvalidOptionError, match="num_actors"):
         stoker.ray.RayLoader(data, num_actors=0, **_options())
+
+
+def test_a_transform_callable_runs_in_the_actors(cluster, data):
+    def doubled(arrays):  # defined here: Ray pickles it by value for the actors
+        return {"id": arrays["id"], "x": arrays["x"] * 2}
+
+    options = dict(batch_size=BATCH, seed=5, columns=["id", "x"], transform=doubled,
+                   transform_columns=["id", "x"], num_threads=1)
+    with stoker.Loader(data, **options) as plain:
+        expected = _bytes(plain)
+    with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **options) as loader:
+        got = _bytes(loader)
+        stages = [s["name"] for s in loader.stats(actors=True)["actors"][0]["loader"]["stages"]]
+    assert got == expected and "transform" in stages
+
+
+def test_an_error_in_an_actor_reaches_the_loop_as_stokers_error(cluster, tmp_path):
+    path = str(tmp_path / "bad.parquet")
+    pq.write_table(pa.table({"id": np.arange(40),
+                             "image": pa.array([b"not an image"] * 40, pa.binary())}), path)
+    with stoker.ray.RayLoader(path, num_actors=2, actor_options=ON_PREP, batch_size=10,
+                              transforms={"image": [ops.decode_image(),
+                                                    ops.center_crop([4, 4])]}) as loader:
+        with pytest.raises(stoker.errors.CorruptFileError, match="not a JPEG"):
+            list(loader)
+        assert loader.stats()["replacements"] == 0
