@@ -369,13 +369,11 @@ class RayLoader:
             return out
 
     def _drop_pending(self) -> None:
-        """Cancels the submitted calls (best effort) and stops the actors' engines."""
+        """Forgets the submitted calls and stops the actors' engines. The calls are not
+        cancelled: Ray's ordered actor queues wait (30 s) for a cancelled call's sequence
+        number; each actor finishes its at most ``batches_in_flight`` calls (batches its engine
+        has mostly made), then stops."""
         for slot, pending in enumerate(self._pending):
-            for _, ref in pending:
-                try:
-                    ray.cancel(ref)
-                except Exception:  # noqa: BLE001
-                    pass
             pending.clear()
             self._next_submit[slot] = self._total
             try:

@@ -225,8 +225,15 @@ def test_torch_output_is_writable_copies_equal_to_the_loaders(cluster, data):
         mine["x"] += 1  # writable, private to this process
 
 
-def test_numpy_batches_are_read_only_views_and_close_stops_the_actors(cluster, data):
+def test_break_restarts_promptly_and_close_stops_the_actors(cluster, data):
+    expected = _local(data)[0]
     loader = stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **_options())
+    for i, batch in enumerate(loader):
+        if i == 2:
+            break  # the calls in flight are dropped; the next iteration starts the epoch anew
+    started = time.perf_counter()
+    assert _bytes(loader) == expected  # an unfinished epoch starts again (a Loader's rule)
+    assert time.perf_counter() - started < 20
     it = iter(loader)
     batch = next(it)
     assert not batch["x"].flags.writeable  # zero-copy from the object store
