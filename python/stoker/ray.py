@@ -234,6 +234,13 @@ class RayLoader:
         return self._live_plan().num_rows
 
     @property
+    def dataset_rows(self) -> int:
+        return self._live_plan().dataset_rows
+
+    def vocabulary(self, column: str) -> List[str]:
+        return self._live_plan().vocabulary(column)
+
+    @property
     def num_actors(self) -> int:
         return self._num_actors
 

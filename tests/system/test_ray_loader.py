@@ -146,11 +146,14 @@ def test_a_state_resumes_in_any_number_of_actors_and_in_a_plain_loader(cluster, 
         two.load_state_dict(plain_state)
         assert _bytes(two) == expected[3:]
     # Near the end with more actors than batches left: a stride that starts past the end is
-    # empty (actors without the "prep" resource: anywhere).
+    # empty (actors without the "prep" resource: anywhere). Made with seed=None, the loader
+    # takes the state's seed, and so do its actors.
     near_end = dict(plain_state, batch=ROWS // BATCH - 1)
     with stoker.ray.RayLoader(data, num_actors=3, actor_options={"num_cpus": 0},
-                              **_options()) as three:
+                              **_options(seed=None)) as three:
+        assert three.seed != near_end["seed"]
         three.load_state_dict(near_end)
+        assert three.seed == near_end["seed"]
         assert _bytes(three) == expected[-1:]
         assert _bytes(three) == next_epoch
 
