@@ -64,8 +64,12 @@ def data(tmp_path_factory):
 def cluster():
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"prep": 1}})
-    nodes.add_node(num_cpus=1, resources={"prep": 1})
+    if ray.is_initialized():
+        ray.shutdown()
+    store = 100 * 1024 * 1024  # per node (Ray's default is 30% of RAM); the batches are small
+    nodes = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {"prep": 1}, "object_store_memory": store})
+    nodes.add_node(num_cpus=1, resources={"prep": 1}, object_store_memory=store)
     runtime_env = {}
     # Running from a source tree whose stoker is not the installed one (a git worktree): the
     # workers start through the same wrapper as this process.
