@@ -27,6 +27,7 @@ replaced and restarted at the first batch of its stride the trainer has not rece
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import os
 import time
 from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Tuple
@@ -85,6 +86,10 @@ class _Worker:
     def __init__(self, sources: Any, options: Dict[str, Any]) -> None:
         self._loader = Loader(sources, **options)
         self._engine = self._loader._live()
+        # The engine calls run on a thread of Python's threading, not on Ray's task thread:
+        # the extension's exit hook joins the threads that were iterating, and Ray's task
+        # thread is a dummy thread to threading (join() raises).
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, "stoker-ray-actor")
         self._next_index = 0  # index (in the full stream) of the engine's next batch
         self._step = 1  # the stride
         self._total = 0
@@ -92,6 +97,20 @@ class _Worker:
 
     def start(self, epoch: int, seed: int, elastic: Optional[Tuple[int, int]], start: int,
               step: int) -> Dict[str, Any]:
+        total = self._thread.submit(self._start, epoch, seed, elastic, start, step).result()
+        return {"total": total, "node_id": ray.get_runtime_context().get_node_id(),
+                "pid": os.getpid()}
+
+    def next(self, index: int) -> Optional[Dict[str, Any]]:
+        """Batch ``index`` of the epoch as host arrays (numpy; Ragged for ragged columns);
+        None if the epoch ended before it."""
+        return self._thread.submit(self._next, index).result()
+
+    def stop(self) -> None:
+        self._thread.submit(self._engine.stop).result()
+
+    def _start(self, epoch: int, seed: int, elastic: Optional[Tuple[int, int]], start: int,
+               step: int) -> int:
         engine = self._engine
         engine.stop()
         if seed != self._loader._seed:  # a state loaded in the trainer brought another seed
@@ -100,12 +119,9 @@ class _Worker:
         self._total = start_strided(engine, epoch, elastic, start, step)
         self._step = step
         self._next_index = start
-        return {"total": self._total, "node_id": ray.get_runtime_context().get_node_id(),
-                "pid": os.getpid()}
+        return self._total
 
-    def next(self, index: int) -> Optional[Dict[str, Any]]:
-        """Batch ``index`` of the epoch as host arrays (numpy; Ragged for ragged columns);
-        None if the epoch ended before it."""
+    def _next(self, index: int) -> Optional[Dict[str, Any]]:
         engine, loader = self._engine, self._loader
         while True:
             batch, done = engine.next(_POLL_MS)
@@ -123,9 +139,6 @@ class _Worker:
                 out = loader._finishing.batch(out)
             self._delivered += 1
             return out
-
-    def stop(self) -> None:
-        self._engine.stop()
 
     def flush_cache(self) -> None:
         self._loader.flush_cache()
