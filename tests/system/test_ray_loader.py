@@ -12,6 +12,7 @@ and flipped by the engine (so the seeds of random transforms must match across a
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import time
@@ -254,6 +255,15 @@ def test_break_restarts_promptly_and_close_stops_the_actors(cluster, data):
         next(it)
     with pytest.raises(LoaderClosedError):
         len(loader)
+
+    dropped = stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **_options())
+    next(iter(dropped))
+    actors = list(dropped._actors)
+    del dropped
+    gc.collect()
+    for actor in actors:  # dropping the loader kills its actors too
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.stop.remote(), timeout=30)
 
 
 def test_trainer_only_options_are_refused(cluster, data):
