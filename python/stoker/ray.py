@@ -17,10 +17,11 @@ explicitly) and runs its engine in strided mode (``start_epoch(epoch, start, ste
 ``j, j + N, j + 2N, ...`` of the rank's epoch, each byte-identical to that batch of the whole
 stream (its own index seeds its random transforms). What N actors divide is assembly and the
 transform ops that run there; each still reads and decodes every window's Parquet columns
-(cpp/src/exec/README.md, "strided"). The trainer
-keeps at most ``batches_in_flight`` ``next`` calls submitted per actor (an actor runs its calls
-in order) and takes them in global order (batch ``i`` from actor ``i % N``): a slow trainer
-stops submitting, the actor's engine fills its prefetch and blocks. An actor that dies is
+(cpp/src/exec/README.md, "strided").
+
+The trainer keeps at most ``batches_in_flight`` ``next`` calls submitted per actor (an actor runs
+its calls in order) and takes them in global order (batch ``i`` from actor ``i % N``): a slow
+trainer stops submitting, the actor's engine fills its prefetch and blocks. An actor that dies is
 replaced and restarted at the first batch of its stride the trainer has not received.
 """
 
@@ -47,8 +48,7 @@ from .loader import Loader
 
 __all__ = ["RayLoader"]
 
-# Next() waits this long before looking again (the actor has no signals to deliver, but a stop
-# of the engine from the control group is seen within it).
+# The actor's engine.next() waits this long per call before looking again.
 _POLL_MS = 100
 # A batch whose actor died this many times in a row is not tried again: its error is raised.
 _MAX_TRIES_PER_BATCH = 3
@@ -68,7 +68,7 @@ _PLANNING_OVERRIDES = {"num_threads": 1, "num_io_threads": 1, "python_workers": 
 _PLANNING_DROPS = ("cache_dir",)
 
 
-def start_strided(engine: Any, epoch: int, elastic: Optional[Tuple[int, int]], start: int,
+def _start_strided(engine: Any, epoch: int, elastic: Optional[Tuple[int, int]], start: int,
                   step: int) -> int:
     """Starts ``engine`` on batches ``start, start + step, ...`` of ``epoch`` (of the rest of an
     elastic epoch: ``elastic`` is (old world size, batches each old rank delivered)), each
@@ -116,7 +116,7 @@ class _Worker:
         if seed != self._loader._seed:  # a state loaded in the trainer brought another seed
             engine.set_seed(seed)
             self._loader._seed = seed
-        self._total = start_strided(engine, epoch, elastic, start, step)
+        self._total = _start_strided(engine, epoch, elastic, start, step)
         self._step = step
         self._next_index = start
         return self._total
