@@ -147,21 +147,6 @@ def test_a_state_resumes_in_any_number_of_actors_and_in_a_plain_loader(cluster, 
             if i == 2:
                 break
         plain_state = plain.state_dict()
-    with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **_options()) as two:
-        two.load_state_dict(plain_state)
-        assert _bytes(two) == expected[3:]
-    # Near the end with more actors than batches left: a stride that starts past the end is
-    # empty (actors without the "prep" resource: anywhere). Made with seed=None, the loader
-    # takes the state's seed, and so do its actors.
-    near_end = dict(plain_state, batch=ROWS // BATCH - 1)
-    with stoker.ray.RayLoader(data, num_actors=3, actor_options={"num_cpus": 0},
-                              **_options(seed=None)) as three:
-        assert three.seed != near_end["seed"]
-        three.load_state_dict(near_end)
-        assert three.seed == near_end["seed"]
-        assert _bytes(three) == expected[-1:]
-        assert _bytes(three) == next_epoch
-
     # Elastic: rank 0 of 2 saved after 4 batches; resumed at world size 1 the rest equals a
     # plain Loader's elastic rest (then the next epoch at world size 1).
     with stoker.Loader(data, **_options(rank=0, world_size=2)) as rank0:
@@ -172,11 +157,23 @@ def test_a_state_resumes_in_any_number_of_actors_and_in_a_plain_loader(cluster, 
     with stoker.Loader(data, **_options()) as plain:
         plain.load_state_dict(elastic_state)
         rest = [_bytes(plain) for _ in range(2)]
-    with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP,
-                              **_options(rank=0, world_size=1)) as two:
-        two.load_state_dict(elastic_state)
-        assert [_bytes(two) for _ in range(2)] == rest
     assert len(rest[0]) < ROWS // BATCH and rest[1] == next_epoch
+
+    # Three actors (without the "prep" resource: anywhere), made with seed=None: the loader
+    # takes the states' seed, and so do its actors.
+    with stoker.ray.RayLoader(data, num_actors=3, actor_options={"num_cpus": 0},
+                              **_options(seed=None)) as three:
+        assert three.seed != plain_state["seed"]
+        three.load_state_dict(plain_state)  # a Loader's state, after 3 batches
+        assert three.seed == plain_state["seed"]
+        assert _bytes(three) == expected[3:]
+        # Near the end, more actors than batches left: a stride that starts past the end is
+        # empty.
+        three.load_state_dict(dict(plain_state, batch=ROWS // BATCH - 1))
+        assert _bytes(three) == expected[-1:]
+        assert _bytes(three) == next_epoch
+        three.load_state_dict(elastic_state)
+        assert [_bytes(three) for _ in range(2)] == rest
 
 
 def test_a_slow_training_loop_bounds_what_the_actors_hold(cluster, data):
