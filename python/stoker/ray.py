@@ -328,6 +328,8 @@ class RayLoader:
                 where = ray.get(ref)
                 break
             except RayActorError:
+                if self._plan is None:  # close() (from another thread) killed it
+                    raise LoaderClosedError("this RayLoader was closed") from None
                 if tries + 1 == _MAX_TRIES_PER_BATCH:
                     raise
                 self._replace_actor(slot)
@@ -362,7 +364,10 @@ class RayLoader:
     def _receive(self, index: int) -> Dict[str, Any]:
         slot = index % self._num_actors
         failures = 0
+        stall = self._live_plan()._stall
         while True:
+            if self._plan is None:  # closed (from another thread) meanwhile
+                raise LoaderClosedError("this RayLoader was closed")
             if not self._pending[slot]:
                 self._top_up(slot)
             at, ref = self._pending[slot][0]
@@ -372,6 +377,8 @@ class RayLoader:
             try:
                 out = ray.get(ref)
             except RayActorError:
+                if self._plan is None:  # close() (from another thread) killed it
+                    raise LoaderClosedError("this RayLoader was closed") from None
                 failures += 1
                 if failures >= _MAX_TRIES_PER_BATCH:
                     raise
@@ -380,7 +387,7 @@ class RayLoader:
             finally:
                 seconds = time.perf_counter() - waited
                 self._wait_s[slot] += seconds
-                self._plan._stall.wait_s += seconds
+                stall.wait_s += seconds
             self._pending[slot].popleft()
             self._top_up(slot)
             if out is None:
