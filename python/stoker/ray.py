@@ -42,6 +42,7 @@ except ImportError as error:  # pragma: no cover  (ray is an optional dependency
     raise ImportError("stoker.ray needs Ray: pip install 'ray[data]'") from error
 
 from ._convert import map_arrays
+from ._ragged import Ragged
 from ._epochs import EpochIterator
 from .errors import InternalError, InvalidOptionError, LoaderClosedError
 from .loader import Loader
@@ -66,6 +67,12 @@ _TRAINER_ONLY = {
 # Options the planning Loader (never iterated) does not need: no threads, no cache folder.
 _PLANNING_OVERRIDES = {"num_threads": 1, "num_io_threads": 1, "python_workers": 0}
 _PLANNING_DROPS = ("cache_dir",)
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, Ragged):
+        return _nbytes(value.values) + _nbytes(value.offsets)
+    return int(getattr(value, "nbytes", 0))
 
 
 def _start_strided(engine: Any, epoch: int, elastic: Optional[Tuple[int, int]], start: int,
@@ -224,6 +231,7 @@ class RayLoader:
         self._next_submit = [0] * num_actors
         self._where: List[Dict[str, Any]] = [{} for _ in range(num_actors)]
         self._batches = [0] * num_actors
+        self._bytes = [0] * num_actors
         self._wait_s = [0.0] * num_actors
         self._replaced = [0] * num_actors
         self._actors = [self._new_actor() for _ in range(num_actors)]
@@ -393,6 +401,7 @@ class RayLoader:
             if out is None:
                 raise InternalError(f"actor {slot}'s epoch ended before batch {index}")
             self._batches[slot] += 1
+            self._bytes[slot] += sum(_nbytes(value) for value in out.values())
             return out
 
     def _drop_pending(self) -> None:
@@ -469,20 +478,22 @@ class RayLoader:
 
     def stats(self, actors: bool = False) -> Dict[str, Any]:
         """The hand-off's counters: per actor slot ``batches`` (received by the training loop),
-        ``wait_ms`` (time spent in ``ray.get`` for them), ``replacements``, ``node_id``, ``pid``
-        and ``in_flight`` (calls submitted, not yet received); totals ``batches``, ``wait_ms``,
-        ``replacements``; the training loop's ``loop_s`` and ``stall_fraction``. With
+        ``bytes`` (their arrays' bytes), ``wait_ms`` (time spent in ``ray.get`` for them),
+        ``replacements``, ``node_id``, ``pid`` and ``in_flight`` (calls submitted, not yet
+        received); totals ``batches``, ``bytes``, ``wait_ms``, ``replacements``; the training
+        loop's ``loop_s`` and ``stall_fraction``. With
         ``actors=True`` each slot also has ``loader``: its actor's ``Loader.stats()`` (cache,
         stages...) plus ``delivered`` (batches it returned), asked from the actor."""
         plan = self._live_plan()
-        slots = [{"batches": self._batches[k], "wait_ms": self._wait_s[k] * 1e3,
+        slots = [{"batches": self._batches[k], "bytes": self._bytes[k],
+                  "wait_ms": self._wait_s[k] * 1e3,
                   "replacements": self._replaced[k], "in_flight": len(self._pending[k]),
                   **self._where[k]} for k in range(self._num_actors)]
         if actors:
             for slot, stats in zip(slots, ray.get([a.stats.remote() for a in self._actors])):
                 slot["loader"] = stats
         out = {"num_actors": self._num_actors, "batches_in_flight": self._in_flight,
-               "actors": slots, "batches": sum(self._batches),
+               "actors": slots, "batches": sum(self._batches), "bytes": sum(self._bytes),
                "wait_ms": sum(self._wait_s) * 1e3, "replacements": sum(self._replaced)}
         out.update(plan._stall.read())
         return out

@@ -104,6 +104,9 @@ def test_two_actors_on_two_nodes_deliver_the_local_loaders_batches(cluster, data
     assert len({slot["node_id"] for slot in stats["actors"]}) == 2, stats["actors"]
     assert [slot["batches"] for slot in stats["actors"]] == [ROWS // BATCH] * 2  # 2 epochs / 2
     assert stats["replacements"] == 0 and stats["wait_ms"] > 0
+    with stoker.Loader(data, **_options()) as plain:
+        nbytes = sum(value.nbytes for batch in plain for value in batch.values())
+    assert stats["bytes"] == sum(slot["bytes"] for slot in stats["actors"]) == 2 * nbytes
     for slot in stats["actors"]:  # strided: each engine made only its own share of batches
         assert slot["loader"]["batches"] == slot["loader"]["delivered"] == ROWS // BATCH
     assert (state["epoch"], state["batch"]) == (2, 0)
