@@ -1,0 +1,244 @@
+"""stoker.ray.RayLoader on a local Ray cluster of two simulated nodes (ray.cluster_utils.Cluster):
+its actors land on different nodes (a custom resource per node), and every batch is byte-equal to
+what a local stoker.Loader with the same options delivers: with 2 actors, after an actor is
+killed mid-epoch (replaced, the same batches), resumed from a state into 1 actor and into a plain
+Loader (and a Loader's state into a RayLoader, elastic world sizes included), with a slow
+training loop (the calls and batches the actors hold stay bounded), with a per-node cache (the
+second epoch hits it), and with output="torch".
+
+The data: 1200 rows of tabular columns and a small JPEG per row, decoded and randomly cropped
+and flipped by the engine (so the seeds of random transforms must match across actors).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+import stoker  # noqa: E402
+import stoker.ray  # noqa: E402,F401
+from stoker import ops  # noqa: E402
+from stoker.errors import InvalidOptionError, LoaderClosedError  # noqa: E402
+from stoker_testdata import batch_bytes, jpeg_bytes  # noqa: E402
+
+# One cluster (two raylets) for the module: about 10 s to start on 2 busy cores.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+ROWS, BATCH = 1200, 60  # 20 batches per epoch at world size 1
+# Each simulated node offers one "prep": an actor asking for it lands on a node of its own.
+ON_PREP = {"num_cpus": 0, "resources": {"prep": 1}}
+
+
+def _options(**extra):
+    options = dict(batch_size=BATCH, seed=5, shuffle_window=300, num_threads=1,
+                   columns=["id", "x", "label", "image"],
+                   transforms={"image": [ops.decode_image(), ops.random_crop([12, 12]),
+                                         ops.horizontal_flip()]})
+    options.update(extra)
+    return options
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    images = [jpeg_bytes(rng, 20, 16) for _ in range(64)]
+    table = pa.table({"id": np.arange(ROWS), "x": rng.normal(size=ROWS).astype(np.float32),
+                      "label": rng.integers(0, 10, ROWS),
+                      "image": pa.array([images[i % 64] for i in range(ROWS)], pa.binary())})
+    path = str(tmp_path_factory.mktemp("ray-loader") / "data.parquet")
+    pq.write_table(table, path, row_group_size=150)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"prep": 1}})
+    nodes.add_node(num_cpus=1, resources={"prep": 1})
+    runtime_env = {}
+    # Running from a source tree whose stoker is not the installed one (a git worktree): the
+    # workers start through the same wrapper as this process.
+    if os.environ.get("STOKER_TEST_RAY_PY_EXECUTABLE"):
+        runtime_env["py_executable"] = os.environ["STOKER_TEST_RAY_PY_EXECUTABLE"]
+    ray.init(address=nodes.address, include_dashboard=False, runtime_env=runtime_env,
+             logging_level="ERROR")
+    yield nodes
+    ray.shutdown()
+    nodes.shutdown()
+
+
+def _local(data, epochs=1, **options):
+    with stoker.Loader(data, **_options(**options)) as loader:
+        return [[batch_bytes([batch]) for batch in loader] for _ in range(epochs)]
+
+
+def _bytes(batches):
+    return [batch_bytes([batch]) for batch in batches]
+
+
+def test_two_actors_on_two_nodes_deliver_the_local_loaders_batches(cluster, data):
+    expected = _local(data, epochs=2)
+    with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **_options()) as loader:
+        assert len(loader) == ROWS // BATCH
+        got = [_bytes(loader) for _ in range(2)]  # two epochs: epoch 1 has another order
+        stats = loader.stats()
+        state = loader.state_dict()
+    assert got[0] == expected[0] and got[1] == expected[1]
+    assert expected[0] != expected[1]
+    assert len({slot["node_id"] for slot in stats["actors"]}) == 2, stats["actors"]
+    assert [slot["batches"] for slot in stats["actors"]] == [ROWS // BATCH] * 2  # 2 epochs / 2
+    assert stats["replacements"] == 0 and stats["wait_ms"] > 0
+    assert (state["epoch"], state["batch"]) == (2, 0)
+
+
+def test_an_actor_killed_mid_epoch_is_replaced_and_the_batches_are_the_same(cluster, data):
+    expected = _local(data)[0]
+    got = []
+    with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **_options()) as loader:
+        for i, batch in enumerate(loader):
+            got.append(batch_bytes([batch]))
+            if i == 6:
+                victim = loader.stats()["actors"][1]
+                os.kill(victim["pid"], signal.SIGKILL)
+        stats = loader.stats()
+    assert got == expected
+    assert stats["replacements"] == 1 and stats["actors"][1]["replacements"] == 1
+    assert stats["actors"][1]["pid"] != victim["pid"]
+
+
+def test_a_state_resumes_in_any_number_of_actors_and_in_a_plain_loader(cluster, data):
+    expected, next_epoch = _local(data, epochs=2)
+    with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **_options()) as loader:
+        head = []
+        for batch in loader:
+            head.append(batch_bytes([batch]))
+            if len(head) == 7:
+                break
+        state = loader.state_dict()
+    assert head == expected[:7] and state["batch"] == 7
+
+    with stoker.ray.RayLoader(data, num_actors=1, actor_options=ON_PREP, **_options()) as one:
+        one.load_state_dict(state)
+        assert _bytes(one) == expected[7:]
+    with stoker.Loader(data, **_options()) as plain:
+        plain.load_state_dict(state)
+        assert _bytes(plain) == expected[7:]
+        # ...and a Loader's state (after 3 batches) into a RayLoader.
+        plain.set_epoch(0)
+        for i, _ in enumerate(plain):
+            if i == 2:
+                break
+        plain_state = plain.state_dict()
+    with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **_options()) as two:
+        two.load_state_dict(plain_state)
+        assert _bytes(two) == expected[3:]
+
+    # Elastic: rank 0 of 2 saved after 4 batches; resumed at world size 1 the rest equals a
+    # plain Loader's elastic rest (then the next epoch at world size 1).
+    with stoker.Loader(data, **_options(rank=0, world_size=2)) as rank0:
+        for i, _ in enumerate(rank0):
+            if i == 3:
+                break
+        elastic_state = rank0.state_dict()
+    with stoker.Loader(data, **_options()) as plain:
+        plain.load_state_dict(elastic_state)
+        rest = [_bytes(plain) for _ in range(2)]
+    with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP,
+                              **_options(rank=0, world_size=1)) as two:
+        two.load_state_dict(elastic_state)
+        assert [_bytes(two) for _ in range(2)] == rest
+    assert len(rest[0]) < ROWS // BATCH and rest[1] == next_epoch
+
+
+def test_a_slow_training_loop_bounds_what_the_actors_hold(cluster, data):
+    in_flight = 1
+    with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP,
+                              batches_in_flight=in_flight,
+                              **_options(prefetch_bytes="64KiB")) as loader:
+        for i, batch in enumerate(loader):
+            time.sleep(0.15)  # the actors would finish the epoch meanwhile if nothing held them
+            stats = loader.stats(actors=True)
+            for slot in stats["actors"]:
+                assert slot["in_flight"] <= in_flight
+                # Returned by the actor, not yet taken by the loop: at most its calls in flight.
+                assert slot["loader"]["delivered"] - slot["batches"] <= in_flight, slot
+            if i == 7:
+                break
+        assert stats["batches"] == 8
+        for slot in stats["actors"]:
+            # The engine stopped at its prefetch bound: far from the epoch's 10 batches per actor
+            assert slot["loader"]["delivered"] <= 4 + in_flight
+            assert slot["loader"]["peak_inflight_bytes"] <= 256 * 1024
+
+
+def test_the_cache_on_each_actors_node_serves_the_second_epoch(cluster, data, tmp_path):
+    expected = _local(data, epochs=2)
+    cache = str(tmp_path / "cache")
+    with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP,
+                              **_options(cache_dir=cache)) as loader:
+        first = _bytes(loader)
+        loader.flush_cache()
+        second = _bytes(loader)
+        stats = loader.stats(actors=True)
+    assert [first, second] == expected
+    assert os.listdir(cache)
+    for slot in stats["actors"]:
+        assert slot["loader"]["cache"]["hits"] > 0, slot["loader"]["cache"]
+
+
+def test_torch_output_is_writable_copies_equal_to_the_loaders(cluster, data):
+    torch = pytest.importorskip("torch")
+    with stoker.Loader(data, **_options(output="torch")) as plain:
+        expected = [{k: v.clone() for k, v in b.items()} for b in plain]
+    with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP,
+                              **_options(output="torch")) as loader:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # torch.from_numpy on a read-only array warns
+            got = list(loader)
+    assert len(got) == len(expected)
+    for mine, theirs in zip(got, expected):
+        assert mine.keys() == theirs.keys()
+        for key in mine:
+            assert isinstance(mine[key], torch.Tensor) and torch.equal(mine[key], theirs[key])
+        mine["x"] += 1  # writable, private to this process
+
+
+def test_numpy_batches_are_read_only_views_and_close_stops_the_actors(cluster, data):
+    loader = stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **_options())
+    it = iter(loader)
+    batch = next(it)
+    assert not batch["x"].flags.writeable  # zero-copy from the object store
+    actors = list(loader._actors)
+    started = time.perf_counter()
+    loader.close()
+    assert time.perf_counter() - started < 10
+    for actor in actors:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.stop.remote(), timeout=30)
+    with pytest.raises(LoaderClosedError):
+        next(it)
+    with pytest.raises(LoaderClosedError):
+        len(loader)
+
+
+def test_trainer_only_options_are_refused(cluster, data):
+    for option in ({"device": "cuda"}, {"augment": lambda batch, rng: batch},
+                   {"pin_memory": True}):
+        with pytest.raises(InvalidOptionError, match="RayLoader does not take"):
+            stoker.ray.RayLoader(data, num_actors=1, **_options(**option))
+    with pytest.raises(InvalidOptionError, match="max_restarts"):
+        stoker.ray.RayLoader(data, actor_options={"max_restarts": 2}, **_options())
+    with pytest.raises(InvalidOptionError, match="num_actors"):
+        stoker.ray.RayLoader(data, num_actors=0, **_options())
