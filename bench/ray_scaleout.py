@@ -407,7 +407,12 @@ def _summarise(runs: List[dict], expected_rows: int) -> dict:
 
 def model(configs: dict, handoff: dict, cores: int, link_gbit: float,
           actors: List[int]) -> Optional[dict]:
-    """The projection of docs/scaling.md from the 1-actor run and the hand-off measurement."""
+    """The projection of docs/scaling.md from the 1-actor run and the hand-off measurement.
+
+    For N actors on CPU nodes (each on its own core): min(N x per-actor rows/s, the trainer's
+    hand-off bound, the measured cross-node transfer bound, the link bound). For N actors on
+    this machine: min(N x per-actor rows/s, the hand-off bound, the rows/s the cores left by
+    the trainer and Ray's daemons can decode)."""
     one = configs.get("ray_1", {})
     if one.get("status") != "ok" or handoff.get("status") != "ok":
         return None
@@ -415,42 +420,51 @@ def model(configs: dict, handoff: dict, cores: int, link_gbit: float,
     bytes_per_row = one["bytes_per_row"]
     per_actor = one["steady_rows_per_s"] or one["rows_per_s"]
     # The trainer's share of the hand-off: submitting the call for a later batch and ray.get of
-    # a batch already in the node's store (the actor's copy into the store is part of the
+    # a batch already in its node's store (the actor's copy into the store is part of the
     # actor's time per batch, so of per_actor).
     same = handoff["where"]["same_node"]["batch"]
     other = handoff["where"]["other_node"]["batch"]
     handoff_ms = same["submit_ms"] + same["get_ready_ms"]
-    handoff_other_ms = other["submit_ms"] + other["get_ready_ms"]
-    handoff_s = handoff_ms / 1e3
-    handoff_bound = batch_rows / handoff_s if handoff_s > 0 else float("inf")
+    handoff_bound = batch_rows / (handoff_ms / 1e3) if handoff_ms > 0 else float("inf")
+    # Across nodes ray.get of a finished batch includes Ray's transfer to the trainer's node
+    # (here over loopback, one batch at a time: a conservative bound, transfers can overlap).
+    transfer_ms = other["get_ready_ms"]
+    transfer_bound = batch_rows / (transfer_ms / 1e3) if transfer_ms > 0 else float("inf")
     link_bound = link_gbit * 1e9 / 8 / bytes_per_row
-    # Cores: on this machine the actors share `cores` with the trainer; the trainer's core time
-    # per second (measured with 1 actor) is not theirs. Each actor row costs actor CPU.
+    # Cores: on this machine the actors share `cores` with the trainer and Ray's daemons (their
+    # core time per second measured with 1 actor is not the actors'). Each row costs actor CPU,
+    # N times over with an engine without the strided mode (every actor decodes every batch).
     actor_cpu_per_row = one["steady_cpu_ms_per_row"]["ray_workers"] / 1e3
     trainer_busy = one["steady_cpu_ms_per_row"]["trainer"] / 1e3 * per_actor
     daemon_busy = one["steady_cpu_ms_per_row"]["ray_daemons"] / 1e3 * per_actor
     cores_for_actors = max(cores - trainer_busy - daemon_busy, 0.0)
-    cores_bound = cores_for_actors / actor_cpu_per_row if actor_cpu_per_row > 0 else float("inf")
+    strided = bool(one.get("engine_strided"))
     rows = []
     for n in actors:
-        terms = {"actors": n * per_actor, "hand-off": handoff_bound, "link": link_bound}
-        binding = min(terms, key=terms.get)
-        here = min(n * per_actor, handoff_bound, cores_bound)
-        entry = {"actors": n, "terms": terms, "predicted_rows_per_s": terms[binding],
-                 "binding": binding, "predicted_here_rows_per_s": here}
+        work = actor_cpu_per_row * (1 if strided else n)
+        nodes = {"actors": n * per_actor, "hand-off": handoff_bound,
+                 "transfer": transfer_bound, "link": link_bound}
+        here = {"actors": n * per_actor, "hand-off": handoff_bound,
+                "cores": cores_for_actors / work if work > 0 else float("inf")}
+        entry = {"actors": n, "terms": nodes, "binding": min(nodes, key=nodes.get),
+                 "predicted_rows_per_s": min(nodes.values()), "terms_here": here,
+                 "binding_here": min(here, key=here.get),
+                 "predicted_here_rows_per_s": min(here.values())}
         measured = configs.get(f"ray_{n}", {})
         if measured.get("status") == "ok":
             entry["measured_steady_rows_per_s"] = measured["steady_rows_per_s"]
             entry["measured_rows_per_s"] = measured["rows_per_s"]
+            entry["measured_over_predicted_here"] = (measured["steady_rows_per_s"] or 0) / \
+                entry["predicted_here_rows_per_s"]
         rows.append(entry)
     return {"per_actor_rows_per_s": per_actor, "batch_rows": batch_rows,
             "bytes_per_row": bytes_per_row, "handoff_ms_per_batch": handoff_ms,
-            "handoff_other_node_ms_per_batch": handoff_other_ms,
-            "handoff_bound_rows_per_s": handoff_bound, "link_gbit": link_gbit,
+            "handoff_bound_rows_per_s": handoff_bound, "transfer_ms_per_batch": transfer_ms,
+            "transfer_bound_rows_per_s": transfer_bound, "link_gbit": link_gbit,
             "link_bound_rows_per_s": link_bound, "actor_cpu_ms_per_row": actor_cpu_per_row * 1e3,
             "trainer_cores_busy": trainer_busy, "daemon_cores_busy": daemon_busy,
-            "cores": cores, "cores_for_actors": cores_for_actors,
-            "cores_bound_rows_per_s": cores_bound, "rows": rows}
+            "cores": cores, "cores_for_actors": cores_for_actors, "engine_strided": strided,
+            "rows": rows}
 
 
 def run(profile: str, data_dir: str, out_dir: str, step_ms: float, repeats: Optional[int],
@@ -609,36 +623,48 @@ def markdown(report: dict) -> str:
     if not mod:
         lines += ["Not computed: the 1-actor run or the hand-off measurement did not complete.", ""]
     else:
+        strided = "" if mod["engine_strided"] else \
+            ", times N: without the strided engine every actor decodes every batch"
         lines += ["trainer rows/s = min(N x per-actor rows/s, batch rows / hand-off s per batch, "
                   "link bytes/s / bytes per row)", "",
-                  f"- per-actor rows/s (steady, 1 actor): {mod['per_actor_rows_per_s']:,.1f}; "
-                  f"actor CPU per row {mod['actor_cpu_ms_per_row']:.2f} ms",
+                  f"- per-actor rows/s (steady, 1 actor, one engine thread): "
+                  f"{mod['per_actor_rows_per_s']:,.1f}; actor CPU per row "
+                  f"{mod['actor_cpu_ms_per_row']:.2f} ms",
                   f"- hand-off per batch (the trainer's `.remote()` + `ray.get` of a ready "
-                  f"{mod['batch_rows']:.0f}-row batch, same node): {mod['handoff_ms_per_batch']:.2f} ms -> at most "
-                  f"{mod['handoff_bound_rows_per_s']:,.0f} rows/s (from the other node: "
-                  f"{mod['handoff_other_node_ms_per_batch']:.2f} ms)",
-                  f"- bytes per row {mod['bytes_per_row'] / 1e3:,.1f} kB; a "
-                  f"{mod['link_gbit']:g} Gbit/s link carries at most "
-                  f"{mod['link_bound_rows_per_s']:,.0f} rows/s",
-                  f"- on this machine: {mod['cores']} cores, of which the trainer uses "
+                  f"{mod['batch_rows']:.0f}-row batch on its node): {mod['handoff_ms_per_batch']:.2f}"
+                  f" ms -> at most {mod['handoff_bound_rows_per_s']:,.0f} rows/s",
+                  f"- transfer: `ray.get` of a ready batch on the other simulated node "
+                  f"(loopback, one at a time): {mod['transfer_ms_per_batch']:.2f} ms -> at most "
+                  f"{mod['transfer_bound_rows_per_s']:,.0f} rows/s",
+                  f"- link: {mod['bytes_per_row'] / 1e3:,.1f} kB per row; {mod['link_gbit']:g} "
+                  f"Gbit/s carries at most {mod['link_bound_rows_per_s']:,.0f} rows/s",
+                  f"- this machine's cores: {mod['cores']}, of which the trainer uses "
                   f"{mod['trainer_cores_busy']:.2f} and Ray's daemons {mod['daemon_cores_busy']:.2f}"
-                  f" (1-actor run) -> {mod['cores_for_actors']:.2f} cores for actors -> at most "
-                  f"{mod['cores_bound_rows_per_s']:,.1f} rows/s here, whatever N", "",
-                  "| actors N | N x per-actor | hand-off bound | link bound | model (binding term) "
-                  "| model with this machine's cores | measured steady | measured (start-up "
-                  "included) |", "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  f" (1-actor run) -> {mod['cores_for_actors']:.2f} cores for actors, each row "
+                  f"costing the actor CPU above{strided}", "",
+                  "| actors N | N x per-actor | hand-off bound | transfer bound | link bound | "
+                  "on CPU nodes: model (binding) | on this machine: cores bound | on this machine:"
+                  " model (binding) | measured steady | measured / model | measured (start-up "
+                  "included) |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in mod["rows"]:
-            t = r["terms"]
+            t, h = r["terms"], r["terms_here"]
+            ratio = r.get("measured_over_predicted_here")
             lines.append(f"| {r['actors']} | {t['actors']:,.1f} | {t['hand-off']:,.0f} | "
-                         f"{t['link']:,.0f} | {r['predicted_rows_per_s']:,.1f} ({r['binding']}) | "
-                         f"{r['predicted_here_rows_per_s']:,.1f} | "
+                         f"{t['transfer']:,.0f} | {t['link']:,.0f} | "
+                         f"{r['predicted_rows_per_s']:,.1f} ({r['binding']}) | "
+                         f"{h['cores']:,.1f} | {r['predicted_here_rows_per_s']:,.1f} "
+                         f"({r['binding_here']}) | "
                          f"{_fmt(r.get('measured_steady_rows_per_s'), ',.1f', '-')} | "
+                         f"{_fmt(ratio, '.2f', '-')} | "
                          f"{_fmt(r.get('measured_rows_per_s'), ',.1f', '-')} |")
-        lines += ["", f"On {mod['cores']} shared cores the scale-out itself cannot show: two actors "
-                  "and the trainer compete for the same cores, so the check here is the "
-                  "core-limited prediction against the 2-actor measurement; the rows for 8 and 32 "
-                  "actors are the model's projection for actors each on its own core(s) (CPU "
-                  "nodes), the hand-off measured on one node and the link as given.", ""]
+        lines += ["", f"On {mod['cores']} shared cores the scale-out itself cannot show: the "
+                  "actors and the trainer compete for the same cores, so what is checked here is "
+                  "the model with this machine's cores against the 1- and 2-actor runs (steady "
+                  "rates: the model has no start-up). The rows for 8 and 32 actors are the "
+                  "model's projection for actors on CPU nodes, each with its own core: the "
+                  "per-actor rate measured here, the hand-off and transfer measured here, the "
+                  "link as given (`--link-gbit`).", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -656,10 +682,23 @@ def main(argv=None) -> int:
     parser.add_argument("--ray-cpus", type=int, default=2, help="ray.init(num_cpus=)")
     parser.add_argument("--data-dir", default=os.path.join(HERE, "data"))
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    parser.add_argument("--render", metavar="JSON",
+                        help="recompute the model of a saved report and rewrite its .md")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         worker_main(json.loads(args.worker))
+    if args.render:
+        with open(args.render) as f:
+            report = json.load(f)
+        s = report["settings"]
+        report["model"] = model(report["configs"], report["handoff"], report["machine"]["cores"],
+                                s["link_gbit"], [1, 2, 8, 32])
+        with open(args.render, "w") as f:
+            json.dump(report, f, indent=1)
+        with open(args.render[:-len(".json")] + ".md", "w") as f:
+            f.write(markdown(report))
+        return 0
     configs = [c for c in args.configs.split(",") if c]
     unknown = set(configs) - set(CONFIGS)
     if unknown:
