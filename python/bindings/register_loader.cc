@@ -224,23 +224,24 @@ void RegisterLoader(nb::module_& m) {
       .def_static("open", &OpenInterruptibly, nb::arg("options"))
       .def(
           "start_epoch",
-          [](Loader& self, int64_t epoch, int64_t start_batch) {
+          [](Loader& self, int64_t epoch, int64_t start_batch, int64_t batch_step) {
             Blocking([&] {
               NoteIterating(/*done=*/false);  // this thread is about to iterate
-              return self.StartEpoch(epoch, start_batch);
+              return self.StartEpoch(epoch, start_batch, batch_step);
             });
           },
-          nb::arg("epoch"), nb::arg("start_batch"))
+          nb::arg("epoch"), nb::arg("start_batch"), nb::arg("batch_step") = 1)
       .def(
           "start_elastic_epoch",
           [](Loader& self, int64_t epoch, int old_world_size, int64_t old_batches,
-             int64_t start_batch) {
+             int64_t start_batch, int64_t batch_step) {
             return Blocking([&] {
-              return self.StartElasticEpoch(epoch, old_world_size, old_batches, start_batch);
+              return self.StartElasticEpoch(epoch, old_world_size, old_batches, start_batch,
+                                            batch_step);
             });
           },
           nb::arg("epoch"), nb::arg("old_world_size"), nb::arg("old_batches"),
-          nb::arg("start_batch"))
+          nb::arg("start_batch"), nb::arg("batch_step") = 1)
       // Returns (batch or None, done). Neither set means the timeout passed.
       .def(
           "next",

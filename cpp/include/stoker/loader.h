@@ -42,13 +42,16 @@ class Loader {
   ~Loader();
 
   /// Starts delivering `epoch` at batch `start_batch` (0 for a fresh epoch). Stops any epoch in
-  /// progress first.
-  Status StartEpoch(int64_t epoch, int64_t start_batch);
+  /// progress first. With `batch_step` > 1 only batches start_batch, start_batch + batch_step,
+  /// ... are delivered (byte-identical to those batches of the whole stream): N loaders with
+  /// steps N and starts j..j+N-1 share an epoch's batches between them (stoker.ray).
+  Status StartEpoch(int64_t epoch, int64_t start_batch, int64_t batch_step = 1);
   /// Starts the rest of `epoch` that `old_world_size` ranks left after each delivered
   /// `old_batches` batches, dealt to this loader's rank and world size (MakeElasticPlan), at
-  /// batch `start_batch` of that rest. Returns the rest's batch count on this rank.
+  /// batch `start_batch` of that rest, every `batch_step`-th batch. Returns the rest's batch
+  /// count on this rank (all of them, not only this stride's).
   Result<int64_t> StartElasticEpoch(int64_t epoch, int old_world_size, int64_t old_batches,
-                                    int64_t start_batch);
+                                    int64_t start_batch, int64_t batch_step = 1);
   /// Returns the next batch, or nullptr when the epoch is done. Blocks while workers produce.
   Result<std::shared_ptr<Batch>> Next();
   /// Like Next() but waits at most `timeout_ms`: sets *out to a batch, or *done at the end of

@@ -74,6 +74,11 @@ Status ClosedError() {
                    "the loader was closed (or stopped) while this iteration was running");
 }
 
+Status BatchStepError(int64_t batch_step) {
+  return MakeError(ErrorKind::kInvalidOption,
+                   "batch_step must be >= 1, got " + std::to_string(batch_step));
+}
+
 Status InheritedError() {
   return MakeError(ErrorKind::kClosed,
                    "this loader was created in another process and inherited through fork(); "
@@ -221,10 +226,11 @@ uint64_t Loader::Seed() const {
   return impl_->plan_options.seed;
 }
 
-Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
+Status Loader::StartEpoch(int64_t epoch, int64_t start_batch, int64_t batch_step) {
   if (impl_->Inherited()) return InheritedError();
   Stop();
   if (epoch < 0) return MakeError(ErrorKind::kInvalidOption, "epoch must be >= 0");
+  if (batch_step < 1) return BatchStepError(batch_step);
   if (start_batch < 0 || start_batch > impl_->shape.num_batches) {
     return MakeError(ErrorKind::kStateMismatch,
                      "resume position batch=" + std::to_string(start_batch) +
@@ -235,18 +241,19 @@ Status Loader::StartEpoch(int64_t epoch, int64_t start_batch) {
   if (impl_->closed) return ClosedError();
   auto plan = std::make_shared<const Plan>(
       MakePlan(impl_->catalog->row_groups(), impl_->plan_options, epoch));
-  impl_->pipeline =
-      std::make_shared<Pipeline>(plan, impl_->decoder, impl_->assembler, impl_->cached_decoder,
-                                 impl_->EpochPipelineOptions(), start_batch, impl_->counters);
+  impl_->pipeline = std::make_shared<Pipeline>(plan, impl_->decoder, impl_->assembler,
+                                               impl_->cached_decoder, impl_->EpochPipelineOptions(),
+                                               start_batch, batch_step, impl_->counters);
   impl_->stopped = false;
   impl_->pipeline->Start();
   return Status::OK();
 }
 
 Result<int64_t> Loader::StartElasticEpoch(int64_t epoch, int old_world_size, int64_t old_batches,
-                                          int64_t start_batch) {
+                                          int64_t start_batch, int64_t batch_step) {
   if (impl_->Inherited()) return InheritedError();
   Stop();
+  if (batch_step < 1) return BatchStepError(batch_step);
   if (epoch < 0 || old_world_size < 1 || old_batches < 0) {
     return MakeError(ErrorKind::kStateMismatch,
                      "elastic resume needs epoch >= 0, an old world_size >= 1 and a batch >= 0");
@@ -268,9 +275,9 @@ Result<int64_t> Loader::StartElasticEpoch(int64_t epoch, int old_world_size, int
                          " is outside the elastic epoch's " + std::to_string(plan->num_batches) +
                          " batches");
   }
-  impl_->pipeline =
-      std::make_shared<Pipeline>(plan, impl_->decoder, impl_->assembler, impl_->cached_decoder,
-                                 impl_->EpochPipelineOptions(), start_batch, impl_->counters);
+  impl_->pipeline = std::make_shared<Pipeline>(plan, impl_->decoder, impl_->assembler,
+                                               impl_->cached_decoder, impl_->EpochPipelineOptions(),
+                                               start_batch, batch_step, impl_->counters);
   impl_->stopped = false;
   impl_->pipeline->Start();
   return plan->num_batches;

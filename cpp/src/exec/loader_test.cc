@@ -51,8 +51,18 @@ class LoaderTest : public ::testing::Test {
 
   // Every id of the epoch, in delivery order.
   static std::vector<int64_t> Drain(Loader* loader, int64_t epoch, int64_t start = 0) {
-    EXPECT_TRUE(loader->StartEpoch(epoch, start).ok());
     std::vector<int64_t> ids;
+    for (const auto& batch : DrainBatches(loader, epoch, start, 1)) {
+      ids.insert(ids.end(), batch.begin(), batch.end());
+    }
+    return ids;
+  }
+
+  // The ids of each batch delivered from `start` on, every `step`-th batch.
+  static std::vector<std::vector<int64_t>> DrainBatches(Loader* loader, int64_t epoch,
+                                                        int64_t start, int64_t step) {
+    EXPECT_TRUE(loader->StartEpoch(epoch, start, step).ok());
+    std::vector<std::vector<int64_t>> batches;
     while (true) {
       auto batch = loader->Next();
       EXPECT_TRUE(batch.ok()) << batch.status().ToString();
@@ -62,12 +72,13 @@ class LoaderTest : public ::testing::Test {
       EXPECT_EQ(id.name, "id");
       const auto* id_data = reinterpret_cast<const int64_t*>(id.values.data);
       const auto* v_data = reinterpret_cast<const float*>(v.values.data);
+      std::vector<int64_t>& ids = batches.emplace_back();
       for (int64_t i = 0; i < (*batch)->num_rows; ++i) {
         EXPECT_EQ(v_data[i], static_cast<float>(id_data[i]) * 0.5f);  // rows stay whole
         ids.push_back(id_data[i]);
       }
     }
-    return ids;
+    return batches;
   }
 
   fs::path dir_;
@@ -100,6 +111,29 @@ TEST_F(LoaderTest, ResumeMatchesTheTail) {
   const std::vector<int64_t> tail = Drain(loader->get(), 1, 7);
   ASSERT_EQ(tail.size(), full.size() - 7 * 64);
   EXPECT_TRUE(std::equal(tail.begin(), tail.end(), full.begin() + 7 * 64));
+}
+
+// stoker.ray's actors: loaders with step N and starts j deliver batches j, j + N, ... of the
+// whole stream, byte for byte, including from a resume position inside the stride.
+TEST_F(LoaderTest, StridedEpochsDeliverEveryStepthBatchOfTheWholeStream) {
+  auto loader = Loader::Open(Options(2));
+  ASSERT_TRUE(loader.ok());
+  const auto full = DrainBatches(loader->get(), 2, 0, 1);
+  ASSERT_GT(full.size(), 20u);
+  for (int64_t step : {2, 3}) {
+    for (int64_t j = 0; j < step; ++j) {
+      const auto part = DrainBatches(loader->get(), 2, j, step);
+      ASSERT_EQ(static_cast<int64_t>(part.size()),
+                (static_cast<int64_t>(full.size()) - j + step - 1) / step);
+      for (size_t k = 0; k < part.size(); ++k) EXPECT_EQ(part[k], full[j + k * step]);
+    }
+  }
+  const auto late = DrainBatches(loader->get(), 2, 11, 3);  // a replacement starting mid-epoch
+  ASSERT_EQ(late.size(), (full.size() - 11 + 2) / 3);
+  for (size_t k = 0; k < late.size(); ++k) EXPECT_EQ(late[k], full[11 + k * 3]);
+  const Status bad = (*loader)->StartEpoch(2, 0, 0);
+  EXPECT_EQ(GetErrorKind(bad), ErrorKind::kInvalidOption);
+  EXPECT_NE(bad.message().find("batch_step must be >= 1, got 0"), std::string::npos);
 }
 
 TEST_F(LoaderTest, StopMidEpochAndRestart) {

@@ -30,17 +30,18 @@ void UpdatePeak(std::atomic<int64_t>* peak, int64_t value) {
 Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decoder> decoder,
                    std::shared_ptr<const BatchAssembler> assembler,
                    std::shared_ptr<CachedDecoder> cached_decoder, PipelineOptions options,
-                   int64_t start_batch, std::shared_ptr<PipelineCounters> counters)
+                   int64_t start_batch, int64_t batch_step,
+                   std::shared_ptr<PipelineCounters> counters)
     : plan_(std::move(plan)),
       decoder_(std::move(decoder)),
       assembler_(std::move(assembler)),
       cached_decoder_(std::move(cached_decoder)),
       options_(std::move(options)),
       start_batch_(start_batch),
+      batch_step_(batch_step),
       counters_(std::move(counters)),
       io_context_(arrow::default_memory_pool(), fetch_stop_.token()),
       requests_(std::make_shared<RequestQueue>(options_.io_requests, io_context_)) {
-  next_output_ = start_batch_;
   const int64_t start_row = std::min(start_batch_ * plan_->options.batch_size, plan_->rank_rows);
   const int num_windows = static_cast<int>(plan_->windows.size());
   first_window_ = start_row >= plan_->rank_rows ? num_windows : FindWindow(*plan_, start_row);
@@ -148,7 +149,7 @@ void Pipeline::WorkerLoop() {
 void Pipeline::RunAssemblyJob(std::unique_lock<std::mutex>* lock) {
   AssemblyJob job = std::move(jobs_.front());
   jobs_.pop_front();
-  if (job.index > error_batch_) return;  // never delivered
+  if (job.slot > error_batch_) return;  // never delivered
   lock->unlock();
   Result<std::shared_ptr<Batch>> batch;
   {
@@ -158,9 +159,9 @@ void Pipeline::RunAssemblyJob(std::unique_lock<std::mutex>* lock) {
   job.items.clear();  // drop the references to decoded data before taking the lock
   lock->lock();
   if (!batch.ok()) {
-    if (job.index < error_batch_) {
+    if (job.slot < error_batch_) {
       error_ = batch.status();
-      error_batch_ = job.index;
+      error_batch_ = job.slot;
     }
   } else {
     counters_->rows += (*batch)->num_rows;
@@ -169,7 +170,7 @@ void Pipeline::RunAssemblyJob(std::unique_lock<std::mutex>* lock) {
     for (const auto& column : (*batch)->columns) {
       counters_->batch.bytes += column.values.num_bytes();
     }
-    ready_[job.index] = std::move(*batch);
+    ready_[job.slot] = std::move(*batch);
   }
   output_cv_.notify_all();
 }
@@ -415,7 +416,7 @@ Status Pipeline::RunSequencer() {
       if (static_cast<int64_t>(job.rows.size()) == batch_size) {
         job.index = batch_index++;
         counters_->sequence.busy_ns += NowNs() - busy_start;
-        STOKER_RETURN_NOT_OK(Submit(std::move(job)));
+        STOKER_RETURN_NOT_OK(SubmitIfSelected(std::move(job)));
         busy_start = NowNs();
         job = AssemblyJob{};
         job.rows.reserve(batch_size);
@@ -426,9 +427,16 @@ Status Pipeline::RunSequencer() {
   }
   if (!job.rows.empty()) {
     job.index = batch_index++;
-    STOKER_RETURN_NOT_OK(Submit(std::move(job)));
+    STOKER_RETURN_NOT_OK(SubmitIfSelected(std::move(job)));
   }
   return Status::OK();
+}
+
+Status Pipeline::SubmitIfSelected(AssemblyJob job) {
+  const int64_t offset = job.index - start_batch_;
+  if (offset % batch_step_ != 0) return Status::OK();  // another stride's batch
+  job.slot = offset / batch_step_;
+  return Submit(std::move(job));
 }
 
 Status Pipeline::Next(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* done) {

@@ -100,7 +100,7 @@ class Pipeline {
   Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decoder> decoder,
            std::shared_ptr<const BatchAssembler> assembler,
            std::shared_ptr<CachedDecoder> cached_decoder, PipelineOptions options,
-           int64_t start_batch, std::shared_ptr<PipelineCounters> counters);
+           int64_t start_batch, int64_t batch_step, std::shared_ptr<PipelineCounters> counters);
   ~Pipeline();
 
   void Start();
@@ -124,7 +124,8 @@ class Pipeline {
   };
 
   struct AssemblyJob {
-    int64_t index = 0;
+    int64_t index = 0;  // in the plan's batch stream: seeds the batch's random transforms
+    int64_t slot = 0;   // in this pipeline's output: (index - start_batch) / batch_step
     std::vector<RowRef> rows;
     std::vector<std::shared_ptr<DecodedItem>> items;  // keeps `rows` valid
   };
@@ -152,6 +153,8 @@ class Pipeline {
   Result<std::shared_ptr<DecodedItem>> TakeSegment(int s);
   /// Queues a batch for assembly; blocks while too many batches are outstanding.
   Status Submit(AssemblyJob job);
+  /// Submit for a batch of this pipeline's stride (numbers its slot); drops any other batch.
+  Status SubmitIfSelected(AssemblyJob job);
   bool DecodeAdmissible() const;  // REQUIRES(mutex_)
 
   const std::shared_ptr<const Plan> plan_;
@@ -160,6 +163,7 @@ class Pipeline {
   const std::shared_ptr<CachedDecoder> cached_decoder_;  // null without a cache
   const PipelineOptions options_;
   const int64_t start_batch_;
+  const int64_t batch_step_;  // delivers batches start_batch_, start_batch_ + batch_step_, ...
   const std::shared_ptr<PipelineCounters> counters_;
   int first_window_ = 0;
   bool any_remote_ = false;
@@ -194,9 +198,10 @@ class Pipeline {
   std::map<int, SegmentState> segments_;  // GUARDED_BY(mutex_)
   std::deque<AssemblyJob> jobs_;          // GUARDED_BY(mutex_)
   int64_t outstanding_batches_ = 0;       // GUARDED_BY(mutex_) submitted, not taken
-  std::map<int64_t, std::shared_ptr<Batch>> ready_;  // GUARDED_BY(mutex_) by batch index
+  // Output positions are slots (AssemblyJob::slot), not batch indices.
+  std::map<int64_t, std::shared_ptr<Batch>> ready_;  // GUARDED_BY(mutex_) by slot
   int64_t next_output_ = 0;                          // GUARDED_BY(mutex_)
-  int64_t end_batch_ = -1;            // GUARDED_BY(mutex_) one past the last batch, once known
+  int64_t end_batch_ = -1;            // GUARDED_BY(mutex_) one past the last slot, once known
   bool stopping_ = false;             // GUARDED_BY(mutex_)
   Status error_;                      // GUARDED_BY(mutex_) delivered after batches before it
   int64_t error_batch_ = INT64_MAX;   // GUARDED_BY(mutex_)
