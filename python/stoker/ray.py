@@ -13,8 +13,11 @@ epoch cursor is driven here exactly as ``Loader.__iter__`` drives it, so ``state
 planning Loader's and loads into either kind of loader.
 
 Actor ``j`` of ``N`` opens a Loader with the same options (rank, world size and seed given
-explicitly) and runs its engine in strided mode: batches ``j, j + N, j + 2N, ...`` of the rank's
-epoch (indices of the full stream, so the seeds of random transforms are the same). The trainer
+explicitly) and runs its engine in strided mode (``start_epoch(epoch, start, step)``): batches
+``j, j + N, j + 2N, ...`` of the rank's epoch, each byte-identical to that batch of the whole
+stream (its own index seeds its random transforms). What N actors divide is assembly and the
+transform ops that run there; each still reads and decodes every window's Parquet columns
+(cpp/src/exec/README.md, "strided"). The trainer
 keeps at most ``batches_in_flight`` ``next`` calls submitted per actor (an actor runs its calls
 in order) and takes them in global order (batch ``i`` from actor ``i % N``): a slow trainer
 stops submitting, the actor's engine fills its prefetch and blocks. An actor that dies is
@@ -65,26 +68,15 @@ _PLANNING_DROPS = ("cache_dir",)
 
 
 def start_strided(engine: Any, epoch: int, elastic: Optional[Tuple[int, int]], start: int,
-                  step: int) -> Tuple[int, bool]:
+                  step: int) -> int:
     """Starts ``engine`` on batches ``start, start + step, ...`` of ``epoch`` (of the rest of an
-    elastic epoch: ``elastic`` is (old world size, batches each old rank delivered)). Returns
-    (the epoch's (or rest's) total batch count, whether the engine delivers EVERY batch from
-    ``start``, the caller discarding those outside the stride: an engine without the strided
-    mode)."""
-    try:
-        if elastic is not None:
-            total = engine.start_elastic_epoch(epoch, elastic[0], elastic[1], start, step)
-        else:
-            engine.start_epoch(epoch, start, step)
-            total = engine.num_batches
-        return int(total), False
-    except TypeError:  # an engine without batch_step: same bytes, every batch decoded
-        if elastic is not None:
-            total = engine.start_elastic_epoch(epoch, elastic[0], elastic[1], start)
-        else:
-            engine.start_epoch(epoch, start)
-            total = engine.num_batches
-        return int(total), step > 1
+    elastic epoch: ``elastic`` is (old world size, batches each old rank delivered)), each
+    byte-identical to that batch of the whole stream. Returns the epoch's (or rest's) total
+    batch count, every stride's."""
+    if elastic is not None:
+        return int(engine.start_elastic_epoch(epoch, elastic[0], elastic[1], start, step))
+    engine.start_epoch(epoch, start, step)
+    return int(engine.num_batches)
 
 
 class _Worker:
@@ -94,7 +86,7 @@ class _Worker:
         self._loader = Loader(sources, **options)
         self._engine = self._loader._live()
         self._next_index = 0  # index (in the full stream) of the engine's next batch
-        self._step = 1  # the stride, as the engine delivers it (1: every batch)
+        self._step = 1  # the stride
         self._total = 0
         self._delivered = 0
 
@@ -105,8 +97,8 @@ class _Worker:
         if seed != self._loader._seed:  # a state loaded in the trainer brought another seed
             engine.set_seed(seed)
             self._loader._seed = seed
-        self._total, discards = start_strided(engine, epoch, elastic, start, step)
-        self._step = 1 if discards else step
+        self._total = start_strided(engine, epoch, elastic, start, step)
+        self._step = step
         self._next_index = start
         return {"total": self._total, "node_id": ray.get_runtime_context().get_node_id(),
                 "pid": os.getpid()}
@@ -123,8 +115,6 @@ class _Worker:
                 continue
             at = self._next_index
             self._next_index += self._step
-            if at < index:
-                continue  # outside the stride (an engine without the strided mode)
             if at != index:
                 raise InternalError(f"actor expected batch {index}, its engine gave batch {at}")
             out = loader._route.host(batch)
@@ -286,33 +276,44 @@ class RayLoader:
     def _start(self, epoch: int, elastic: Optional[Tuple[int, int]], start: int) -> int:
         """Starts every actor on its stride of ``epoch`` from ``start``; returns the total."""
         self._epoch_args = (epoch, elastic)
-        seed = self._plan.seed
-        refs = [actor.start.remote(epoch, seed, elastic, self._first(slot, start),
-                                   self._num_actors)
-                for slot, actor in enumerate(self._actors)]
-        totals = []
-        for slot, ref in enumerate(refs):
-            for tries in range(_MAX_TRIES_PER_BATCH):
-                try:
-                    where = ray.get(ref)
-                    break
-                except RayActorError:
-                    if tries + 1 == _MAX_TRIES_PER_BATCH:
-                        raise
-                    self._replace_actor(slot)
-                    ref = self._actors[slot].start.remote(epoch, seed, elastic,
-                                                          self._first(slot, start),
-                                                          self._num_actors)
-            self._where[slot] = {"node_id": where["node_id"], "pid": where["pid"]}
-            totals.append(where["total"])
-        if len(set(totals)) != 1:
-            raise InternalError(f"the actors disagree on the epoch's batches: {totals}")
-        self._total = totals[0]
-        for slot in range(self._num_actors):
+        n = self._num_actors
+        # The actor whose stride holds `start` first: its start is valid (start <= total) and
+        # tells the total of an elastic rest; a stride whose first batch is past the end starts
+        # at the end (nothing to deliver).
+        lead = start % n
+        self._total = self._started(lead, start, self._submit_start(lead, start))
+        firsts = {slot: min(self._first(slot, start), self._total) for slot in range(n)}
+        refs = {slot: self._submit_start(slot, firsts[slot]) for slot in range(n) if slot != lead}
+        for slot, ref in refs.items():
+            total = self._started(slot, firsts[slot], ref)
+            if total != self._total:
+                raise InternalError(f"actor {slot} counts {total} batches, actor {lead} "
+                                    f"{self._total}")
+        for slot in range(n):
             self._pending[slot].clear()
-            self._next_submit[slot] = self._first(slot, start)
+            self._next_submit[slot] = firsts[slot]
             self._top_up(slot)
         return self._total
+
+    def _submit_start(self, slot: int, first: int) -> Any:
+        epoch, elastic = self._epoch_args
+        return self._actors[slot].start.remote(epoch, self._plan.seed, elastic, first,
+                                               self._num_actors)
+
+    def _started(self, slot: int, first: int, ref: Any) -> int:
+        """Waits for a start call; an actor that died meanwhile is replaced and started anew.
+        Returns the total batch count the actor saw."""
+        for tries in range(_MAX_TRIES_PER_BATCH):
+            try:
+                where = ray.get(ref)
+                break
+            except RayActorError:
+                if tries + 1 == _MAX_TRIES_PER_BATCH:
+                    raise
+                self._replace_actor(slot)
+                ref = self._submit_start(slot, first)
+        self._where[slot] = {"node_id": where["node_id"], "pid": where["pid"]}
+        return where["total"]
 
     def _top_up(self, slot: int) -> None:
         pending, actor = self._pending[slot], self._actors[slot]
@@ -333,10 +334,7 @@ class RayLoader:
         """A new actor for ``slot``, started at ``index`` (the first batch of its stride the
         training loop has not received), its calls submitted again."""
         self._replace_actor(slot)
-        epoch, elastic = self._epoch_args
-        where = ray.get(self._actors[slot].start.remote(epoch, self._plan.seed, elastic, index,
-                                                        self._num_actors))
-        self._where[slot] = {"node_id": where["node_id"], "pid": where["pid"]}
+        self._started(slot, index, self._submit_start(slot, index))
         self._pending[slot].clear()
         self._next_submit[slot] = index
         self._top_up(slot)

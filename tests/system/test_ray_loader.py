@@ -93,13 +93,15 @@ def test_two_actors_on_two_nodes_deliver_the_local_loaders_batches(cluster, data
     with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **_options()) as loader:
         assert len(loader) == ROWS // BATCH
         got = [_bytes(loader) for _ in range(2)]  # two epochs: epoch 1 has another order
-        stats = loader.stats()
+        stats = loader.stats(actors=True)
         state = loader.state_dict()
     assert got[0] == expected[0] and got[1] == expected[1]
     assert expected[0] != expected[1]
     assert len({slot["node_id"] for slot in stats["actors"]}) == 2, stats["actors"]
     assert [slot["batches"] for slot in stats["actors"]] == [ROWS // BATCH] * 2  # 2 epochs / 2
     assert stats["replacements"] == 0 and stats["wait_ms"] > 0
+    for slot in stats["actors"]:  # strided: each engine made only its own share of batches
+        assert slot["loader"]["batches"] == slot["loader"]["delivered"] == ROWS // BATCH
     assert (state["epoch"], state["batch"]) == (2, 0)
 
 
@@ -144,6 +146,14 @@ def test_a_state_resumes_in_any_number_of_actors_and_in_a_plain_loader(cluster, 
     with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **_options()) as two:
         two.load_state_dict(plain_state)
         assert _bytes(two) == expected[3:]
+    # Near the end with more actors than batches left: a stride that starts past the end is
+    # empty (actors without the "prep" resource: anywhere).
+    near_end = dict(plain_state, batch=ROWS // BATCH - 1)
+    with stoker.ray.RayLoader(data, num_actors=3, actor_options={"num_cpus": 0},
+                              **_options()) as three:
+        three.load_state_dict(near_end)
+        assert _bytes(three) == expected[-1:]
+        assert _bytes(three) == next_epoch
 
     # Elastic: rank 0 of 2 saved after 4 batches; resumed at world size 1 the rest equals a
     # plain Loader's elastic rest (then the next epoch at world size 1).
@@ -242,3 +252,29 @@ def test_trainer_only_options_are_refused(cluster, data):
         stoker.ray.RayLoader(data, actor_options={"max_restarts": 2}, **_options())
     with pytest.raises(InvalidOptionError, match="num_actors"):
         stoker.ray.RayLoader(data, num_actors=0, **_options())
+
+
+def test_a_transform_callable_runs_in_the_actors(cluster, data):
+    def doubled(arrays):  # defined here: Ray pickles it by value for the actors
+        return {"id": arrays["id"], "x": arrays["x"] * 2}
+
+    options = dict(batch_size=BATCH, seed=5, columns=["id", "x"], transform=doubled,
+                   transform_columns=["id", "x"], num_threads=1)
+    with stoker.Loader(data, **options) as plain:
+        expected = _bytes(plain)
+    with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **options) as loader:
+        got = _bytes(loader)
+        stages = [s["name"] for s in loader.stats(actors=True)["actors"][0]["loader"]["stages"]]
+    assert got == expected and "transform" in stages
+
+
+def test_an_error_in_an_actor_reaches_the_loop_as_stokers_error(cluster, tmp_path):
+    path = str(tmp_path / "bad.parquet")
+    pq.write_table(pa.table({"id": np.arange(40),
+                             "image": pa.array([b"not an image"] * 40, pa.binary())}), path)
+    with stoker.ray.RayLoader(path, num_actors=2, actor_options=ON_PREP, batch_size=10,
+                              transforms={"image": [ops.decode_image(),
+                                                    ops.center_crop([4, 4])]}) as loader:
+        with pytest.raises(stoker.errors.CorruptFileError, match="not a JPEG"):
+            list(loader)
+        assert loader.stats()["replacements"] == 0
