@@ -428,6 +428,7 @@ def model(configs: dict, handoff: dict, cores: int, link_gbit: float,
     handoff_bound = batch_rows / (handoff_ms / 1e3) if handoff_ms > 0 else float("inf")
     # Across nodes ray.get of a finished batch includes Ray's transfer to the trainer's node
     # (here over loopback, one batch at a time: a conservative bound, transfers can overlap).
+    slopes = {w: handoff_slopes(v) for w, v in handoff["where"].items()}
     transfer_ms = other["get_ready_ms"]
     transfer_bound = batch_rows / (transfer_ms / 1e3) if transfer_ms > 0 else float("inf")
     link_bound = link_gbit * 1e9 / 8 / bytes_per_row
@@ -439,12 +440,17 @@ def model(configs: dict, handoff: dict, cores: int, link_gbit: float,
     daemon_busy = one["steady_cpu_ms_per_row"]["ray_daemons"] / 1e3 * per_actor
     cores_for_actors = max(cores - trainer_busy - daemon_busy, 0.0)
     strided = bool(one.get("engine_strided"))
+    read = read_share(one.get("stats"))
     rows = []
     for n in actors:
-        work = actor_cpu_per_row * (1 if strided else n)
-        nodes = {"actors": n * per_actor, "hand-off": handoff_bound,
+        # Each actor reads (and Parquet-decodes) every row and assembles 1/N of the batches
+        # (with the transform ops): Amdahl's law over the 1-actor time per row. Without the
+        # strided engine each actor assembles every batch too.
+        share = read + (1 - read) / n if strided else 1.0
+        nodes = {"actors": per_actor / share, "hand-off": handoff_bound,
                  "transfer": transfer_bound, "link": link_bound}
-        here = {"actors": n * per_actor, "hand-off": handoff_bound,
+        work = actor_cpu_per_row * share * n  # actor CPU per row delivered, all actors
+        here = {"actors": per_actor / share, "hand-off": handoff_bound,
                 "cores": cores_for_actors / work if work > 0 else float("inf")}
         entry = {"actors": n, "terms": nodes, "binding": min(nodes, key=nodes.get),
                  "predicted_rows_per_s": min(nodes.values()), "terms_here": here,
@@ -464,7 +470,27 @@ def model(configs: dict, handoff: dict, cores: int, link_gbit: float,
             "link_bound_rows_per_s": link_bound, "actor_cpu_ms_per_row": actor_cpu_per_row * 1e3,
             "trainer_cores_busy": trainer_busy, "daemon_cores_busy": daemon_busy,
             "cores": cores, "cores_for_actors": cores_for_actors, "engine_strided": strided,
-            "rows": rows}
+            "read_share": read, "handoff_slopes": slopes, "rows": rows}
+
+
+def handoff_slopes(sizes: dict) -> dict:
+    """ms per MB between 1 MB and the largest size measured (the fixed cost taken out)."""
+    one = sizes["1 MB"]
+    big = max(sizes.values(), key=lambda v: v["bytes"])
+    mbs = (big["bytes"] - one["bytes"]) / MB
+    return {f"{k}_per_mb": (big[k] - one[k]) / mbs for k in ("round_trip_ms", "get_ready_ms")}
+
+
+def read_share(stats: Optional[dict]) -> float:
+    """The share of the 1-actor engine's busy time every actor repeats whatever N (reading and
+    Parquet decoding: the stages before "batch"), from RayLoader.stats(actors=True)."""
+    try:
+        stages = stats["actors"][0]["loader"]["stages"]
+    except (KeyError, IndexError, TypeError):
+        return 0.0
+    assemble = sum(s["busy_s"] for s in stages if s["name"] == "batch")
+    total = sum(s["busy_s"] for s in stages)
+    return (total - assemble) / total if total > 0 else 0.0
 
 
 def run(profile: str, data_dir: str, out_dir: str, step_ms: float, repeats: Optional[int],
@@ -603,33 +629,38 @@ def markdown(report: dict) -> str:
                   "store + get; *submit*: the `.remote()` call alone; *get (ready)*: `ray.get` of an object already finished (on the "
                   "other node: includes the transfer to the trainer's node); *pipelined*: time per "
                   "batch with 2 calls in flight (what one actor can hand over).", "",
-                  "| where | size | round trip ms | submit ms | get (ready) ms | pipelined ms | "
-                  "pipelined ms per MB |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+                  "| where | size | round trip ms | per MB | submit ms | get (ready) ms | per MB | "
+                  "pipelined ms |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for where, sizes in h["where"].items():
             for label, v in sizes.items():
                 size = label if label != "batch" else f"a batch ({v['bytes'] / MB:.1f} MB)"
-                per_mb = v["pipelined_ms"] / (v["bytes"] / MB) if v["bytes"] >= MB else None
+                mbs = v["bytes"] / MB
+                per_mb = (lambda ms: _fmt(ms / mbs if mbs >= 1 else None, ".2f"))  # noqa: E731
                 lines.append(f"| {where.replace('_', ' ')} | {size} | {v['round_trip_ms']:.2f} | "
-                             f"{v['submit_ms']:.2f} | "
-                             f"{v['get_ready_ms']:.2f} | {v['pipelined_ms']:.2f} | "
-                             f"{_fmt(per_mb, '.2f')} |")
-            one, ten = sizes["1 MB"], sizes["10 MB"]
-            slope = (ten["pipelined_ms"] - one["pipelined_ms"]) / 9
-            lines.append(f"| {where.replace('_', ' ')} | marginal, 1 to 10 MB | | | | | "
-                         f"{slope:.2f} |")
+                             f"{per_mb(v['round_trip_ms'])} | {v['submit_ms']:.2f} | "
+                             f"{v['get_ready_ms']:.2f} | {per_mb(v['get_ready_ms'])} | "
+                             f"{v['pipelined_ms']:.2f} |")
+            slope = handoff_slopes(sizes)
+            lines.append(f"| {where.replace('_', ' ')} | marginal, 1 MB to the largest | | "
+                         f"{slope['round_trip_ms_per_mb']:.2f} | | | "
+                         f"{slope['get_ready_ms_per_mb']:.2f} | |")
         lines.append("")
     mod = report.get("model")
     lines += ["## The projection model (docs/scaling.md, \"Ray loader: what to expect\")", ""]
     if not mod:
         lines += ["Not computed: the 1-actor run or the hand-off measurement did not complete.", ""]
     else:
-        strided = "" if mod["engine_strided"] else \
+        strided = ", every actor repeating the read share" if mod["engine_strided"] else \
             ", times N: without the strided engine every actor decodes every batch"
         lines += ["trainer rows/s = min(N x per-actor rows/s, batch rows / hand-off s per batch, "
-                  "link bytes/s / bytes per row)", "",
-                  f"- per-actor rows/s (steady, 1 actor, one engine thread): "
+                  "link bytes/s / bytes per row), where N x per-actor rows/s is "
+                  "r1 / (read + (1 - read) / N)", "",
+                  f"- r1, per-actor rows/s (steady, 1 actor, one engine thread): "
                   f"{mod['per_actor_rows_per_s']:,.1f}; actor CPU per row "
                   f"{mod['actor_cpu_ms_per_row']:.2f} ms",
+                  f"- read: the share of the actor's engine time every actor repeats (reading and "
+                  f"Parquet decoding all rows; the batch stage with the transform ops is what N "
+                  f"actors divide): {mod['read_share']:.3f}",
                   f"- hand-off per batch (the trainer's `.remote()` + `ray.get` of a ready "
                   f"{mod['batch_rows']:.0f}-row batch on its node): {mod['handoff_ms_per_batch']:.2f}"
                   f" ms -> at most {mod['handoff_bound_rows_per_s']:,.0f} rows/s",
@@ -642,7 +673,7 @@ def markdown(report: dict) -> str:
                   f"{mod['trainer_cores_busy']:.2f} and Ray's daemons {mod['daemon_cores_busy']:.2f}"
                   f" (1-actor run) -> {mod['cores_for_actors']:.2f} cores for actors, each row "
                   f"costing the actor CPU above{strided}", "",
-                  "| actors N | N x per-actor | hand-off bound | transfer bound | link bound | "
+                  "| actors N | actors bound | hand-off bound | transfer bound | link bound | "
                   "on CPU nodes: model (binding) | on this machine: cores bound | on this machine:"
                   " model (binding) | measured steady | measured / model | measured (start-up "
                   "included) |",
