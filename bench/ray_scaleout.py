@@ -2,12 +2,12 @@
 
 The images workload (bench/generators.py: 500x375 JPEG q90), decoded and augmented with the
 chain of the image bench plus a normalisation: decode, random-resized-crop 224, horizontal flip,
-normalise to float32 with the ImageNet mean and std, CHW. The training process is limited to ONE
-core (every thread of it pinned with ``sched_setaffinity``) and consumes each batch by reading
-every byte once (a CRC-32 of the batch: the stand-in for the host-to-device copy, and the digest
-the byte-equality check compares), then an optional fixed step (``--step-ms``, a sleep, like
-waiting on an accelerator; default none). Configurations, each one epoch in a fresh process, in
-one run:
+normalise to float32 with the ImageNet mean and std (``--no-normalise``: uint8), CHW. The
+training process is limited to ONE core (every thread of it pinned with ``sched_setaffinity``)
+and consumes each batch by reading every byte once (a CRC-32 of the batch: the stand-in for the
+host-to-device copy, and the digest the byte-equality check compares), then an optional fixed
+step (``--step-ms``, a sleep, like waiting on an accelerator; default none). Configurations,
+each one epoch in a fresh process, in one run:
 
 - ``local``: ``stoker.Loader(num_threads=1)`` in the trainer, on the trainer's core;
 - ``ray_1`` / ``ray_2``: ``stoker.ray.RayLoader`` with 1 and 2 actors on a local Ray
@@ -82,7 +82,8 @@ def stoker_options(job: dict) -> dict:
     return dict(columns=["image", "label"], batch_size=job["batch_size"], shuffle=True,
                 seed=SEED, drop_last=False, rank=0, world_size=1,
                 transforms={"image": [ops.decode_image(), ops.random_resized_crop(IMAGE_SIZE),
-                                      ops.horizontal_flip(), ops.normalize(MEAN, STD),
+                                      ops.horizontal_flip(),
+                                      *([ops.normalize(MEAN, STD)] if job["normalise"] else []),
                                       ops.to_chw()]})
 
 
@@ -150,7 +151,7 @@ def _ray_data_batches(job: dict):
         labels = np.asarray(batch["label"], dtype=np.int64)
         rng = random.Random(int(labels.sum()) * 1000003 + len(labels))
         images = np.stack([decode_transform(bytes(b), rng) for b in batch["image"]])
-        return {"image": normalise(images), "label": labels}
+        return {"image": normalise(images) if job["normalise"] else images, "label": labels}
 
     ds = ray.data.read_parquet(job["path"], columns=["image", "label"])
     ds = ds.map_batches(transform, batch_size=job["batch_size"], batch_format="numpy")
@@ -494,18 +495,19 @@ def read_share(stats: Optional[dict]) -> float:
 
 
 def run(profile: str, data_dir: str, out_dir: str, step_ms: float, repeats: Optional[int],
-        link_gbit: float, configs: List[str], ray_cpus: int) -> dict:
+        link_gbit: float, configs: List[str], ray_cpus: int, normalise: bool = True) -> dict:
     prof = PROFILES[profile]
     repeats = repeats or prof["repeats"]
     spec = SPECS[profile]["images"]
     path = ensure_images(os.path.join(data_dir, profile), spec, log=_log)
     facts = dataset_facts(path, ["image", "label"])
     batch_size = prof["batch_size"]
-    batch_bytes = batch_size * 3 * IMAGE_SIZE * IMAGE_SIZE * 4
+    batch_bytes = batch_size * 3 * IMAGE_SIZE * IMAGE_SIZE * (4 if normalise else 1)
     cores = os.cpu_count() or 2
     base = {"path": path, "batch_size": batch_size, "step_ms": step_ms, "ray_cpus": ray_cpus,
             "object_store_mb": 1024, "trainer_core": sorted(os.sched_getaffinity(0))[0],
-            "batch_bytes": batch_bytes, "handoff_calls": prof["handoff_calls"]}
+            "batch_bytes": batch_bytes, "handoff_calls": prof["handoff_calls"],
+            "normalise": normalise}
     from .machine import describe
 
     report: Dict[str, Any] = {
@@ -513,8 +515,9 @@ def run(profile: str, data_dir: str, out_dir: str, step_ms: float, repeats: Opti
         "machine": describe(), "dataset": {k: v for k, v in facts.items() if k != "files"},
         "settings": {**{k: v for k, v in base.items() if k != "path"}, "repeats": repeats,
                      "link_gbit": link_gbit, "seed": SEED,
-                     "transforms": "decode_image, random_resized_crop(224), horizontal_flip, "
-                                   "normalize(ImageNet mean/std) -> float32, to_chw"},
+                     "transforms": "decode_image, random_resized_crop(224), horizontal_flip, " +
+                                   ("normalize(ImageNet mean/std) -> float32, to_chw" if normalise
+                                    else "to_chw -> uint8 (no normalize)")},
         "configs": {}}
     _log(f"hand-off on a 2-node Cluster ({prof['handoff_calls']} calls per size)")
     report["handoff"] = run_job({**base, "config": "handoff"}, prof["timeout"])
@@ -541,6 +544,7 @@ def run(profile: str, data_dir: str, out_dir: str, step_ms: float, repeats: Opti
     report["model"] = model(report["configs"], report["handoff"], cores, link_gbit, [1, 2, 8, 32])
     os.makedirs(out_dir, exist_ok=True)
     name = "ray-scaleout" if profile == "quick" else f"ray-scaleout-{profile}"
+    name += "" if normalise else "-uint8"
     with open(os.path.join(out_dir, name + ".json"), "w") as f:
         json.dump(report, f, indent=1)
     with open(os.path.join(out_dir, name + ".md"), "w") as f:
@@ -626,8 +630,9 @@ def markdown(report: dict) -> str:
         lines += [f"An actor returns a pre-made numpy array; the trainer (pinned to one core) "
                   f"times `ray.get`. Two simulated nodes (`ray.cluster_utils.Cluster`, loopback). "
                   f"Median of {h['calls']} calls. *round trip*: call + the actor's copy into the "
-                  "store + get; *submit*: the `.remote()` call alone; *get (ready)*: `ray.get` of an object already finished (on the "
-                  "other node: includes the transfer to the trainer's node); *pipelined*: time per "
+                  "store + get; *submit*: the `.remote()` call alone; *get (ready)*: `ray.get` of "
+                  "an object already finished (on the other node: includes the transfer to the "
+                  "trainer's node); *pipelined*: time per "
                   "batch with 2 calls in flight (what one actor can hand over).", "",
                   "| where | size | round trip ms | per MB | submit ms | get (ready) ms | per MB | "
                   "pipelined ms |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -662,16 +667,18 @@ def markdown(report: dict) -> str:
                   f"Parquet decoding all rows; the batch stage with the transform ops is what N "
                   f"actors divide): {mod['read_share']:.3f}",
                   f"- hand-off per batch (the trainer's `.remote()` + `ray.get` of a ready "
-                  f"{mod['batch_rows']:.0f}-row batch on its node): {mod['handoff_ms_per_batch']:.2f}"
-                  f" ms -> at most {mod['handoff_bound_rows_per_s']:,.0f} rows/s",
+                  f"{mod['batch_rows']:.0f}-row batch on its node): "
+                  f"{mod['handoff_ms_per_batch']:.2f} ms -> at most "
+                  f"{mod['handoff_bound_rows_per_s']:,.0f} rows/s",
                   f"- transfer: `ray.get` of a ready batch on the other simulated node "
                   f"(loopback, one at a time): {mod['transfer_ms_per_batch']:.2f} ms -> at most "
                   f"{mod['transfer_bound_rows_per_s']:,.0f} rows/s",
                   f"- link: {mod['bytes_per_row'] / 1e3:,.1f} kB per row; {mod['link_gbit']:g} "
                   f"Gbit/s carries at most {mod['link_bound_rows_per_s']:,.0f} rows/s",
                   f"- this machine's cores: {mod['cores']}, of which the trainer uses "
-                  f"{mod['trainer_cores_busy']:.2f} and Ray's daemons {mod['daemon_cores_busy']:.2f}"
-                  f" (1-actor run) -> {mod['cores_for_actors']:.2f} cores for actors, each row "
+                  f"{mod['trainer_cores_busy']:.2f} and Ray's daemons "
+                  f"{mod['daemon_cores_busy']:.2f} (1-actor run) -> "
+                  f"{mod['cores_for_actors']:.2f} cores for actors, each row "
                   f"costing the actor CPU above{strided}", "",
                   "| actors N | actors bound | hand-off bound | transfer bound | link bound | "
                   "on CPU nodes: model (binding) | on this machine: cores bound | on this machine:"
@@ -711,6 +718,9 @@ def main(argv=None) -> int:
     parser.add_argument("--link-gbit", type=float, default=10.0,
                         help="the link between CPU nodes and the trainer, for the projection")
     parser.add_argument("--ray-cpus", type=int, default=2, help="ray.init(num_cpus=)")
+    parser.add_argument("--no-normalise", dest="normalise", action="store_false",
+                        help="deliver uint8 CHW crops (no normalize: a quarter of the bytes); "
+                             "report ray-scaleout[-profile]-uint8.*")
     parser.add_argument("--data-dir", default=os.path.join(HERE, "data"))
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     parser.add_argument("--render", metavar="JSON",
@@ -735,7 +745,7 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown configs: {sorted(unknown)}")
     report = run(args.profile, args.data_dir, args.out_dir, args.step_ms, args.repeats,
-                 args.link_gbit, configs, args.ray_cpus)
+                 args.link_gbit, configs, args.ray_cpus, args.normalise)
     ok = all(c.get("status") == "ok" for c in report["configs"].values()) and \
         report["handoff"]["status"] == "ok" and \
         all(c.get("bytes_equal_to_local", True) for c in report["configs"].values())
