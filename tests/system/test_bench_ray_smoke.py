@@ -31,7 +31,9 @@ def test_ray_scaleout_bench_smoke(tmp_path):
     local = report["configs"]["local"]
     for name, config in report["configs"].items():
         assert config["status"] == "ok", (name, config)
-        assert config["rows"] == rows and config["batches"] == 3, (name, config["rows"])
+        # two epochs (the second is the steady window), every row of each
+        assert config["epoch_rows"] == [rows, rows] and config["batches"] == 3, (name, config)
+        assert len(config["crcs"]) == 6 and config["steady_rows_per_s"] > 0
         # float32 [3, 224, 224] images plus an int64 label per row
         assert config["bytes"] == rows * (3 * 224 * 224 * 4 + 8)
         assert config["trainer_affinity"] == [report["settings"]["trainer_core"]]
@@ -41,7 +43,7 @@ def test_ray_scaleout_bench_smoke(tmp_path):
         # batch i from the actors is byte-identical to the local Loader's batch i
         assert config["crcs"] == local["crcs"] and config["bytes_equal_to_local"] is True
         assert config["stats"]["num_actors"] == int(name[-1])
-        assert sum(a["batches"] for a in config["stats"]["actors"]) == 3
+        assert sum(a["batches"] for a in config["stats"]["actors"]) == 6
         assert config["cpu_s"]["ray_workers"] > 0  # the actors' CPU is seen
     handoff = report["handoff"]
     assert handoff["status"] == "ok", handoff
