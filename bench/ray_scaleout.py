@@ -126,6 +126,15 @@ class _ProcessCpu:
             out["ray_workers" if worker else "ray_daemons"] += cpu
         return out
 
+    @staticmethod
+    def machine() -> float:
+        """Busy CPU seconds of the whole machine (every process, other jobs' too)."""
+        import psutil
+
+        t = psutil.cpu_times()
+        return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - \
+            getattr(t, "guest_nice", 0.0)
+
 
 def _ray_init(job: dict) -> None:
     import ray
@@ -175,7 +184,7 @@ def _epoch(job: dict) -> dict:
     cpu = _ProcessCpu()
     step_s = job["step_ms"] / 1e3
     loader = dataset = None
-    cpu0 = cpu.sample()
+    cpu0, machine0 = cpu.sample(), cpu.machine()
     start = time.perf_counter()
     if config == "local":
         loader = stoker.Loader(job["path"], num_threads=1, **stoker_options(job))
@@ -194,7 +203,7 @@ def _epoch(job: dict) -> dict:
     cpu_steady = None
     for epoch in range(job["epochs"]):
         if epoch == 1:
-            cpu_steady = cpu.sample()
+            cpu_steady, machine_steady = cpu.sample(), cpu.machine()
         batches = iter(loader) if dataset is None else \
             dataset.iter_torch_batches(batch_size=job["batch_size"])
         rows = 0
@@ -209,7 +218,15 @@ def _epoch(job: dict) -> dict:
                 time.sleep(step_s)
         epochs.append({"rows": rows, "end_s": time.perf_counter() - start})
     wall = time.perf_counter() - start
-    cpu1 = cpu.sample()
+    cpu1, machine1 = cpu.sample(), cpu.machine()
+    # Cores other jobs kept busy (the machine's busy time less this run's processes'): on a
+    # shared machine, what the actors could not have.
+    others = (machine1 - machine0 - sum(cpu1.values()) + sum(cpu0.values())) / wall
+    if cpu_steady is not None:
+        others_steady = (machine1 - machine_steady - sum(cpu1.values()) +
+                         sum(cpu_steady.values())) / (wall - epochs[0]["end_s"])
+    else:
+        others_steady = others
     stats = None
     if loader is not None:
         try:
@@ -228,7 +245,8 @@ def _epoch(job: dict) -> dict:
            "steady_cpu_s": {k: cpu1[k] - cpu_steady[k] for k in cpu1} if cpu_steady else None,
            "steady_rows": steady_rows, "crcs": crcs, "stats": stats,
            "trainer_affinity": sorted(os.sched_getaffinity(0)),
-           "engine_strided": engine_strided()}
+           "engine_strided": engine_strided(), "others_cores": max(others, 0.0),
+           "steady_others_cores": max(others_steady, 0.0)}
     if config != "local":
         import ray
 
@@ -417,7 +435,9 @@ def _summarise(runs: List[dict], expected_rows: int) -> dict:
                                       for k, v in steady_cpu.items()},
             "crcs": pick["crcs"], "stats": pick["stats"], "runs": len(runs),
             "trainer_affinity": pick["trainer_affinity"],
-            "engine_strided": pick["engine_strided"]}
+            "engine_strided": pick["engine_strided"],
+            "others_cores": pick.get("others_cores"),
+            "steady_others_cores": pick.get("steady_others_cores")}
 
 
 def model(configs: dict, handoff: dict, cores: int, link_gbit: float,
@@ -451,9 +471,8 @@ def model(configs: dict, handoff: dict, cores: int, link_gbit: float,
     # core time per second measured with 1 actor is not the actors'). Each row costs actor CPU,
     # N times over with an engine without the strided mode (every actor decodes every batch).
     actor_cpu_per_row = one["steady_cpu_ms_per_row"]["ray_workers"] / 1e3
-    trainer_busy = one["steady_cpu_ms_per_row"]["trainer"] / 1e3 * per_actor
-    daemon_busy = one["steady_cpu_ms_per_row"]["ray_daemons"] / 1e3 * per_actor
-    cores_for_actors = max(cores - trainer_busy - daemon_busy, 0.0)
+    trainer_cpu_per_row = one["steady_cpu_ms_per_row"]["trainer"] / 1e3
+    daemon_cpu_per_row = one["steady_cpu_ms_per_row"]["ray_daemons"] / 1e3
     strided = bool(one.get("engine_strided"))
     read = read_share(one.get("stats"))
     rows = []
@@ -464,10 +483,16 @@ def model(configs: dict, handoff: dict, cores: int, link_gbit: float,
         share = read + (1 - read) / n if strided else 1.0
         nodes = {"actors": per_actor / share, "hand-off": handoff_bound,
                  "transfer": transfer_bound, "link": link_bound}
-        work = actor_cpu_per_row * share * n  # actor CPU per row delivered, all actors
+        # This machine: the cores other jobs left (measured during the N-actor run, else the
+        # 1-actor run) over the CPU per row delivered: trainer, Ray's daemons, all actors.
+        run = configs.get(f"ray_{n}", {})
+        run = run if run.get("status") == "ok" else one
+        free = max(cores - (run.get("steady_others_cores") or 0.0), 0.0)
+        work = trainer_cpu_per_row + daemon_cpu_per_row + actor_cpu_per_row * share * n
         here = {"actors": per_actor / share, "hand-off": handoff_bound,
-                "cores": cores_for_actors / work if work > 0 else float("inf")}
-        entry = {"actors": n, "terms": nodes, "binding": min(nodes, key=nodes.get),
+                "cores": free / work if work > 0 else float("inf")}
+        entry = {"actors": n, "terms": nodes, "free_cores": free,
+                 "binding": min(nodes, key=nodes.get),
                  "predicted_rows_per_s": min(nodes.values()), "terms_here": here,
                  "binding_here": min(here, key=here.get),
                  "predicted_here_rows_per_s": min(here.values())}
@@ -483,8 +508,9 @@ def model(configs: dict, handoff: dict, cores: int, link_gbit: float,
             "handoff_bound_rows_per_s": handoff_bound, "transfer_ms_per_batch": transfer_ms,
             "transfer_bound_rows_per_s": transfer_bound, "link_gbit": link_gbit,
             "link_bound_rows_per_s": link_bound, "actor_cpu_ms_per_row": actor_cpu_per_row * 1e3,
-            "trainer_cores_busy": trainer_busy, "daemon_cores_busy": daemon_busy,
-            "cores": cores, "cores_for_actors": cores_for_actors, "engine_strided": strided,
+            "trainer_cpu_ms_per_row": trainer_cpu_per_row * 1e3,
+            "daemon_cpu_ms_per_row": daemon_cpu_per_row * 1e3,
+            "cores": cores, "engine_strided": strided,
             "read_share": read, "handoff_slopes": slopes, "rows": rows}
 
 
@@ -708,22 +734,24 @@ def markdown(report: dict) -> str:
                   f"{mod['transfer_bound_rows_per_s']:,.0f} rows/s",
                   f"- link: {mod['bytes_per_row'] / 1e3:,.1f} kB per row; {mod['link_gbit']:g} "
                   f"Gbit/s carries at most {mod['link_bound_rows_per_s']:,.0f} rows/s",
-                  f"- this machine's cores: {mod['cores']}, of which the trainer uses "
-                  f"{mod['trainer_cores_busy']:.2f} and Ray's daemons "
-                  f"{mod['daemon_cores_busy']:.2f} (1-actor run) -> "
-                  f"{mod['cores_for_actors']:.2f} cores for actors, each row "
-                  f"costing the actor CPU above{strided}", "",
+                  f"- this machine: {mod['cores']} cores less those other jobs kept busy during "
+                  "the run (the machine's busy time less this run's processes'), over the CPU "
+                  f"per row delivered: trainer {mod['trainer_cpu_ms_per_row']:.2f} ms + Ray's "
+                  f"daemons {mod['daemon_cpu_ms_per_row']:.2f} ms + the actor CPU above"
+                  f"{strided}", "",
                   "| actors N | actors bound | hand-off bound | transfer bound | link bound | "
-                  "on CPU nodes: model (binding) | on this machine: cores bound | on this machine:"
-                  " model (binding) | measured steady | measured / model | measured (start-up "
-                  "included) |",
-                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "on CPU nodes: model (binding) | this machine: cores left by other jobs | "
+                  "cores bound | this machine: model (binding) | measured steady | measured / "
+                  "model | measured (start-up included) |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+                  "| ---: |"]
         for r in mod["rows"]:
             t, h = r["terms"], r["terms_here"]
             ratio = r.get("measured_over_predicted_here")
             lines.append(f"| {r['actors']} | {t['actors']:,.1f} | {t['hand-off']:,.0f} | "
                          f"{t['transfer']:,.0f} | {t['link']:,.0f} | "
                          f"{r['predicted_rows_per_s']:,.1f} ({r['binding']}) | "
+                         f"{r['free_cores']:.2f} | "
                          f"{h['cores']:,.1f} | {r['predicted_here_rows_per_s']:,.1f} "
                          f"({r['binding_here']}) | "
                          f"{_fmt(r.get('measured_steady_rows_per_s'), ',.1f', '-')} | "
