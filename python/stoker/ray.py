@@ -17,16 +17,18 @@ explicitly) and runs its engine in strided mode (``start_epoch(epoch, start, ste
 ``j, j + N, j + 2N, ...`` of the rank's epoch, each byte-identical to that batch of the whole
 stream (its own index seeds its random transforms). What N actors divide is assembly and the
 transform ops that run there; each still reads and decodes every window's Parquet columns
-(cpp/src/exec/README.md, "strided"). The trainer
-keeps at most ``batches_in_flight`` ``next`` calls submitted per actor (an actor runs its calls
-in order) and takes them in global order (batch ``i`` from actor ``i % N``): a slow trainer
-stops submitting, the actor's engine fills its prefetch and blocks. An actor that dies is
+(cpp/src/exec/README.md, "strided").
+
+The trainer keeps at most ``batches_in_flight`` ``next`` calls submitted per actor (an actor runs
+its calls in order) and takes them in global order (batch ``i`` from actor ``i % N``): a slow
+trainer stops submitting, the actor's engine fills its prefetch and blocks. An actor that dies is
 replaced and restarted at the first batch of its stride the trainer has not received.
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import os
 import time
 from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Tuple
@@ -40,14 +42,14 @@ except ImportError as error:  # pragma: no cover  (ray is an optional dependency
     raise ImportError("stoker.ray needs Ray: pip install 'ray[data]'") from error
 
 from ._convert import map_arrays
+from ._ragged import Ragged
 from ._epochs import EpochIterator
 from .errors import InternalError, InvalidOptionError, LoaderClosedError
 from .loader import Loader
 
 __all__ = ["RayLoader"]
 
-# Next() waits this long before looking again (the actor has no signals to deliver, but a stop
-# of the engine from the control group is seen within it).
+# The actor's engine.next() waits this long per call before looking again.
 _POLL_MS = 100
 # A batch whose actor died this many times in a row is not tried again: its error is raised.
 _MAX_TRIES_PER_BATCH = 3
@@ -67,7 +69,13 @@ _PLANNING_OVERRIDES = {"num_threads": 1, "num_io_threads": 1, "python_workers": 
 _PLANNING_DROPS = ("cache_dir",)
 
 
-def start_strided(engine: Any, epoch: int, elastic: Optional[Tuple[int, int]], start: int,
+def _nbytes(value: Any) -> int:
+    if isinstance(value, Ragged):
+        return _nbytes(value.values) + _nbytes(value.offsets)
+    return int(getattr(value, "nbytes", 0))
+
+
+def _start_strided(engine: Any, epoch: int, elastic: Optional[Tuple[int, int]], start: int,
                   step: int) -> int:
     """Starts ``engine`` on batches ``start, start + step, ...`` of ``epoch`` (of the rest of an
     elastic epoch: ``elastic`` is (old world size, batches each old rank delivered)), each
@@ -85,6 +93,10 @@ class _Worker:
     def __init__(self, sources: Any, options: Dict[str, Any]) -> None:
         self._loader = Loader(sources, **options)
         self._engine = self._loader._live()
+        # The engine calls run on a thread of Python's threading, not on Ray's task thread:
+        # the extension's exit hook joins the threads that were iterating, and Ray's task
+        # thread is a dummy thread to threading (join() raises).
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, "stoker-ray-actor")
         self._next_index = 0  # index (in the full stream) of the engine's next batch
         self._step = 1  # the stride
         self._total = 0
@@ -92,20 +104,31 @@ class _Worker:
 
     def start(self, epoch: int, seed: int, elastic: Optional[Tuple[int, int]], start: int,
               step: int) -> Dict[str, Any]:
-        engine = self._engine
-        engine.stop()
-        if seed != self._loader._seed:  # a state loaded in the trainer brought another seed
-            engine.set_seed(seed)
-            self._loader._seed = seed
-        self._total = start_strided(engine, epoch, elastic, start, step)
-        self._step = step
-        self._next_index = start
-        return {"total": self._total, "node_id": ray.get_runtime_context().get_node_id(),
+        total = self._thread.submit(self._start, epoch, seed, elastic, start, step).result()
+        return {"total": total, "node_id": ray.get_runtime_context().get_node_id(),
                 "pid": os.getpid()}
 
     def next(self, index: int) -> Optional[Dict[str, Any]]:
         """Batch ``index`` of the epoch as host arrays (numpy; Ragged for ragged columns);
         None if the epoch ended before it."""
+        return self._thread.submit(self._next, index).result()
+
+    def stop(self) -> None:
+        self._thread.submit(self._engine.stop).result()
+
+    def _start(self, epoch: int, seed: int, elastic: Optional[Tuple[int, int]], start: int,
+               step: int) -> int:
+        engine = self._engine
+        engine.stop()
+        if seed != self._loader._seed:  # a state loaded in the trainer brought another seed
+            engine.set_seed(seed)
+            self._loader._seed = seed
+        self._total = _start_strided(engine, epoch, elastic, start, step)
+        self._step = step
+        self._next_index = start
+        return self._total
+
+    def _next(self, index: int) -> Optional[Dict[str, Any]]:
         engine, loader = self._engine, self._loader
         while True:
             batch, done = engine.next(_POLL_MS)
@@ -123,9 +146,6 @@ class _Worker:
                 out = loader._finishing.batch(out)
             self._delivered += 1
             return out
-
-    def stop(self) -> None:
-        self._engine.stop()
 
     def flush_cache(self) -> None:
         self._loader.flush_cache()
@@ -211,6 +231,7 @@ class RayLoader:
         self._next_submit = [0] * num_actors
         self._where: List[Dict[str, Any]] = [{} for _ in range(num_actors)]
         self._batches = [0] * num_actors
+        self._bytes = [0] * num_actors
         self._wait_s = [0.0] * num_actors
         self._replaced = [0] * num_actors
         self._actors = [self._new_actor() for _ in range(num_actors)]
@@ -232,6 +253,13 @@ class RayLoader:
     @property
     def num_rows(self) -> int:
         return self._live_plan().num_rows
+
+    @property
+    def dataset_rows(self) -> int:
+        return self._live_plan().dataset_rows
+
+    def vocabulary(self, column: str) -> List[str]:
+        return self._live_plan().vocabulary(column)
 
     @property
     def num_actors(self) -> int:
@@ -308,6 +336,8 @@ class RayLoader:
                 where = ray.get(ref)
                 break
             except RayActorError:
+                if self._plan is None:  # close() (from another thread) killed it
+                    raise LoaderClosedError("this RayLoader was closed") from None
                 if tries + 1 == _MAX_TRIES_PER_BATCH:
                     raise
                 self._replace_actor(slot)
@@ -342,7 +372,10 @@ class RayLoader:
     def _receive(self, index: int) -> Dict[str, Any]:
         slot = index % self._num_actors
         failures = 0
+        stall = self._live_plan()._stall
         while True:
+            if self._plan is None:  # closed (from another thread) meanwhile
+                raise LoaderClosedError("this RayLoader was closed")
             if not self._pending[slot]:
                 self._top_up(slot)
             at, ref = self._pending[slot][0]
@@ -352,6 +385,8 @@ class RayLoader:
             try:
                 out = ray.get(ref)
             except RayActorError:
+                if self._plan is None:  # close() (from another thread) killed it
+                    raise LoaderClosedError("this RayLoader was closed") from None
                 failures += 1
                 if failures >= _MAX_TRIES_PER_BATCH:
                     raise
@@ -360,22 +395,21 @@ class RayLoader:
             finally:
                 seconds = time.perf_counter() - waited
                 self._wait_s[slot] += seconds
-                self._plan._stall.wait_s += seconds
+                stall.wait_s += seconds
             self._pending[slot].popleft()
             self._top_up(slot)
             if out is None:
                 raise InternalError(f"actor {slot}'s epoch ended before batch {index}")
             self._batches[slot] += 1
+            self._bytes[slot] += sum(_nbytes(value) for value in out.values())
             return out
 
     def _drop_pending(self) -> None:
-        """Cancels the submitted calls (best effort) and stops the actors' engines."""
+        """Forgets the submitted calls and stops the actors' engines. The calls are not
+        cancelled: Ray's ordered actor queues wait (30 s) for a cancelled call's sequence
+        number; each actor finishes its at most ``batches_in_flight`` calls (batches its engine
+        has mostly made), then stops."""
         for slot, pending in enumerate(self._pending):
-            for _, ref in pending:
-                try:
-                    ray.cancel(ref)
-                except Exception:  # noqa: BLE001
-                    pass
             pending.clear()
             self._next_submit[slot] = self._total
             try:
@@ -444,20 +478,22 @@ class RayLoader:
 
     def stats(self, actors: bool = False) -> Dict[str, Any]:
         """The hand-off's counters: per actor slot ``batches`` (received by the training loop),
-        ``wait_ms`` (time spent in ``ray.get`` for them), ``replacements``, ``node_id``, ``pid``
-        and ``in_flight`` (calls submitted, not yet received); totals ``batches``, ``wait_ms``,
-        ``replacements``; the training loop's ``loop_s`` and ``stall_fraction``. With
+        ``bytes`` (their arrays' bytes), ``wait_ms`` (time spent in ``ray.get`` for them),
+        ``replacements``, ``node_id``, ``pid`` and ``in_flight`` (calls submitted, not yet
+        received); totals ``batches``, ``bytes``, ``wait_ms``, ``replacements``; the training
+        loop's ``loop_s`` and ``stall_fraction``. With
         ``actors=True`` each slot also has ``loader``: its actor's ``Loader.stats()`` (cache,
         stages...) plus ``delivered`` (batches it returned), asked from the actor."""
         plan = self._live_plan()
-        slots = [{"batches": self._batches[k], "wait_ms": self._wait_s[k] * 1e3,
+        slots = [{"batches": self._batches[k], "bytes": self._bytes[k],
+                  "wait_ms": self._wait_s[k] * 1e3,
                   "replacements": self._replaced[k], "in_flight": len(self._pending[k]),
                   **self._where[k]} for k in range(self._num_actors)]
         if actors:
             for slot, stats in zip(slots, ray.get([a.stats.remote() for a in self._actors])):
                 slot["loader"] = stats
         out = {"num_actors": self._num_actors, "batches_in_flight": self._in_flight,
-               "actors": slots, "batches": sum(self._batches),
+               "actors": slots, "batches": sum(self._batches), "bytes": sum(self._bytes),
                "wait_ms": sum(self._wait_s) * 1e3, "replacements": sum(self._replaced)}
         out.update(plan._stall.read())
         return out

@@ -12,9 +12,9 @@ and flipped by the engine (so the seeds of random transforms must match across a
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
-import sys
 import time
 import warnings
 
@@ -65,8 +65,12 @@ def data(tmp_path_factory):
 def cluster():
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"prep": 1}})
-    nodes.add_node(num_cpus=1, resources={"prep": 1})
+    if ray.is_initialized():
+        ray.shutdown()
+    store = 100 * 1024 * 1024  # per node (Ray's default is 30% of RAM); the batches are small
+    nodes = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {"prep": 1}, "object_store_memory": store})
+    nodes.add_node(num_cpus=1, resources={"prep": 1}, object_store_memory=store)
     runtime_env = {}
     # Running from a source tree whose stoker is not the installed one (a git worktree): the
     # workers start through the same wrapper as this process.
@@ -100,6 +104,9 @@ def test_two_actors_on_two_nodes_deliver_the_local_loaders_batches(cluster, data
     assert len({slot["node_id"] for slot in stats["actors"]}) == 2, stats["actors"]
     assert [slot["batches"] for slot in stats["actors"]] == [ROWS // BATCH] * 2  # 2 epochs / 2
     assert stats["replacements"] == 0 and stats["wait_ms"] > 0
+    with stoker.Loader(data, **_options()) as plain:
+        nbytes = sum(value.nbytes for batch in plain for value in batch.values())
+    assert stats["bytes"] == sum(slot["bytes"] for slot in stats["actors"]) == 2 * nbytes
     for slot in stats["actors"]:  # strided: each engine made only its own share of batches
         assert slot["loader"]["batches"] == slot["loader"]["delivered"] == ROWS // BATCH
     assert (state["epoch"], state["batch"]) == (2, 0)
@@ -143,18 +150,6 @@ def test_a_state_resumes_in_any_number_of_actors_and_in_a_plain_loader(cluster, 
             if i == 2:
                 break
         plain_state = plain.state_dict()
-    with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **_options()) as two:
-        two.load_state_dict(plain_state)
-        assert _bytes(two) == expected[3:]
-    # Near the end with more actors than batches left: a stride that starts past the end is
-    # empty (actors without the "prep" resource: anywhere).
-    near_end = dict(plain_state, batch=ROWS // BATCH - 1)
-    with stoker.ray.RayLoader(data, num_actors=3, actor_options={"num_cpus": 0},
-                              **_options()) as three:
-        three.load_state_dict(near_end)
-        assert _bytes(three) == expected[-1:]
-        assert _bytes(three) == next_epoch
-
     # Elastic: rank 0 of 2 saved after 4 batches; resumed at world size 1 the rest equals a
     # plain Loader's elastic rest (then the next epoch at world size 1).
     with stoker.Loader(data, **_options(rank=0, world_size=2)) as rank0:
@@ -165,20 +160,32 @@ def test_a_state_resumes_in_any_number_of_actors_and_in_a_plain_loader(cluster, 
     with stoker.Loader(data, **_options()) as plain:
         plain.load_state_dict(elastic_state)
         rest = [_bytes(plain) for _ in range(2)]
-    with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP,
-                              **_options(rank=0, world_size=1)) as two:
-        two.load_state_dict(elastic_state)
-        assert [_bytes(two) for _ in range(2)] == rest
     assert len(rest[0]) < ROWS // BATCH and rest[1] == next_epoch
+
+    # Three actors (without the "prep" resource: anywhere), made with seed=None: the loader
+    # takes the states' seed, and so do its actors.
+    with stoker.ray.RayLoader(data, num_actors=3, actor_options={"num_cpus": 0},
+                              **_options(seed=None)) as three:
+        assert three.seed != plain_state["seed"]
+        three.load_state_dict(plain_state)  # a Loader's state, after 3 batches
+        assert three.seed == plain_state["seed"]
+        assert _bytes(three) == expected[3:]
+        # Near the end, more actors than batches left: a stride that starts past the end is
+        # empty.
+        three.load_state_dict(dict(plain_state, batch=ROWS // BATCH - 1))
+        assert _bytes(three) == expected[-1:]
+        assert _bytes(three) == next_epoch
+        three.load_state_dict(elastic_state)
+        assert [_bytes(three) for _ in range(2)] == rest
 
 
 def test_a_slow_training_loop_bounds_what_the_actors_hold(cluster, data):
-    in_flight = 1
+    in_flight, share = 1, ROWS // 20 // 2  # batches of 20 rows: 30 for each of the 2 actors
     with stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP,
                               batches_in_flight=in_flight,
-                              **_options(prefetch_bytes="64KiB")) as loader:
+                              **_options(batch_size=20, prefetch_bytes="64KiB")) as loader:
         for i, batch in enumerate(loader):
-            time.sleep(0.15)  # the actors would finish the epoch meanwhile if nothing held them
+            time.sleep(0.15 if i < 7 else 1.0)  # the actors could finish their share meanwhile
             stats = loader.stats(actors=True)
             for slot in stats["actors"]:
                 assert slot["in_flight"] <= in_flight
@@ -188,8 +195,8 @@ def test_a_slow_training_loop_bounds_what_the_actors_hold(cluster, data):
                 break
         assert stats["batches"] == 8
         for slot in stats["actors"]:
-            # The engine stopped at its prefetch bound: far from the epoch's 10 batches per actor
-            assert slot["loader"]["delivered"] <= 4 + in_flight
+            # Each engine stopped at its prefetch bound, far from its share of the epoch.
+            assert slot["batches"] == 4 and slot["loader"]["batches"] < share // 2, slot
             assert slot["loader"]["peak_inflight_bytes"] <= 256 * 1024
 
 
@@ -225,8 +232,15 @@ def test_torch_output_is_writable_copies_equal_to_the_loaders(cluster, data):
         mine["x"] += 1  # writable, private to this process
 
 
-def test_numpy_batches_are_read_only_views_and_close_stops_the_actors(cluster, data):
+def test_break_restarts_promptly_and_close_stops_the_actors(cluster, data):
+    expected = _local(data)[0]
     loader = stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **_options())
+    for i, batch in enumerate(loader):
+        if i == 2:
+            break  # the calls in flight are dropped; the next iteration starts the epoch anew
+    started = time.perf_counter()
+    assert _bytes(loader) == expected  # an unfinished epoch starts again (a Loader's rule)
+    assert time.perf_counter() - started < 20
     it = iter(loader)
     batch = next(it)
     assert not batch["x"].flags.writeable  # zero-copy from the object store
@@ -241,6 +255,15 @@ def test_numpy_batches_are_read_only_views_and_close_stops_the_actors(cluster, d
         next(it)
     with pytest.raises(LoaderClosedError):
         len(loader)
+
+    dropped = stoker.ray.RayLoader(data, num_actors=2, actor_options=ON_PREP, **_options())
+    next(iter(dropped))
+    actors = list(dropped._actors)
+    del dropped
+    gc.collect()
+    for actor in actors:  # dropping the loader kills its actors too
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.stop.remote(), timeout=30)
 
 
 def test_trainer_only_options_are_refused(cluster, data):

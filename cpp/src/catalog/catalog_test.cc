@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "catalog/row_group_reader.h"
 #include "util/test_parquet_internal.h"
 #include "util/test_status_internal.h"
 
@@ -103,6 +104,29 @@ TEST_F(CatalogTest, FootersIndexTheNonEmptyRowGroups) {
   EXPECT_EQ(catalog->Where(catalog->row_groups()[1]), "'" + a + "', row group 1");
   EXPECT_EQ(catalog->num_file_fields(), 1);
   EXPECT_EQ(catalog->files()[0].fields.at("id").leaves, std::vector<int>{0});
+}
+
+// Categorical columns are read as dictionaries (the decoder then looks each distinct value up
+// once); only plain string/binary columns, whose dictionary needs no conforming.
+TEST_F(CatalogTest, ReadsRequestedStringColumnsAsDictionaries) {
+  Write("a.parquet",
+        arrow::Table::Make(
+            arrow::schema({arrow::field("s", arrow::utf8()), arrow::field("l", arrow::large_utf8()),
+                           arrow::field("n", arrow::int32())}),
+            {ArrayFromJson(arrow::utf8(), R"(["a", "b", null, "a"])"),
+             ArrayFromJson(arrow::large_utf8(), R"(["x", "y", "x", "x"])"),
+             ArrayFromJson(arrow::int32(), "[1, 2, 3, 4]")}));
+  ASSERT_OK_AND_ASSIGN(auto catalog, Catalog::Open({dir_.string()}, 1));
+  ASSERT_OK_AND_ASSIGN(auto plain, ReadRowGroupTable(*catalog, 0, {"s", "l", "n"}));
+  ASSERT_OK_AND_ASSIGN(auto dict, ReadRowGroupTable(*catalog, 0, {"s", "l", "n"}, {"s", "l"}));
+  EXPECT_EQ(plain->GetColumnByName("s")->type()->id(), arrow::Type::STRING);
+  const auto s = dict->GetColumnByName("s");
+  ASSERT_EQ(s->type()->id(), arrow::Type::DICTIONARY);
+  ASSERT_OK_AND_ASSIGN(auto flat, FlattenColumn(*s, false, "s", "here"));
+  // The same values and nulls (materialised as large_string).
+  EXPECT_EQ(flat->ToString(), plain->GetColumnByName("s")->chunk(0)->ToString());
+  EXPECT_EQ(dict->GetColumnByName("l")->type()->id(), arrow::Type::LARGE_STRING);
+  EXPECT_EQ(dict->GetColumnByName("n")->type()->id(), arrow::Type::INT32);
 }
 
 TEST_F(CatalogTest, UnifiesTheFilesTypesAndRecordsWhatCannotBe) {

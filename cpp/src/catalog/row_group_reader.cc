@@ -15,17 +15,29 @@
 
 namespace stoker {
 
-Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, int row_group,
-                                                        const std::vector<std::string>& fields) {
+Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(
+    const Catalog& catalog, int row_group, const std::vector<std::string>& fields,
+    const std::set<std::string>& as_dictionary) {
   const RowGroupRef& rg = catalog.row_groups()[row_group];
   const CatalogFile& file = catalog.files()[rg.file];
 
   // A column this file lacks (added to the dataset later) is read as nulls.
   std::vector<int> leaves;
+  std::vector<int> dictionary_leaves;
   for (const auto& field : fields) {
     auto it = file.fields.find(field);
     if (it == file.fields.end()) continue;
     leaves.insert(leaves.end(), it->second.leaves.begin(), it->second.leaves.end());
+    // Only plain string and binary columns whose type is the dataset's: their dictionary then
+    // needs no conforming (a dictionary-typed column is read as one anyway).
+    const auto unified = catalog.schema()->GetFieldByName(field);
+    const auto& type = it->second.type;
+    if (as_dictionary.contains(field) && it->second.path.empty() && unified && type &&
+        (type->id() == arrow::Type::STRING || type->id() == arrow::Type::BINARY) &&
+        type->Equals(*unified->type())) {
+      dictionary_leaves.insert(dictionary_leaves.end(), it->second.leaves.begin(),
+                               it->second.leaves.end());
+    }
   }
   std::sort(leaves.begin(), leaves.end());
   leaves.erase(std::unique(leaves.begin(), leaves.end()), leaves.end());
@@ -42,6 +54,7 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
       parquet::ArrowReaderProperties arrow_props;
       arrow_props.set_use_threads(false);           // our workers are the parallelism
       SetReaderProperties(*file.fs, &arrow_props);  // pre-buffer coalesced ranges if remote
+      for (int leaf : dictionary_leaves) arrow_props.set_read_dictionary(leaf, true);
       // Page buffers and arrays come from the recycling pool: the same sizes every row group.
       auto reader = parquet::ParquetFileReader::Open(
           *input, parquet::ReaderProperties(RecyclingPool::Get()), file.metadata);
@@ -104,6 +117,13 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
     }
     if (it->second.path.empty() && top->type()->Equals(*type)) {
       out_fields.push_back(arrow::field(field, type));
+      out_columns.push_back(std::move(top));
+      continue;
+    }
+    // Read as a dictionary of the dataset's own value type: kept so (as_dictionary).
+    if (it->second.path.empty() && top->type()->id() == arrow::Type::DICTIONARY &&
+        static_cast<const arrow::DictionaryType&>(*top->type()).value_type()->Equals(*type)) {
+      out_fields.push_back(arrow::field(field, top->type()));
       out_columns.push_back(std::move(top));
       continue;
     }

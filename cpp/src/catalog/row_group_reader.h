@@ -10,6 +10,7 @@
 #include <arrow/table.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,9 +20,12 @@
 namespace stoker {
 
 /// Reads `fields` of catalog row group `row_group`, whole, through Arrow's Parquet reader.
+/// Fields in `as_dictionary` (string columns) come back as dictionary arrays where the file
+/// stores them dictionary-encoded, so a caller can work per distinct value instead of per row.
 /// Errors name the file, row group and columns.
-Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, int row_group,
-                                                        const std::vector<std::string>& fields);
+Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(
+    const Catalog& catalog, int row_group, const std::vector<std::string>& fields,
+    const std::set<std::string>& as_dictionary = {});
 
 /// One array of `column`'s chunks with dictionaries resolved and, unless `keep_extensions`,
 /// extension types replaced by their storage. `field` and `where` name it in errors.

@@ -24,6 +24,7 @@ Decoder::Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const O
     row_group_starts_.push_back(start);
     start += rg.num_rows;
   }
+  for (const auto& [field, vocabulary] : spec_->vocabularies) dictionary_fields_.insert(field);
 }
 
 const ColumnSpec* Decoder::ChainedColumn(const std::string& field) const {
@@ -158,7 +159,8 @@ Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std:
   DecodedColumns out;
   if (fields.empty()) return out;
   const RowGroupRef& rg = catalog_->row_groups()[row_group];
-  STOKER_ASSIGN_OR_RAISE(auto table, ReadRowGroupTable(*catalog_, row_group, fields));
+  STOKER_ASSIGN_OR_RAISE(auto table,
+                         ReadRowGroupTable(*catalog_, row_group, fields, dictionary_fields_));
   for (const auto& field : fields) {
     auto chunked = table->GetColumnByName(field);
     if (!chunked) {

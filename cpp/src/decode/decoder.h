@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -128,6 +129,8 @@ class Decoder {
   std::shared_ptr<const Catalog> catalog_;
   std::shared_ptr<const OutputSpec> spec_;
   std::vector<int64_t> row_group_starts_;  // dataset-wide id of each row group's first row
+  // Categorical fields: read as dictionaries, so ids are looked up once per distinct value.
+  std::set<std::string> dictionary_fields_;
 };
 
 }  // namespace stoker

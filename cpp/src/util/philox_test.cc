@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <set>
 
 namespace stoker {
@@ -73,6 +74,24 @@ TEST(Permutation, IsAPermutationAndDependsOnKey) {
   std::vector<uint32_t> sorted = p1;
   std::sort(sorted.begin(), sorted.end());
   for (uint32_t i = 0; i < 1000; ++i) ASSERT_EQ(sorted[i], i);
+}
+
+// The prefetching implementation is the textbook Fisher-Yates draw for draw: every delivered
+// order (and the golden digests) depends on it.
+TEST(Permutation, EqualsTheTextbookFisherYates) {
+  for (uint32_t n : {0u, 1u, 2u, 31u, 32u, 33u, 1000u, 100000u}) {
+    PhiloxStream s1(9, RandomPurpose::kWindowOrder, n, 3);
+    PhiloxStream s2(9, RandomPurpose::kWindowOrder, n, 3);
+    std::vector<uint32_t> got;
+    Permutation(n, &s1, &got);
+    std::vector<uint32_t> expected(n);
+    std::iota(expected.begin(), expected.end(), 0u);
+    for (uint32_t i = n; i > 1; --i) {
+      std::swap(expected[i - 1], expected[static_cast<uint32_t>(s2.Below(i))]);
+    }
+    EXPECT_EQ(got, expected) << n;
+    EXPECT_EQ(s1.Next32(), s2.Next32()) << n;  // the same number of draws
+  }
 }
 
 }  // namespace
