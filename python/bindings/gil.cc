@@ -70,12 +70,24 @@ void LetEngineThreadsFinish() {
   // (now stopped) loader get to unwind and drop their references before being frozen.
   nb::object threading = nb::module_::import_("threading");
   nb::object current = threading.attr("current_thread")();
+  // Threads Python did not start (_thread.start_new_thread, Ray's task threads) show up as
+  // dummy threads, which cannot be joined: those are waited for until their frames are gone.
+  nb::object dummy = threading.attr("_DummyThread");
+  nb::object current_frames = nb::module_::import_("sys").attr("_current_frames");
   for (nb::handle thread : threading.attr("enumerate")()) {
     if (thread.is(current) || thread.attr("ident").is_none()) continue;
     if (!iterating.contains(nb::cast<ThreadIdent>(thread.attr("ident")))) continue;
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     if (left <= 0) break;
-    thread.attr("join")(left);
+    if (!nb::isinstance(thread, dummy)) {
+      thread.attr("join")(left);
+      continue;
+    }
+    while (nb::cast<nb::dict>(current_frames()).contains(thread.attr("ident")) &&
+           Clock::now() < deadline) {
+      nb::gil_scoped_release release;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
   }
 }
 

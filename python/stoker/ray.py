@@ -28,7 +28,6 @@ replaced and restarted at the first batch of its stride the trainer has not rece
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import os
 import time
 from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Tuple
@@ -93,10 +92,6 @@ class _Worker:
     def __init__(self, sources: Any, options: Dict[str, Any]) -> None:
         self._loader = Loader(sources, **options)
         self._engine = self._loader._live()
-        # The engine calls run on a thread of Python's threading, not on Ray's task thread:
-        # the extension's exit hook joins the threads that were iterating, and Ray's task
-        # thread is a dummy thread to threading (join() raises).
-        self._thread = concurrent.futures.ThreadPoolExecutor(1, "stoker-ray-actor")
         self._next_index = 0  # index (in the full stream) of the engine's next batch
         self._step = 1  # the stride
         self._total = 0
@@ -104,17 +99,17 @@ class _Worker:
 
     def start(self, epoch: int, seed: int, elastic: Optional[Tuple[int, int]], start: int,
               step: int) -> Dict[str, Any]:
-        total = self._thread.submit(self._start, epoch, seed, elastic, start, step).result()
+        total = self._start(epoch, seed, elastic, start, step)
         return {"total": total, "node_id": ray.get_runtime_context().get_node_id(),
                 "pid": os.getpid()}
 
     def next(self, index: int) -> Optional[Dict[str, Any]]:
         """Batch ``index`` of the epoch as host arrays (numpy; Ragged for ragged columns);
         None if the epoch ended before it."""
-        return self._thread.submit(self._next, index).result()
+        return self._next(index)
 
     def stop(self) -> None:
-        self._thread.submit(self._engine.stop).result()
+        self._engine.stop()
 
     def _start(self, epoch: int, seed: int, elastic: Optional[Tuple[int, int]], start: int,
                step: int) -> int:

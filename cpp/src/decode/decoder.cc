@@ -75,16 +75,21 @@ std::vector<DecodeTask> Decoder::MakeTasks(const Plan& plan, int segment,
   std::vector<DecodeTask> tasks;
   DecodeTask current;
   current.segment = segment;
+  int64_t whole_bytes = 0;  // the current task's fields in the whole row group
   for (const auto& field : spec_->file_fields) {
-    // The whole row group is decoded even for a slice; its size is what the task costs.
+    // The whole row group is decoded even for a slice; its size is what the task costs. The
+    // fields are grouped by it alone, so every segment of a row group (wherever an epoch's
+    // rank or drop_last cut falls) gets the same groups: the ready-tensor cache keys an entry
+    // by its group, and a grouping that moved with the cut missed it epoch after epoch.
     const int64_t bytes = catalog_->FieldBytes(rg, field);
     // A user transform sees all its inputs at once: one task.
-    if (!current.fields.empty() && current.estimated_bytes + bytes > task_bytes &&
-        !spec_->user_transform) {
+    if (!current.fields.empty() && whole_bytes + bytes > task_bytes && !spec_->user_transform) {
       tasks.push_back(std::move(current));
       current = DecodeTask{};
       current.segment = segment;
+      whole_bytes = 0;
     }
+    whole_bytes += bytes;
     current.fields.push_back(field);
     current.estimated_bytes += static_cast<int64_t>(std::llround(bytes * std::max(fraction, 0.0)));
   }

@@ -65,6 +65,26 @@ def test_other_epochs_and_ranks_hit_the_same_entries(dataset, tmp_path):
     assert loader.stats()["cache"]["misses"] == 0
 
 
+def test_row_groups_cut_anywhere_hit_the_entries_of_whole_ones(dataset, tmp_path):
+    """A row group split into several decode tasks (task_bytes) is grouped the same way
+    wherever a rank or drop_last cut falls in it: the entries are keyed by the groups, and
+    groups that moved with the cut (they were sized by the segment's rows) missed the cache in
+    every shuffled epoch."""
+    cache_dir = str(tmp_path / "cache")
+    options = dict(OPTIONS, task_bytes="6KiB")
+    _, filled = run(dataset, cache_dir, **options)
+    assert filled["writes"] > 8  # several entries per row group
+    for epoch, world in [(5, 2), (6, 3)]:
+        opts = dict(options, drop_last=True)
+        loader = stoker.Loader(dataset, cache_dir=cache_dir, rank=1, world_size=world, **opts)
+        loader.set_epoch(epoch)
+        reference = stoker.Loader(dataset, rank=1, world_size=world, **opts)
+        reference.set_epoch(epoch)
+        assert digest(loader) == digest(reference)
+        stats = loader.stats()["cache"]
+        assert stats["misses"] == 0 and stats["hits"] > 0, stats
+
+
 def test_corrupt_entry_is_dropped_refetched_and_counted(dataset, tmp_path):
     reference, _ = run(dataset)
     cache_dir = str(tmp_path / "cache")

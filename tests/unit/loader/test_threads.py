@@ -271,6 +271,20 @@ EXIT_SCRIPTS = {
         t.start()
         time.sleep(0.2)
     """,
+    # A thread that threading did not start (as Ray's task threads): threading knows it as a
+    # dummy thread, which cannot be joined (the exit hook raised on it).
+    "foreign_thread_iterating": """
+        import _thread
+        def consume():
+            threading.current_thread()  # registers the dummy thread
+            try:
+                for b in L:
+                    time.sleep(0.01)
+            except stoker.errors.LoaderClosedError:
+                pass
+        _thread.start_new_thread(consume, ())
+        time.sleep(0.3)
+    """,
     # No thread: a module-level iterator mid-epoch.
     "module_iterator": """
         it = iter(L)
@@ -290,4 +304,6 @@ def test_exit_with_a_module_level_loader_reports_no_leaks(dataset, name):
         assert result.returncode == 0, result.stderr[-3000:]
         assert "nanobind: leaked" not in result.stderr, result.stderr[-3000:]
         assert "terminate called" not in result.stderr, result.stderr[-3000:]
+        if name == "foreign_thread_iterating":  # (daemon_iterating's lambda raises on close)
+            assert "Traceback" not in result.stderr, result.stderr[-3000:]
         assert elapsed < 20, elapsed
