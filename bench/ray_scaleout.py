@@ -675,8 +675,12 @@ def markdown(report: dict) -> str:
                   "wait for the actor to finish the batch):", ""]
         for key, value in stats.items():
             per_actor = "; ".join(
-                f"actor {i}: {a.get('batches')} batches, {a.get('wait_ms', 0):,.0f} ms "
-                f"({a.get('wait_ms', 0) / max(a.get('batches') or 1, 1):.1f} ms per batch)"
+                f"actor {i}: {a.get('batches')} batches"
+                + (f" ({a['bytes'] / MB:,.0f} MB)" if a.get("bytes") else "")
+                + f", {a.get('wait_ms', 0):,.0f} ms "
+                f"({a.get('wait_ms', 0) / max(a.get('batches') or 1, 1):.1f} ms per batch"
+                + (f", {a.get('wait_ms', 0) / (a['bytes'] / MB):.2f} ms per MB" if a.get("bytes")
+                   else "") + ")"
                 for i, a in enumerate(value.get("actors") or []))
             lines.append(f"- `{key}`: {per_actor}; stall fraction "
                          f"{_fmt(value.get('stall_fraction'), '.2f', '?')}")
