@@ -215,7 +215,7 @@ def read_polars(shape, paths, threads, vocab, decoder="pil"):
     with ThreadPoolExecutor(threads) as pool:
         conv = Converter(shape, vocab, decoder, pool, threads)
         for path in paths:
-            df = pl.read_parquet(path, columns=ms.read_columns(shape), rechunk=False)
+            df = pl.read_parquet(path, columns=ms.read_columns(shape))
             if d == "wide":
                 out = {"features": df.select([f"f{j:03d}" for j in range(ms.WIDE_F)]).to_numpy(order="c"),
                        "label": df["label"].to_numpy()}

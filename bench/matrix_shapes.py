@@ -166,7 +166,7 @@ def _string_values(codes: np.ndarray, j: int) -> np.ndarray:
 
 def raw(shape: Shape, full: bool, tiny: Optional[int] = None) -> Dict[str, object]:
     """The generator's NumPy columns of the whole dataset, file by file concatenated."""
-    rows = tiny or shape_rows(shape, full)
+    rows = min(tiny, shape.rows) if tiny else shape_rows(shape, full)
     seed = {"narrow": 11, "wide": 12, "many": 13, "strings": 14, "tokens": 15,
             "images-small": 16, "images-large": 17}[shape.data_name]
     rng = np.random.default_rng(seed)
@@ -202,7 +202,7 @@ def ensure(shape: Shape, root: str, full: bool = False, tiny: Optional[int] = No
     """Writes (or reuses) the dataset of `shape`; returns its folder."""
     import pyarrow.parquet as pq
 
-    rows = tiny or shape_rows(shape, full)
+    rows = min(tiny, shape.rows) if tiny else shape_rows(shape, full)
     rg = min(shape.row_group_rows, max(rows // (2 * shape.files), 1)) if tiny else shape.row_group_rows
     path = os.path.join(root, f"{shape.data_name}-{rows}")
     wanted = {"version": GENERATOR_VERSION, "shape": shape.data_name, "rows": rows,
