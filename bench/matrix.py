@@ -39,20 +39,19 @@ def _log(msg: str) -> None:
 # ------------------------------------------------------------------ in the worker process
 
 def _stoker_batches(job, shape):
-    import shutil
+    """The measured epoch. cold and fill construct the loader inside the clock (start-up counts,
+    as in the suite); warm constructs it and fills its cache_dir before the clock, until an epoch
+    skips no write (as the stoker_warm runner)."""
     import tempfile
 
     import stoker
 
     opts = ms.stoker_options(shape, job["threads"], job["seed"])
     variant = job["variant"]
-    cache_dir = None
     if variant in ("fill", "warm"):
-        cache_dir = tempfile.mkdtemp(prefix=f"stoker-matrix-{variant}-")
-        opts["cache_dir"] = cache_dir
-    loader = stoker.Loader(job["path"], **opts)
-    job["_loader"], job["_cache_dir"] = loader, cache_dir
-    if variant == "warm":  # fill before the clock, until an epoch skips no write (as stoker_warm)
+        job["_cache_dir"] = opts["cache_dir"] = tempfile.mkdtemp(prefix=f"stoker-matrix-{variant}-")
+    if variant == "warm":
+        loader = job["_loader"] = stoker.Loader(job["path"], **opts)
         epoch = 0
         while True:
             loader.set_epoch(epoch)
@@ -66,14 +65,44 @@ def _stoker_batches(job, shape):
         loader.set_epoch(epoch)
 
     def batches():
-        try:
-            for batch in loader:
-                yield len(batch[shape.count]), batch
-        finally:
-            pass
+        loader = job.get("_loader")
+        if loader is None:
+            loader = job["_loader"] = stoker.Loader(job["path"], **opts)
+        for batch in loader:
+            yield len(batch[shape.count]), batch
 
-    job["_cleanup"] = lambda: (loader.close(), cache_dir and shutil.rmtree(cache_dir, ignore_errors=True))
     return batches()
+
+
+def _cleanup(job):
+    import shutil
+
+    loader = job.get("_loader")
+    if loader is not None:
+        loader.close()
+    if job.get("_cache_dir"):
+        shutil.rmtree(job["_cache_dir"], ignore_errors=True)
+
+
+def _preimport(names):
+    """Libraries load before the clock starts, as in bench.worker."""
+    import concurrent.futures  # noqa: F401
+
+    import pyarrow.compute  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+    from PIL import Image
+
+    Image.preinit()
+    Image.init()
+    for name in names:
+        if name.startswith("polars"):
+            import polars  # noqa: F401
+        if name.startswith("duckdb"):
+            import duckdb  # noqa: F401
+        if name.endswith("cv2"):
+            import cv2  # noqa: F401
+        if "torch" in name:
+            import torch  # noqa: F401
 
 
 def run(job: dict) -> dict:
@@ -87,25 +116,28 @@ def run(job: dict) -> dict:
     with open(job["vocab"]) as f:
         job["vocab"] = json.load(f)
     if job["kind"] == "stoker":
-        result = metrics.consume(_stoker_batches(job, shape))
+        import stoker
+
+        result = {"stoker_file": stoker.__file__}
+        _preimport([])
         try:
-            stats = job["_loader"].stats()
-            result["loader_stats"] = stats
+            result.update(metrics.consume(_stoker_batches(job, shape)))
+            result["loader_stats"] = job["_loader"].stats()
             if job.get("_fill_epochs") is not None:
                 result["fill_epochs"] = job["_fill_epochs"]
         finally:
-            job["_cleanup"]()
+            _cleanup(job)
         result["status"] = "ok"
         return result
     if job["kind"] == "decode":
         reason = ml.reader_available(job["reader"])
         if reason:
             return {"status": "unavailable", "reason": reason}
-        if job["reader"].startswith("polars"):
-            os.environ["POLARS_MAX_THREADS"] = str(job["threads"])
-            import polars  # noqa: F401  (imported before the clock, like every library)
-        if job["reader"].startswith("duckdb"):
-            import duckdb  # noqa: F401
+        os.environ["POLARS_MAX_THREADS"] = str(job["threads"])
+        _preimport([job["reader"]])
+        import pyarrow
+
+        pyarrow.set_cpu_count(job["threads"])
         result = metrics.consume(ml.read(job["reader"], shape, paths, job["threads"], job["vocab"]))
         result["status"] = "ok"
         return result
@@ -126,6 +158,7 @@ def run(job: dict) -> dict:
                 canon[k] = np.concatenate(v)
         arrays = ml.memory_arrays(canon, shape)
         kinds = ml.gathers_for(arrays)
+        _preimport(kinds)
         rot = job.get("rotate", 0) % len(kinds)
         results = {}
         for kind in kinds[rot:] + kinds[:rot]:

@@ -144,8 +144,8 @@ SHAPES: List[Shape] = [
           dataset="tokens", lists="ragged"),
     Shape("images-small", "small images (64x64 JPEG q90, decoded)", rows=6_000, rows_full=60_000,
           row_group_rows=1_000, files=2, batch_size=256, count="label", extra={"side": 64}),
-    Shape("images-large", "large images (512x512 JPEG q90, decoded)", rows=96, rows_full=1_000,
-          row_group_rows=16, files=2, batch_size=16, count="label", extra={"side": 512}),
+    Shape("images-large", "large images (512x512 JPEG q90, decoded)", rows=384, rows_full=2_000,
+          row_group_rows=32, files=2, batch_size=32, count="label", extra={"side": 512}),
     Shape("remote", "remote (S3 through the emulated link)", rows=0, rows_full=0,
           row_group_rows=0, files=0, batch_size=4096, count="label",
           not_run="not run by the matrix: the remote case needs rclone's S3 server and the emulated "
