@@ -36,6 +36,7 @@ from __future__ import annotations
 import collections
 import io
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -91,6 +92,9 @@ class Converter:
         self.decode = DECODERS[decoder]
         self.pool = pool
         self.threads = threads
+        self._lock = threading.Lock()
+        self._ring: List[np.ndarray] = []
+        self._next = 0
 
     def ids(self, name, col) -> np.ndarray:
         import pyarrow as pa
@@ -105,10 +109,24 @@ class Converter:
             return mapped[col.indices.to_numpy(zero_copy_only=False)]
         return pc.index_in(col, value_set=vocab).fill_null(-1).to_numpy().astype(np.int64) + 1
 
+    def _image_buffer(self, n: int) -> np.ndarray:
+        """Reused output buffers (fresh ones per row group are pages the kernel must zero):
+        a ring longer than the batches a reader can have in flight plus the one delivered."""
+        with self._lock:
+            side = self.shape.extra["side"]
+            if len(self._ring) < 2 * self.threads + 2:
+                self._ring.append(np.empty((n, side, side, 3), np.uint8))
+                buf = self._ring[-1]
+            else:
+                buf = self._ring[self._next % len(self._ring)]
+                self._next += 1
+            if len(buf) < n:
+                buf = np.empty((n, side, side, 3), np.uint8)
+            return buf[:n]
+
     def images(self, col) -> np.ndarray:
         blobs = _arr(col).to_pylist()
-        side = self.shape.extra["side"]
-        out = np.empty((len(blobs), side, side, 3), np.uint8)
+        out = self._image_buffer(len(blobs))
         if self.pool is None:
             for i, b in enumerate(blobs):
                 self.decode(b, out[i])
