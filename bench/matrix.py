@@ -281,6 +281,18 @@ def run_shape(shape: ms.Shape, data_root: str, threads: int, repeats: int, full:
                         else f"{k} {last.get('status')}: {str(last.get('reason'))[:80]}")
         _log(f"  {shape.name} rep {rep}: " + "; ".join(line))
     summary = {k: _rate(v) for k, v in runs.items()}
+    from .report import median_run
+
+    for v in stoker_variants:  # the median run's per-stage stats and the stage that bounded it
+        run = median_run(runs.get(f"stoker-{v}", []))
+        if run is not None:
+            summary[f"stoker-{v}"]["loader_stats"] = run["loader_stats"]
+            try:
+                from stoker._cli_bench import bottleneck
+
+                summary[f"stoker-{v}"]["bottleneck"] = bottleneck(run["loader_stats"], run["wall_s"])[1]
+            except Exception as error:  # noqa: BLE001
+                summary[f"stoker-{v}"]["bottleneck"] = f"unknown ({type(error).__name__})"
     out["results"] = summary
     out["raw"] = {k: [{x: y for x, y in r.items() if x != "loader_stats"} for r in v]
                   for k, v in runs.items()}
@@ -341,14 +353,14 @@ def markdown(report: dict) -> str:
             f"{d['reader'] or '-'} ({_f(d['rows_per_s'], ',.0f')} rows/s) | "
             f"{mm['gather'] or '-'} ({_f(mm['rows_per_s'], ',.0f')} rows/s) | {flags} |")
     lines += ["", "## Rows/s of every measure (medians)", "",
-              "| shape | measure | rows/s | first batch s | batch s | CPU s / M rows | checked |",
+              "| shape | measure | rows/s | first batch s | batch s | CPU s / M rows | checked / stoker's bound |",
               "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for name, s in report["shapes"].items():
         if s["status"] != "ok":
             continue
         for k, r in s["results"].items():
             check = s["checks"].get(k, {}).get("equal")
-            mark = "-" if check is None else ("equal" if check else "NOT equal")
+            mark = r.get("bottleneck", "-") if check is None else ("equal" if check else "NOT equal")
             if r.get("status") != "ok":
                 lines.append(f"| {name} | {k} | {r.get('status')}: {r.get('reason', '')[:120]} | | | | {mark} |")
                 continue
