@@ -33,8 +33,9 @@ def _log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_job(job: dict, timeout: float) -> dict:
-    """Runs one measurement in a fresh interpreter; returns its result dict."""
+def run_job(job: dict, timeout: float, module: str = "bench.worker") -> dict:
+    """Runs one measurement in a fresh interpreter (``python -m <module> JOB_JSON``); returns its
+    result dict."""
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("RAY_DEDUP_LOGS", "0")
@@ -45,7 +46,7 @@ def run_job(job: dict, timeout: float) -> dict:
     env.setdefault("PYTHONWARNINGS", "ignore")
     started = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-m", "bench.worker", json.dumps(job)],
+        proc = subprocess.run([sys.executable, "-m", module, json.dumps(job)],
                               capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
     except subprocess.TimeoutExpired:
         return {"status": "failed", "reason": f"timed out after {timeout:.0f} s"}

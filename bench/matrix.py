@@ -1,0 +1,413 @@
+"""``python -m bench --matrix``: the shape matrix of issue 26, one table.
+
+Rows are shapes (``bench.matrix_shapes``), columns the ratios of stoker against the strongest
+limits (``bench.matrix_limits``):
+
+- cold / decode limit: stoker's shuffled cold epoch (no cache) against the fastest decode reader
+  that delivers the same arrays (checked equal to the NumPy reference);
+- fill / no cache: the epoch filling a fresh ``cache_dir`` against the cold epoch;
+- warm / memory limit: a shuffled epoch from a warm ``cache_dir`` against the fastest in-memory
+  gather (checked equal to fancy indexing);
+- first batch in batch times: the cold epoch's time to its first batch over its steady-state time
+  per batch.
+
+Every measurement runs in a fresh process (``bench.suite.run_job``, module ``bench.matrix``);
+medians over the repeats. The in-memory gathers share one process per repeat (their arrays are
+loaded once, untimed; the gathers run in a rotated order).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Dict, List, Optional
+
+from . import machine, metrics
+from . import matrix_shapes as ms
+
+WEAK = 1.10  # a ratio above this says the limit is weak, not that stoker beat it
+TIMEOUT = 600
+
+
+def _log(msg: str) -> None:
+    print(f"[matrix {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ------------------------------------------------------------------ in the worker process
+
+def _stoker_batches(job, shape):
+    """The measured epoch. cold and fill construct the loader inside the clock (start-up counts,
+    as in the suite); warm constructs it and fills its cache_dir before the clock, until an epoch
+    skips no write (as the stoker_warm runner)."""
+    import tempfile
+
+    import stoker
+
+    opts = ms.stoker_options(shape, job["threads"], job["seed"])
+    variant = job["variant"]
+    if variant in ("fill", "warm"):
+        job["_cache_dir"] = opts["cache_dir"] = tempfile.mkdtemp(prefix=f"stoker-matrix-{variant}-")
+    if variant == "warm":
+        loader = job["_loader"] = stoker.Loader(job["path"], **opts)
+        epoch = 0
+        while True:
+            loader.set_epoch(epoch)
+            skipped = loader.stats()["cache"]["write_skipped"]
+            for _ in loader:
+                pass
+            epoch += 1
+            if loader.stats()["cache"]["write_skipped"] == skipped or epoch >= 5:
+                break
+        job["_fill_epochs"] = epoch
+        loader.set_epoch(epoch)
+
+    def batches():
+        loader = job.get("_loader")
+        if loader is None:
+            loader = job["_loader"] = stoker.Loader(job["path"], **opts)
+        for batch in loader:
+            yield len(batch[shape.count]), batch
+
+    return batches()
+
+
+def _cleanup(job):
+    import shutil
+
+    loader = job.get("_loader")
+    if loader is not None:
+        loader.close()
+    if job.get("_cache_dir"):
+        shutil.rmtree(job["_cache_dir"], ignore_errors=True)
+
+
+def _preimport(names):
+    """Libraries load before the clock starts, as in bench.worker."""
+    import concurrent.futures  # noqa: F401
+
+    import pyarrow.compute  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+    from PIL import Image
+
+    Image.preinit()
+    Image.init()
+    for name in names:
+        if name.startswith("polars"):
+            import polars  # noqa: F401
+        if name.startswith("duckdb"):
+            import duckdb  # noqa: F401
+        if name.endswith("cv2"):
+            import cv2  # noqa: F401
+        if "torch" in name:
+            import torch  # noqa: F401
+
+
+def run(job: dict) -> dict:
+    import numpy as np  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+
+    from . import matrix_limits as ml
+
+    shape = ms.BY_NAME[job["shape"]]
+    paths = ms.files(job["path"])
+    with open(job["vocab"]) as f:
+        job["vocab"] = json.load(f)
+    if job["kind"] == "stoker":
+        import stoker
+
+        result = {"stoker_file": stoker.__file__}
+        _preimport([])
+        try:
+            result.update(metrics.consume(_stoker_batches(job, shape)))
+            result["loader_stats"] = job["_loader"].stats()
+            if job.get("_fill_epochs") is not None:
+                result["fill_epochs"] = job["_fill_epochs"]
+        finally:
+            _cleanup(job)
+        result["status"] = "ok"
+        return result
+    if job["kind"] == "decode":
+        reason = ml.reader_available(job["reader"])
+        if reason:
+            return {"status": "unavailable", "reason": reason}
+        os.environ["POLARS_MAX_THREADS"] = str(job["threads"])
+        _preimport([job["reader"]])
+        import pyarrow
+
+        pyarrow.set_cpu_count(job["threads"])
+        result = metrics.consume(ml.read(job["reader"], shape, paths, job["threads"], job["vocab"]))
+        result["status"] = "ok"
+        return result
+    if job["kind"] == "memory":
+        canon = {}
+        parts: Dict[str, list] = {}
+        for _, out in ml.read("pyarrow-rg", shape, paths, job["threads"], job["vocab"]):
+            for k, v in out.items():
+                parts.setdefault(k, []).append(v)
+        for k, v in parts.items():
+            if k.endswith("_offsets"):
+                base, acc = [], 0
+                for o in v:
+                    base.append(o[:-1] + acc)
+                    acc += int(o[-1])
+                canon[k] = np.concatenate(base + [np.array([acc], np.int64)])
+            else:
+                canon[k] = np.concatenate(v)
+        arrays = ml.memory_arrays(canon, shape)
+        kinds = ml.gathers_for(arrays)
+        _preimport(kinds)
+        rot = job.get("rotate", 0) % len(kinds)
+        results = {}
+        for kind in kinds[rot:] + kinds[:rot]:
+            r = metrics.consume(ml.gather(kind, arrays, shape.batch_size, job["threads"], job["seed"]))
+            results[kind] = r
+        return {"status": "ok", "gathers": results, "rows": len(arrays[shape.count])}
+    raise ValueError(job["kind"])
+
+
+def main() -> int:
+    from .worker import measure as _  # noqa: F401  (same protocol as bench.worker)
+
+    job = json.loads(sys.argv[1])
+    try:
+        result = run(job)
+    except Exception as error:  # noqa: BLE001
+        import traceback
+
+        result = {"status": "failed", "reason": f"{type(error).__name__}: {error}",
+                  "traceback": traceback.format_exc(limit=8)}
+
+    def clean(v):
+        if isinstance(v, float) and math.isnan(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        return v
+
+    sys.stdout.write("\n@@RESULT@@" + json.dumps(clean(result), default=str) + "\n")
+    sys.stdout.flush()
+    os._exit(0)
+
+
+# ------------------------------------------------------------------------- the driver
+
+def _ok(r):
+    return r.get("status") == "ok" and r.get("wall_s")
+
+
+def _rate(runs: List[dict]) -> dict:
+    ok = [r for r in runs if _ok(r)]
+    if not ok:
+        bad = runs[0] if runs else {"reason": "not run"}
+        return {"status": bad.get("status", "failed"), "reason": bad.get("reason", "")}
+    rates = [r["rows"] / r["wall_s"] for r in ok]
+    batch_s = [r["steady_s"] / max(r["batches"] - 1, 1) for r in ok if r["batches"] > 1]
+    return {"status": "ok", "rows": ok[0]["rows"], "rows_per_s": metrics.median(rates),
+            "rows_per_s_all": rates,
+            "first_batch_s": metrics.median([r["first_batch_s"] for r in ok]),
+            "batch_s": metrics.median(batch_s),
+            "cpu_s_per_mrows": metrics.median([r["cpu_s"] / r["rows"] * 1e6 for r in ok if r["rows"]])}
+
+
+def run_shape(shape: ms.Shape, data_root: str, threads: int, repeats: int, full: bool,
+              tiny: Optional[int] = None, seed: int = 7) -> dict:
+    from . import matrix_limits as ml
+    from .suite import run_job
+
+    if shape.not_run:
+        return {"title": shape.title, "status": "not run", "reason": shape.not_run}
+    path = ms.ensure(shape, data_root, full, tiny, log=_log)
+    cols = ms.raw(shape, full, tiny)
+    vocab = ms.vocabularies(shape, cols)
+    ref = ms.reference(shape, cols)
+    del cols
+    paths = ms.files(path)
+    rows = len(ref[shape.count])
+    out = {"title": shape.title, "status": "ok", "rows": rows, "batch_size": shape.batch_size,
+           "path": path, "dataset": {"files": len(paths), "row_group_rows": min(shape.row_group_rows, rows),
+                                     "bytes_on_disk": sum(os.path.getsize(p) for p in paths)},
+           "stoker_options": {k: (v if k != "transforms" else repr(v)) for k, v in
+                              ms.stoker_options(shape, threads, seed).items()
+                              if k not in ("columns", "features", "categories")}}
+    # The checks: every limit's output against the NumPy reference (not timed).
+    checks = {}
+    for name in ml.readers(shape):
+        reason = ml.reader_available(name)
+        checks[name] = (False, reason) if reason else ml.check_reader(name, shape, paths, threads, vocab, ref)
+    arrays = ml.memory_arrays(ref, shape)
+    for kind in ml.gathers_for(arrays):
+        checks[kind] = ml.check_gather(kind, arrays, shape.batch_size, threads, seed)
+    del arrays, ref
+    out["checks"] = {k: {"equal": ok, "detail": why} for k, (ok, why) in checks.items()}
+    for k, (ok, why) in checks.items():
+        if not ok:
+            _log(f"  {shape.name}: {k} not checked equal: {why}")
+    vocab_path = path.rstrip("/") + ".vocab.json"  # too long for a command line
+    with open(vocab_path, "w") as f:
+        json.dump(vocab, f)
+    base = {"shape": shape.name, "path": path, "threads": threads, "seed": seed,
+            "vocab": vocab_path}
+    runs: Dict[str, List[dict]] = {}
+    stoker_variants = ["cold", "fill", "warm"]
+    decoders = [n for n in ml.readers(shape) if checks[n][0]]
+    for rep in range(repeats):
+        for v in stoker_variants:
+            r = run_job({**base, "kind": "stoker", "variant": v}, TIMEOUT, module="bench.matrix")
+            if _ok(r) and r["rows"] != rows:
+                r = {"status": "failed", "reason": f"stoker delivered {r['rows']} of {rows} rows"}
+            runs.setdefault(f"stoker-{v}", []).append(r)
+        for n in decoders:
+            r = run_job({**base, "kind": "decode", "reader": n}, TIMEOUT, module="bench.matrix")
+            if _ok(r) and r["rows"] != rows:
+                r = {"status": "failed", "reason": f"{r['rows']} of {rows} rows"}
+            runs.setdefault(n, []).append(r)
+        r = run_job({**base, "kind": "memory", "rotate": rep}, TIMEOUT, module="bench.matrix")
+        for kind in ml.GATHERS:
+            if kind not in checks:
+                continue
+            if r.get("status") == "ok" and kind in r["gathers"]:
+                g = r["gathers"][kind]
+                g["status"] = "ok" if checks[kind][0] else "failed"
+                runs.setdefault(kind, []).append(g)
+            else:
+                runs.setdefault(kind, []).append({"status": "failed", "reason": r.get("reason", "")})
+        line = []
+        for k, v in runs.items():
+            last = v[-1]
+            line.append(f"{k} {last['rows'] / last['wall_s']:,.0f}" if _ok(last)
+                        else f"{k} {last.get('status')}: {str(last.get('reason'))[:80]}")
+        _log(f"  {shape.name} rep {rep}: " + "; ".join(line))
+    summary = {k: _rate(v) for k, v in runs.items()}
+    from .report import median_run
+
+    for v in stoker_variants:  # the median run's per-stage stats and the stage that bounded it
+        run = median_run(runs.get(f"stoker-{v}", []))
+        if run is not None:
+            summary[f"stoker-{v}"]["loader_stats"] = run["loader_stats"]
+            try:
+                from stoker._cli_bench import bottleneck
+
+                summary[f"stoker-{v}"]["bottleneck"] = bottleneck(run["loader_stats"], run["wall_s"])[1]
+            except Exception as error:  # noqa: BLE001
+                summary[f"stoker-{v}"]["bottleneck"] = f"unknown ({type(error).__name__})"
+    out["results"] = summary
+    out["raw"] = {k: [{x: y for x, y in r.items() if x != "loader_stats"} for r in v]
+                  for k, v in runs.items()}
+    cold, fill, warm = (summary[f"stoker-{v}"] for v in stoker_variants)
+
+    def best(names):
+        ok = [(summary[n]["rows_per_s"], n) for n in names
+              if n in summary and summary[n].get("status") == "ok" and checks.get(n, (False,))[0]]
+        return max(ok) if ok else (float("nan"), None)
+
+    dec_rate, dec_name = best(decoders)
+    mem_rate, mem_name = best([k for k in ml.GATHERS if k in checks])
+    ratio = lambda a, b: a["rows_per_s"] / b if a.get("status") == "ok" and b == b and b else None  # noqa: E731
+    out["decode_limit"] = {"reader": dec_name, "rows_per_s": dec_rate}
+    out["memory_limit"] = {"gather": mem_name, "rows_per_s": mem_rate}
+    out["cold_vs_decode"] = ratio(cold, dec_rate)
+    out["fill_vs_nocache"] = ratio(fill, cold["rows_per_s"]) if cold.get("status") == "ok" else None
+    out["warm_vs_memory"] = ratio(warm, mem_rate)
+    out["first_batch_batches"] = (cold["first_batch_s"] / cold["batch_s"]
+                                  if cold.get("status") == "ok" and cold.get("batch_s") else None)
+    out["weak_limits"] = [n for n, v in (("decode", out["cold_vs_decode"]), ("memory", out["warm_vs_memory"]))
+                          if v is not None and v > WEAK]
+    return out
+
+
+def _f(v, spec=".2f"):
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def markdown(report: dict) -> str:
+    m = report["machine"]
+    lines = [f"# stoker shape matrix: {report['name']} ({report['size']})", "",
+             f"Run {report['started']}, {report.get('elapsed_s', 0):.0f} s in all; "
+             f"{report['threads']} threads everywhere; medians of {report['repeats']} fresh-process "
+             "runs per measure. Machine: "
+             f"{m['cores']} cores, {m['cpu_model']}; load average at start "
+             f"{'/'.join(f'{x:.1f}' for x in m.get('load_average_at_start') or [])}, at end "
+             f"{'/'.join(f'{x:.1f}' for x in m.get('load_average_at_end') or [])} (shared machine: "
+             "compare ratios within this run).", "",
+             "Ratios are stoker's rows/s over the limit's (higher is better; > 1.10 means the limit "
+             "is weak, flagged). Each limit is the fastest of its candidates whose output equals the "
+             "NumPy reference; the winner is named.", "",
+             "| shape | rows | cold / decode limit | fill / no cache | warm / memory limit | "
+             "first batch (batch times) | decode limit won | memory limit won | flags |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
+    for name, s in report["shapes"].items():
+        if s["status"] != "ok":
+            lines.append(f"| {s['title']} | - | {s['status']}: {s['reason']} | | | | | | |")
+            continue
+        flags = ", ".join(f"{w} limit weak" for w in s["weak_limits"])
+        unchecked = [k for k, c in s["checks"].items() if not c["equal"]]
+        if unchecked:
+            flags = (flags + "; " if flags else "") + "not equal (excluded): " + ", ".join(unchecked)
+        d, mm = s["decode_limit"], s["memory_limit"]
+        lines.append(
+            f"| {s['title']} | {s['rows']:,} | {_f(s['cold_vs_decode'])} | {_f(s['fill_vs_nocache'])} | "
+            f"{_f(s['warm_vs_memory'])} | {_f(s['first_batch_batches'], '.1f')} | "
+            f"{d['reader'] or '-'} ({_f(d['rows_per_s'], ',.0f')} rows/s) | "
+            f"{mm['gather'] or '-'} ({_f(mm['rows_per_s'], ',.0f')} rows/s) | {flags} |")
+    lines += ["", "## Rows/s of every measure (medians)", "",
+              "| shape | measure | rows/s | first batch s | batch s | CPU s / M rows | checked / stoker's bound |",
+              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for name, s in report["shapes"].items():
+        if s["status"] != "ok":
+            continue
+        for k, r in s["results"].items():
+            check = s["checks"].get(k, {}).get("equal")
+            mark = r.get("bottleneck", "-") if check is None else ("equal" if check else "NOT equal")
+            if r.get("status") != "ok":
+                lines.append(f"| {name} | {k} | {r.get('status')}: {r.get('reason', '')[:120]} | | | | {mark} |")
+                continue
+            lines.append(f"| {name} | {k} | {r['rows_per_s']:,.0f} | {_f(r['first_batch_s'], '.3f')} | "
+                         f"{_f(r['batch_s'], '.4f')} | {_f(r['cpu_s_per_mrows'], '.2f')} | {mark} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def run_matrix(data_root: str, out_dir: str, name: str = "matrix", shapes: Optional[List[str]] = None,
+               repeats: int = 3, full: bool = False, tiny: Optional[int] = None,
+               threads: Optional[int] = None) -> dict:
+    from .report import repo_relative
+
+    threads = threads or min(os.cpu_count() or 1, 2)
+    started = time.time()
+    mach = machine.describe()
+    report = {"name": name, "size": "tiny" if tiny else ("full" if full else "small"),
+              "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)),
+              "machine": mach, "threads": threads, "repeats": repeats, "weak_above": WEAK,
+              "shapes": {}}
+    root = os.path.join(os.path.abspath(data_root), "matrix")
+    os.makedirs(root, exist_ok=True)
+    for shape in ms.SHAPES:
+        if shapes and shape.name not in shapes:
+            continue
+        _log(f"{shape.name}: {shape.title}")
+        report["shapes"][shape.name] = run_shape(shape, root, threads, repeats, full, tiny)
+        s = report["shapes"][shape.name]
+        if s["status"] == "ok":
+            _log(f"  {shape.name}: cold/decode {_f(s['cold_vs_decode'])} fill/nocache "
+                 f"{_f(s['fill_vs_nocache'])} warm/memory {_f(s['warm_vs_memory'])} first batch "
+                 f"{_f(s['first_batch_batches'], '.1f')} batch times")
+    report["elapsed_s"] = time.time() - started
+    try:
+        report["machine"]["load_average_at_end"] = list(os.getloadavg())
+    except OSError:
+        pass
+    os.makedirs(out_dir, exist_ok=True)
+    base = os.path.join(out_dir, name)
+    with open(base + ".json", "w") as f:
+        json.dump(repo_relative(report), f, indent=1, default=str)
+    with open(base + ".md", "w") as f:
+        f.write(markdown(report))
+    _log(f"wrote {base}.json, {base}.md")
+    return report
+
+
+if __name__ == "__main__":
+    main()

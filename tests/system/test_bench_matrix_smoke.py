@@ -1,0 +1,81 @@
+"""The shape matrix (`python -m bench --matrix`, issue 26) on a tiny dataset of two shapes.
+
+No timing assertions: the table has its structure, every shape asked for is a row, stoker
+delivered every row in each measure, and every limit candidate's output was checked equal to the
+NumPy reference (the limits named as winners among them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def test_matrix_table_rows_and_checked_limits(tmp_path):
+    out_dir = tmp_path / "results"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--matrix", "--tiny", "3000", "--repeats", "1",
+         "--shapes", "wide,ragged,remote", "--name", "matrix-test", "--data-dir",
+         str(tmp_path / "data"), "--out-dir", str(out_dir)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out_dir / "matrix-test.json").read_text())
+    md = (out_dir / "matrix-test.md").read_text()
+
+    assert list(report["shapes"]) == ["wide", "ragged", "remote"]
+    assert report["shapes"]["remote"]["status"] == "not run"
+    assert report["shapes"]["remote"]["reason"]
+    header = [c.strip() for c in md.splitlines()[md.splitlines().index(next(
+        line for line in md.splitlines() if line.startswith("| shape | rows |")))].strip("|").split("|")]
+    assert header == ["shape", "rows", "cold / decode limit", "fill / no cache",
+                      "warm / memory limit", "first batch (batch times)", "decode limit won",
+                      "memory limit won", "flags"]
+    for name in ("wide", "ragged"):
+        s = report["shapes"][name]
+        assert s["status"] == "ok", s
+        assert f"| {s['title']} | 3,000 |" in md
+        # Every candidate limit ran its check against the reference, and every one is equal.
+        assert {"pyarrow-rg", "pyarrow-rg-pool", "pyarrow-table", "batch-take",
+                "split-take-fresh"} <= set(s["checks"])
+        for cand, check in s["checks"].items():
+            if "not installed" in check["detail"]:
+                continue
+            assert check["equal"], (name, cand, check)
+        # The winners are checked candidates, and stoker delivered every row in each measure.
+        assert s["checks"][s["decode_limit"]["reader"]]["equal"]
+        assert s["checks"][s["memory_limit"]["gather"]]["equal"]
+        for variant in ("stoker-cold", "stoker-fill", "stoker-warm"):
+            r = s["results"][variant]
+            assert r["status"] == "ok" and r["rows"] == 3000, (name, variant, r)
+        for key in ("cold_vs_decode", "fill_vs_nocache", "warm_vs_memory"):
+            assert s[key] is not None and s[key] > 0, (name, key)
+        assert isinstance(s["weak_limits"], list)
+
+
+def test_limits_equal_the_reference_and_a_wrong_one_is_caught(tmp_path):
+    """The checks compare values: a reader whose output differs by one value fails its check."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    from bench import matrix_limits as ml
+    from bench import matrix_shapes as ms
+
+    shape = ms.BY_NAME["strings"]
+    path = ms.ensure(shape, str(tmp_path), tiny=1500, log=lambda m: None)
+    cols = ms.raw(shape, False, 1500)
+    vocab = ms.vocabularies(shape, cols)
+    ref = ms.reference(shape, cols)
+    paths = ms.files(path)
+    assert ml.check_reader("pyarrow-rg", shape, paths, 2, vocab, ref)[0]
+    bad = dict(ref)
+    bad["s03"] = ref["s03"].copy()
+    bad["s03"][700] += 1
+    ok, why = ml.check_reader("pyarrow-rg", shape, paths, 2, vocab, bad)
+    assert not ok and "s03" in why
+    arrays = ml.memory_arrays(ref, shape)
+    for kind in ml.gathers_for(arrays):
+        assert ml.check_gather(kind, arrays, 256, 2, 7)[0], kind
