@@ -80,6 +80,7 @@ def main() -> None:
         with open(args.out, "w") as f:
             json.dump(results, f)
     batches.close()
+    del model  # before the group: see examples/train_ddp.py (a gloo deadlock at exit)
     dist.destroy_process_group()
 
 

@@ -280,6 +280,12 @@ def main() -> None:
         log.close()
     loader.close()
     if distributed:
+        # The DDP wrapper holds the process group too: dropped first, the group's last reference
+        # goes in destroy_process_group(), which frees it without the GIL. Freed when main()
+        # returns instead, gloo's destructor waits for its worker thread while holding the GIL,
+        # and that thread can need the GIL to free its last finished work: a PyTorch deadlock
+        # at exit (pytorch/pytorch#56297) that hung 3-rank runs here under load.
+        del ddp
         dist.destroy_process_group()
 
 
