@@ -118,7 +118,9 @@ def run(job: dict) -> dict:
     if job["kind"] == "stoker":
         import stoker
 
-        result = {"stoker_file": stoker.__file__}
+        # Which stoker ran, relative to the repository (reports are committed).
+        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        result = {"stoker_file": os.path.relpath(stoker.__file__, repo)}
         _preimport([])
         try:
             result.update(metrics.consume(_stoker_batches(job, shape)))

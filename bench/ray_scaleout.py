@@ -562,7 +562,8 @@ def run(profile: str, data_dir: str, out_dir: str, step_ms: float, repeats: Opti
 
     report: Dict[str, Any] = {
         "profile": profile, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "machine": describe(), "dataset": {k: v for k, v in facts.items() if k != "files"},
+        "machine": describe(), "dataset": {**{k: v for k, v in facts.items() if k != "files"},
+                                      "path": _relative(facts["path"])},
         "settings": {**{k: v for k, v in base.items() if k != "path"}, "repeats": repeats,
                      "link_gbit": link_gbit, "seed": SEED,
                      "transforms": "decode_image, random_resized_crop(224), horizontal_flip, " +
@@ -777,6 +778,11 @@ def markdown(report: dict) -> str:
                   "per-actor rate measured here, the hand-off and transfer measured here, the "
                   "link as given (`--link-gbit`).", ""]
     return "\n".join(lines) + "\n"
+
+
+def _relative(path: str) -> str:
+    """``path`` relative to the repository, as committed reports hold it."""
+    return os.path.relpath(path, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:
