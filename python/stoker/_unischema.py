@@ -207,8 +207,9 @@ class Schema:
 
 def _numpy_names() -> Dict[str, Any]:
     allowed: Dict[str, Any] = {"dtype": np.dtype}
-    for name in dir(np):
-        value = getattr(np, name, None)
+    # vars(), not dir() + getattr(): getattr imports numpy's lazy submodules (numpy.testing,
+    # f2py: ~50 ms at a process's first Loader), and none of them is a scalar type.
+    for name, value in vars(np).items():
         if isinstance(value, type) and issubclass(value, np.generic):
             allowed[name] = value
     return allowed

@@ -15,11 +15,14 @@
 
 namespace stoker {
 
-Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(
-    const Catalog& catalog, int row_group, const std::vector<std::string>& fields,
-    const std::set<std::string>& as_dictionary) {
+Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, int row_group,
+                                                        const std::vector<std::string>& fields,
+                                                        const std::set<std::string>& as_dictionary,
+                                                        int64_t num_rows) {
   const RowGroupRef& rg = catalog.row_groups()[row_group];
   const CatalogFile& file = catalog.files()[rg.file];
+  const bool partial = num_rows >= 0 && num_rows < rg.num_rows;
+  const int64_t rows = partial ? num_rows : rg.num_rows;
 
   // A column this file lacks (added to the dataset later) is read as nulls.
   std::vector<int> leaves;
@@ -62,6 +65,25 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(
           parquet::arrow::FileReader::Make(RecyclingPool::Get(), std::move(reader), arrow_props);
       if (!arrow_reader.ok()) {
         failure = arrow_reader.status();
+      } else if (partial) {
+        // The row group's first batch of `rows` rows, read page by page; the rest stays undecoded.
+        (*arrow_reader)->set_batch_size(std::max<int64_t>(rows, 1));
+        auto batches = (*arrow_reader)->GetRecordBatchReader({rg.row_group}, leaves);
+        std::shared_ptr<arrow::RecordBatch> batch;
+        if (batches.ok())
+          failure = (*batches)->ReadNext(&batch);
+        else
+          failure = batches.status();
+        if (failure.ok() && (!batch || batch->num_rows() < rows)) {
+          failure = Status::IOError("fewer rows than the footer says");
+        }
+        if (failure.ok()) {
+          auto result = arrow::Table::FromRecordBatches({batch->Slice(0, rows)});
+          if (result.ok())
+            table = *result;
+          else
+            failure = result.status();
+        }
       } else {
         auto result = (*arrow_reader)->ReadRowGroup(rg.row_group, leaves);
         if (result.ok()) {
@@ -105,7 +127,7 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(
     const std::shared_ptr<arrow::DataType>& type = unified->type();
     auto it = file.fields.find(field);
     if (it == file.fields.end()) {
-      STOKER_ASSIGN_OR_RAISE(auto nulls, arrow::MakeArrayOfNull(type, rg.num_rows));
+      STOKER_ASSIGN_OR_RAISE(auto nulls, arrow::MakeArrayOfNull(type, rows));
       out_fields.push_back(arrow::field(field, type));
       out_columns.push_back(std::make_shared<arrow::ChunkedArray>(std::move(nulls)));
       continue;
@@ -140,8 +162,7 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(
     out_fields.push_back(arrow::field(field, type));
     out_columns.push_back(std::make_shared<arrow::ChunkedArray>(std::move(chunks), type));
   }
-  return arrow::Table::Make(arrow::schema(std::move(out_fields)), std::move(out_columns),
-                            rg.num_rows);
+  return arrow::Table::Make(arrow::schema(std::move(out_fields)), std::move(out_columns), rows);
 }
 
 Result<std::shared_ptr<arrow::Array>> FlattenColumn(const arrow::ChunkedArray& column,

@@ -19,13 +19,14 @@
 
 namespace stoker {
 
-/// Reads `fields` of catalog row group `row_group`, whole, through Arrow's Parquet reader.
+/// Reads `fields` of catalog row group `row_group` through Arrow's Parquet reader.
 /// Fields in `as_dictionary` (string columns) come back as dictionary arrays where the file
 /// stores them dictionary-encoded, so a caller can work per distinct value instead of per row.
-/// Errors name the file, row group and columns.
+/// With `num_rows` in [0, the row group's rows), only its first `num_rows` rows are decoded
+/// (pages past them are not). Errors name the file, row group and columns.
 Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(
     const Catalog& catalog, int row_group, const std::vector<std::string>& fields,
-    const std::set<std::string>& as_dictionary = {});
+    const std::set<std::string>& as_dictionary = {}, int64_t num_rows = -1);
 
 /// One array of `column`'s chunks with dictionaries resolved and, unless `keep_extensions`,
 /// extension types replaced by their storage. `field` and `where` name it in errors.

@@ -99,7 +99,7 @@ std::vector<DecodeTask> Decoder::MakeTasks(const Plan& plan, int segment,
 
 Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task) const {
   const Segment& seg = plan.segments[task.segment];
-  return DecodeRows(seg.row_group, task.fields, seg.row_begin, seg.num_rows);
+  return DecodeRows(seg.row_group, task.fields, seg.row_begin, seg.num_rows, seg.head);
 }
 
 Result<std::shared_ptr<arrow::Array>> Decoder::Flatten(const arrow::ChunkedArray& column,
@@ -159,20 +159,22 @@ std::string Decoder::CachePrefix() const {
 }
 
 Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std::string>& fields,
-                                           int64_t row_begin, int64_t num_rows) const {
+                                           int64_t row_begin, int64_t num_rows,
+                                           bool partial) const {
   if (spec_->user_transform) return DecodeTransformed(row_group, row_begin, num_rows);
   DecodedColumns out;
   if (fields.empty()) return out;
   const RowGroupRef& rg = catalog_->row_groups()[row_group];
-  STOKER_ASSIGN_OR_RAISE(auto table,
-                         ReadRowGroupTable(*catalog_, row_group, fields, dictionary_fields_));
+  const int64_t decoded_rows = partial ? row_begin + num_rows : rg.num_rows;
+  STOKER_ASSIGN_OR_RAISE(auto table, ReadRowGroupTable(*catalog_, row_group, fields,
+                                                       dictionary_fields_, decoded_rows));
   for (const auto& field : fields) {
     auto chunked = table->GetColumnByName(field);
     if (!chunked) {
       return MakeError(ErrorKind::kCorruptFile,
                        "column '" + field + "' missing after decoding " + catalog_->Where(rg));
     }
-    if (chunked->length() != rg.num_rows) {
+    if (chunked->length() != decoded_rows) {
       return MakeError(ErrorKind::kCorruptFile, "column '" + field + "' of " + catalog_->Where(rg) +
                                                     " has " + std::to_string(chunked->length()) +
                                                     " values, the footer says " +

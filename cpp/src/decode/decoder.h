@@ -79,15 +79,19 @@ class Decoder {
   /// Splits a segment's columns into tasks of about `task_bytes` uncompressed bytes each.
   std::vector<DecodeTask> MakeTasks(const Plan& plan, int segment, int64_t task_bytes) const;
 
-  /// A task's columns for its segment: DecodeRows of the segment's row group and rows.
+  /// A task's columns for its segment: DecodeRows of the segment's row group and rows (a head
+  /// segment's row group decoded only up to the segment's end).
   Result<DecodedColumns> Decode(const Plan& plan, const DecodeTask& task) const;
 
   /// The row-group-level entry point: `fields` of catalog row group `row_group`, rows
   /// [row_begin, row_begin + num_rows), with extension types unwrapped and dictionaries resolved.
   /// Errors name the file, row group and columns. With a user transform, `fields` (then always
   /// its inputs) are read for the whole row group and its outputs (DecodedNames) come back.
+  /// `partial`: decode the row group only up to the rows' end (no user transform: it sees
+  /// whole row groups).
   Result<DecodedColumns> DecodeRows(int row_group, const std::vector<std::string>& fields,
-                                    int64_t row_begin, int64_t num_rows) const;
+                                    int64_t row_begin, int64_t num_rows,
+                                    bool partial = false) const;
 
   /// The name a field's decoded arrays are cached under: the field, plus the fingerprint of the
   /// transform ops applied before the cache (so changing a transform never serves stale entries).

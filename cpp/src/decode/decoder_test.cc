@@ -160,5 +160,28 @@ TEST_F(DecoderTest, ListsKeepTheirRowsAndTheirOffsets) {
   EXPECT_EQ(values[l.Begin(2) + 2], 832);  // row 83, element 2
 }
 
+TEST_F(DecoderTest, AHeadSegmentDecodesItsRowGroupOnlyUpToItsEnd) {
+  LoaderOptions options = Options({"id", "x", "s", "l"});
+  options.columns.column_options["l"].list_mode = ListMode::kRagged;
+  auto decoder = MakeDecoder(options);
+  ASSERT_NE(decoder, nullptr);
+  // Rows 45..54 of the second row group (40 rows), as a head and as an ordinary slice.
+  const Plan head = PlanOf({{1, 5, 10, false, /*head=*/true}});
+  const Plan slice = PlanOf({{1, 5, 10, false}});
+  ASSERT_OK_AND_ASSIGN(auto partial,
+                       decoder->Decode(head, decoder->MakeTasks(head, 0, 1 << 30)[0]));
+  ASSERT_OK_AND_ASSIGN(auto whole,
+                       decoder->Decode(slice, decoder->MakeTasks(slice, 0, 1 << 30)[0]));
+  for (const char* field : {"id", "x", "s", "l"}) {
+    const auto& a = ArrayOf(partial, field);
+    const auto& b = ArrayOf(whole, field);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    EXPECT_TRUE(a->Equals(*b)) << field << ": " << a->ToString() << " vs " << b->ToString();
+  }
+  // The head's buffers hold the row group's first 15 rows, not its 40.
+  EXPECT_LT(partial.bytes, whole.bytes);
+}
+
 }  // namespace
 }  // namespace stoker

@@ -71,11 +71,24 @@ Plan MakePlan(const std::vector<RowGroupRef>& row_groups, const PlanOptions& opt
     remaining -= take;
   }
 
+  // The head: when the first segment holds more than a batch, its first batch of rows becomes a
+  // segment of its own (decoded only up to there), so the first batch waits for a batch of rows,
+  // not a whole row group. The rest is the next segment. (Unshuffled windows keep their order.)
+  const int64_t head_rows = std::max<int64_t>(options.batch_size, 1);
+  if (options.head && !plan.segments.empty() && plan.segments[0].num_rows > head_rows) {
+    Segment rest = plan.segments[0];
+    rest.row_begin += head_rows;
+    rest.num_rows -= head_rows;
+    plan.segments[0].num_rows = head_rows;
+    plan.segments[0].head = true;
+    plan.segments.insert(plan.segments.begin() + 1, rest);
+  }
+
   // Windows: consecutive segments until they hold `target` rows. The first windows grow from one
   // batch, doubling up to shuffle_window_rows: the first batch waits for the segments of a
   // batch, not for a whole window, and the order stays a function of the options.
   const bool shuffled = options.shuffle && options.shuffle_window_rows > 1;
-  int64_t target = std::min(options.shuffle_window_rows, std::max<int64_t>(options.batch_size, 1));
+  int64_t target = std::min(options.shuffle_window_rows, head_rows);
   int64_t row = 0;
   const int num_segments = static_cast<int>(plan.segments.size());
   for (int s = 0; s < num_segments;) {

@@ -26,6 +26,9 @@ struct PlanOptions {
   bool drop_last = true;
   int rank = 0;
   int world_size = 1;
+  /// Cut the epoch's head (the first batch's rows) from a longer first segment. Off with a user
+  /// transform, which sees whole row groups: a head would run it twice on one.
+  bool head = true;
 };
 
 struct Segment {
@@ -33,6 +36,10 @@ struct Segment {
   int64_t row_begin = 0;  // first row inside the row group
   int64_t num_rows = 0;
   bool padding = false;  // rows repeated to even out ranks
+  /// The epoch's head: the first batch's rows, cut from a longer first segment. Decoding reads
+  /// the row group only up to this segment's end, so the first batch waits for about a batch of
+  /// rows, not a whole row group.
+  bool head = false;
 };
 
 struct Window {

@@ -234,9 +234,79 @@ TEST(Planner, NothingToDropKeepsTheStart) {
   options.world_size = 2;
   options.seed = 4;
   const Plan plan = MakePlan(groups, options, 0);
-  ASSERT_FALSE(plan.segments.empty());
+  ASSERT_GE(plan.segments.size(), 2u);
   EXPECT_EQ(plan.segments[0].row_begin, 0);
-  EXPECT_EQ(plan.segments[0].num_rows, groups[plan.segments[0].row_group].num_rows);
+  // The first row group from its first row (a 64-row one is cut after its head batch).
+  int64_t rows = plan.segments[0].num_rows;
+  if (plan.segments[0].head) {
+    EXPECT_EQ(plan.segments[1].row_group, plan.segments[0].row_group);
+    rows += plan.segments[1].num_rows;
+  }
+  EXPECT_EQ(rows, groups[plan.segments[0].row_group].num_rows);
+}
+
+TEST(Planner, TheFirstBatchOfALongFirstSegmentIsAHeadWindow) {
+  const auto groups = Groups({100, 100, 100});
+  PlanOptions options;
+  options.batch_size = 16;
+  options.shuffle_window_rows = 64;
+  options.drop_last = false;
+  options.seed = 9;
+  const Plan plan = MakePlan(groups, options, 0);
+  ASSERT_GE(plan.segments.size(), 4u);
+  const Segment& head = plan.segments[0];
+  const Segment& rest = plan.segments[1];
+  EXPECT_TRUE(head.head);
+  EXPECT_EQ(head.row_begin, 0);
+  EXPECT_EQ(head.num_rows, 16);
+  EXPECT_FALSE(rest.head);
+  EXPECT_EQ(rest.row_group, head.row_group);
+  EXPECT_EQ(rest.row_begin, 16);
+  EXPECT_EQ(rest.num_rows, 84);
+  for (size_t s = 1; s < plan.segments.size(); ++s) EXPECT_FALSE(plan.segments[s].head);
+  // The head is the first window, alone; the rest of its row group starts the second.
+  ASSERT_GE(plan.windows.size(), 2u);
+  EXPECT_EQ(plan.windows[0].segment_begin, 0);
+  EXPECT_EQ(plan.windows[0].segment_end, 1);
+  EXPECT_EQ(plan.windows[0].num_rows, 16);
+  EXPECT_EQ(plan.windows[1].segment_begin, 1);
+  EXPECT_EQ(plan.rank_rows, 300);
+}
+
+TEST(Planner, NoHeadWhenTheFirstSegmentIsABatchOrLess) {
+  PlanOptions options;
+  options.batch_size = 32;
+  options.drop_last = false;
+  const Plan plan = MakePlan(Groups({32, 100}), options, 0);
+  for (const Segment& segment : plan.segments) EXPECT_FALSE(segment.head);
+}
+
+TEST(Planner, UnshuffledHeadKeepsTheNaturalOrder) {
+  const auto groups = Groups({50, 30});
+  PlanOptions options;
+  options.batch_size = 8;
+  options.shuffle = false;
+  options.drop_last = false;
+  const Plan plan = MakePlan(groups, options, 0);
+  ASSERT_TRUE(plan.segments[0].head);
+  // Rows in delivery order: (row group, row) walks the row groups in file order.
+  std::vector<std::pair<int, int64_t>> rows;
+  std::vector<uint32_t> order;
+  for (int w = 0; w < static_cast<int>(plan.windows.size()); ++w) {
+    const Window& window = plan.windows[w];
+    std::vector<std::pair<int, int64_t>> window_rows;
+    for (int s = window.segment_begin; s < window.segment_end; ++s) {
+      const Segment& seg = plan.segments[s];
+      for (int64_t r = 0; r < seg.num_rows; ++r)
+        window_rows.emplace_back(seg.row_group, seg.row_begin + r);
+    }
+    WindowOrder(plan, w, &order);
+    for (uint32_t i : order) rows.push_back(window_rows[i]);
+  }
+  ASSERT_EQ(rows.size(), 80u);
+  for (int64_t i = 0; i < 80; ++i) {
+    EXPECT_EQ(rows[i], (std::pair<int, int64_t>{i < 50 ? 0 : 1, i < 50 ? i : i - 50}));
+  }
 }
 
 }  // namespace

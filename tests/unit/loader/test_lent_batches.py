@@ -101,7 +101,11 @@ def test_batches_of_one_row_group_are_views_of_its_decoded_rows(dataset, parts):
     # Batches of a half or a quarter of a row group: lent, they are consecutive parts of one
     # buffer.
     batches = list(make(dataset, batch_size=GROUP_ROWS // parts))
-    for first, second in zip(batches[0::2], batches[1::2]):
+    # The epoch's first batch is a segment of its own (the head, decoded only up to there): the
+    # pairs are taken from the second row group on.
+    rest = batches[parts:]
+    assert len(rest) >= 2
+    for first, second in zip(rest[0::2], rest[1::2]):
         for key in ("image", "emb"):
             row_bytes = first[key][0].nbytes
             assert second[key].ctypes.data == first[key].ctypes.data + len(first[key]) * row_bytes
