@@ -38,7 +38,12 @@ RecyclingPool* RecyclingPool::Get() {
   return pool;
 }
 
-RecyclingPool::RecyclingPool() : base_(arrow::default_memory_pool()) {}
+// The system allocator, not Arrow's default (mimalloc in pyarrow's wheels): mimalloc reserves
+// 1 GiB arenas as transparent huge pages and hands freed pages back soon after, so a decoder
+// touching fresh memory made the kernel zero 2 MiB at a time (half a cold epoch's CPU samples in
+// clear_page_erms). On a loaded 2-core machine, epochs of the shape matrix's sets ran 2-3x
+// slower with it and first batches took up to 1.8 s (issue 26; the note has the numbers).
+RecyclingPool::RecyclingPool() : base_(arrow::system_memory_pool()) {}
 
 RecyclingPool::Budget::Budget(int64_t bytes) : bytes_(std::max<int64_t>(0, bytes)) {
   RecyclingPool* pool = Get();
