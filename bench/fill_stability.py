@@ -47,10 +47,43 @@ def _vm() -> dict:
     return out
 
 
+# x86_64 numbers of the system calls a cache fill may sleep in.
+_SYSCALLS = {0: "read", 1: "write", 17: "pread64", 20: "writev", 82: "rename", 257: "openat",
+             277: "sync_file_range", 285: "fallocate", 75: "fdatasync", 74: "fsync",
+             72: "fcntl", 73: "flock", 2: "open"}
+
+
+def _blocked() -> list:
+    """The system calls in which threads of this process (other than the caller) sleep
+    uninterruptibly now ('D': disk I/O, the dirty-page throttle, a journal wait)."""
+    out = []
+    me = str(threading.get_native_id())
+    for tid in os.listdir("/proc/self/task"):
+        if tid == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if state != "D":
+                continue
+            with open(f"/proc/self/task/{tid}/syscall") as f:
+                nr = f.read().split()[0]
+        except (OSError, IndexError):
+            continue
+        out.append(_SYSCALLS.get(int(nr), nr) if nr.lstrip("-").isdigit() else nr)
+    return out
+
+
 class VmSampler:
+    """Peaks of the dirty-page counters, and in which system calls the threads of this process
+    slept uninterruptibly, per sample (the dirty-page throttle, ``balance_dirty_pages``, sleeps
+    in the writer's ``writev``)."""
+
     def __init__(self, interval: float = 0.02) -> None:
         self.interval = interval
         self.peak = {}
+        self.samples = 0
+        self.wchan = {}
         self.start = _vm()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -59,6 +92,9 @@ class VmSampler:
         while not self._stop.wait(self.interval):
             for k, v in _vm().items():
                 self.peak[k] = max(self.peak.get(k, 0), v)
+            self.samples += 1
+            for w in _blocked():
+                self.wchan[w] = self.wchan.get(w, 0) + 1
 
     def __enter__(self):
         self._thread.start()
@@ -84,10 +120,12 @@ def child(job: dict) -> dict:
     rows = 0
     with VmSampler() as vm:
         t0 = time.perf_counter()
+        c0 = time.process_time()
         loader = stoker.Loader(job["path"], **opts)
         for batch in loader:
             rows += len(batch[shape.count])
         wall = time.perf_counter() - t0
+        cpu = time.process_time() - c0
         stats = loader.stats()
         t1 = time.perf_counter()
         loader.close()
@@ -95,8 +133,8 @@ def child(job: dict) -> dict:
     if cache_dir:
         shutil.rmtree(cache_dir, ignore_errors=True)
     cache = stats.get("cache", {})
-    return {"variant": job["variant"], "rows": rows, "wall_s": wall, "close_s": close_s,
-            "vm_start": vm.start, "vm_peak": vm.peak,
+    return {"variant": job["variant"], "rows": rows, "wall_s": wall, "cpu_s": cpu, "close_s": close_s,
+            "vm_start": vm.start, "vm_peak": vm.peak, "samples": vm.samples, "wchan": vm.wchan,
             "cache": {k: cache.get(k) for k in ("misses", "writes", "write_skipped", "bytes_written",
                                                 "write_throttled")}}
 
@@ -178,7 +216,9 @@ def main(argv=None) -> int:
                   f"(close {f['close_s']:.2f} s) -> fill/none {ratio:.2f}; writes "
                   f"{f['cache']['writes']}, skipped {f['cache']['write_skipped']}, peak dirty "
                   f"{peak.get('nr_dirty', 0) / 1e6:.0f} MB, writeback "
-                  f"{peak.get('nr_writeback', 0) / 1e6:.0f} MB", flush=True)
+                  f"{peak.get('nr_writeback', 0) / 1e6:.0f} MB; cpu none {pair['none']['cpu_s']:.1f} s, "
+                  f"fill {f['cpu_s']:.1f} s; load {os.getloadavg()[0]:.1f}; blocked (D) in "
+                  f"{f['wchan']} of {f['samples']} samples", flush=True)
             runs.append({"none": pair["none"], "fill": f, "ratio": ratio})
     finally:
         if saved:
@@ -186,7 +226,8 @@ def main(argv=None) -> int:
     ratios = [r["ratio"] for r in runs]
     summary = {"label": args.label, "rows": args.rows, "threads": args.threads,
                "dirty_bytes": args.dirty_bytes, "ratios": ratios, "min": min(ratios),
-               "median": statistics.median(ratios), "max": max(ratios), "runs": runs}
+               "median": statistics.median(ratios), "max": max(ratios),
+               "load_after": os.getloadavg()[0], "runs": runs}
     print(f"fill/none over {len(ratios)} runs: " + ", ".join(f"{r:.2f}" for r in ratios) +
           f" (min {min(ratios):.2f}, median {statistics.median(ratios):.2f}, max {max(ratios):.2f})")
     if args.json:

@@ -325,8 +325,13 @@ class CachedDecoder::Writer {
           !work_cv_.wait_for(*lock, std::chrono::milliseconds(delay_ms_), [&] { return closed_; });
     }
     lock->unlock();
-    // A failed write (kStorage) only costs the entry: the batch already has its rows.
-    const bool written = write && cache_->Put(kNamespace, job->key, job->payload->parts()).ok();
+    // A failed write (kStorage) only costs the entry: the batch already has its rows. While the
+    // disk is behind, the cache skips the entry (counting it in write_skipped) rather than let the
+    // kernel put this thread to sleep in write(); a later epoch stores it.
+    const bool written =
+        write &&
+        cache_->Put(kNamespace, job->key, job->payload->parts(), DiskCache::WhenDiskBehind::kSkip)
+            .ok();
     job->lock.reset();  // after the entry is visible: waiters now read it
     lock->lock();
     if (!written) ++skipped_;
