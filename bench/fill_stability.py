@@ -3,10 +3,12 @@
 The filling epoch (a fresh ``cache_dir``) against the epoch without a cache, on the matrix's wide
 shape at a size whose entries are several hundred MB, ``--runs`` times each, alternating which of
 the two goes first. Each epoch runs in a fresh process; the clock covers the loader's construction
-and every batch, as in the matrix (``bench.matrix``); ``close()`` is timed apart. While an epoch
-runs, a thread samples ``/proc/vmstat`` (``nr_dirty``, ``nr_writeback``) and ``/proc/meminfo``
-(``Dirty``) every 20 ms: the kernel's dirty-page throttling (``balance_dirty_pages``) is what puts
-a writer that dirties pages faster than the disk drains them to sleep.
+and every batch, as in the matrix (``bench.matrix``); ``close()`` is timed apart, and so is the
+process's CPU time. While an epoch runs, a thread samples ``/proc/vmstat`` (``nr_dirty``,
+``nr_writeback``) and ``/proc/meminfo`` (``Dirty``) every 20 ms, and the system call each other
+thread of the process sleeps in uninterruptibly (``D``): the kernel's dirty-page throttling
+(``balance_dirty_pages``) puts a writer that dirties pages faster than the disk drains them to
+sleep inside ``writev``.
 
 Every ratio is reported, with min / median / max: the issue asks for the spread, not the best.
 
