@@ -12,8 +12,10 @@ namespace {
 // system whose pages never look clean) must not stop writes for good. The kernel's flusher
 // writes pages that have been dirty for 30 s anyway.
 constexpr int64_t kForgetWrittenSeconds = 30;
-// Descriptors kept for tracked entries, at most (tiny entries, a slow disk).
-constexpr size_t kMaxTrackedEntries = 1024;
+// Descriptors kept for tracked entries, at most: with this many entries still unwritten (tiny
+// entries, a slow disk) the disk is behind too, and a process's descriptors stay few (a default
+// RLIMIT_NOFILE is 1024, shared with the files read and the mapped entries).
+constexpr size_t kMaxTrackedEntries = 64;
 
 }  // namespace
 
@@ -31,7 +33,8 @@ bool WriteBacklog::Behind(int64_t incoming) {
     return true;
   }
   if (max_bytes_ <= 0 || getpid() != pid_) return false;
-  return Unwritten() > max_bytes_;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return UnwrittenLocked() > max_bytes_ || entries_.size() >= kMaxTrackedEntries;
 }
 
 void WriteBacklog::Track(int fd, int64_t bytes) {
