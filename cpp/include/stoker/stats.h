@@ -50,7 +50,8 @@ struct CacheStats {
   int64_t bytes_written = 0;  // payload bytes committed
   int64_t waits = 0;          // reads that waited for another thread or process to fill
   /// Ready-tensor entries decoded by this process but not written: the write-behind queue was
-  /// full (the disk was slower than decoding), the loader closed first, or the write failed.
+  /// full (the disk was slower than decoding), the disk was behind (its write-back), the
+  /// loader closed first, or the write failed.
   /// A later epoch decodes those row groups again (and may store them then).
   int64_t write_skipped = 0;
   /// Operations that ran without the cache because its folder could not be used (removed and

@@ -14,7 +14,7 @@ namespace stoker {
 struct DiskCacheCounters {
   std::atomic<int64_t> hits{0}, misses{0}, writes{0}, not_stored{0}, corrupt{0}, evictions{0},
       bytes_read{0}, bytes_written{0}, waits{0}, unavailable{0}, recreated{0}, foreign{0},
-      kept_in_use{0};
+      kept_in_use{0}, write_skipped{0};
 
   CacheStats Snapshot() const {
     CacheStats out;
@@ -31,6 +31,7 @@ struct DiskCacheCounters {
     out.recreated = recreated.load();
     out.foreign = foreign.load();
     out.kept_in_use = kept_in_use.load();
+    out.write_skipped = write_skipped.load();
     return out;
   }
 };

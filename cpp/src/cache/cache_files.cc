@@ -5,10 +5,13 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -225,6 +228,60 @@ Result<bool> AllocateFile(int fd, int64_t size, const std::string& path) {
     return StorageError(path, "cannot size", errno);
   }
   return StorageError(path, "cannot allocate", err);
+}
+
+void StartWriteBack(int fd) { (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE); }
+
+int64_t UnwrittenBytes(int fd) {
+  // cachestat(2) is newer than the C library's headers: its number is 451 on every architecture.
+  constexpr long kCachestat = 451;  // NOLINT(google-runtime-int): syscall()'s type
+  struct {
+    uint64_t off, len;
+  } range = {0, 0};  // 0: to the end of the file
+  struct {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+  } stat = {};
+  static std::atomic<bool> unsupported{false};
+  if (unsupported.load(std::memory_order_relaxed)) return -1;
+  if (syscall(kCachestat, fd, &range, &stat, 0) != 0) {
+    if (errno == ENOSYS || errno == EPERM) unsupported.store(true, std::memory_order_relaxed);
+    return -1;
+  }
+  static const int64_t page = sysconf(_SC_PAGESIZE);
+  return static_cast<int64_t>(stat.nr_dirty + stat.nr_writeback) * page;
+}
+
+bool ReadDirtyPages(DirtyPages* out) {
+  Fd fd(open("/proc/vmstat", O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return false;
+  char buffer[16384];
+  ssize_t size = 0;
+  while (size < static_cast<ssize_t>(sizeof(buffer)) - 1) {
+    const ssize_t n = read(fd.get(), buffer + size, sizeof(buffer) - 1 - size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    size += n;
+  }
+  buffer[size] = '\0';
+  int64_t dirty = -1, writeback = -1, threshold = -1, background = -1;
+  for (char* line = buffer; line != nullptr && *line != '\0';) {
+    char* next = std::strchr(line, '\n');
+    if (next != nullptr) *next++ = '\0';
+    char name[64];
+    long long value = 0;  // NOLINT(google-runtime-int): sscanf's type
+    if (std::sscanf(line, "%63s %lld", name, &value) == 2) {
+      if (std::strcmp(name, "nr_dirty") == 0) dirty = value;
+      if (std::strcmp(name, "nr_writeback") == 0) writeback = value;
+      if (std::strcmp(name, "nr_dirty_threshold") == 0) threshold = value;
+      if (std::strcmp(name, "nr_dirty_background_threshold") == 0) background = value;
+    }
+    line = next;
+  }
+  if (dirty < 0 || writeback < 0 || threshold <= 0 || background < 0) return false;
+  static const int64_t page = sysconf(_SC_PAGESIZE);
+  out->unwritten = (dirty + writeback) * page;
+  out->throttle_at = (threshold + background) / 2 * page;
+  return true;
 }
 
 // ---- CacheFolderFiles ------------------------------------------------------------------------

@@ -153,6 +153,25 @@ Status WriteAll(int fd, std::vector<iovec> iov, const std::string& path,
 /// Allocates `size` bytes for a new temporary file; false when the disk is full.
 Result<bool> AllocateFile(int fd, int64_t size, const std::string& path);
 
+/// Starts writing the file's dirty pages to the disk now (sync_file_range(SYNC_FILE_RANGE_WRITE)),
+/// instead of when the kernel's flusher gets to them (30 s later, or when memory is full of dirty
+/// pages). Returns once the pages are queued to the device, not written. Best effort.
+void StartWriteBack(int fd);
+
+/// Bytes of the file's pages still dirty or being written back (cachestat(), Linux 6.5+): a
+/// probe that never waits. -1 where the kernel cannot tell (older kernels, seccomp).
+int64_t UnwrittenBytes(int fd);
+
+/// The kernel's dirty-page state, from /proc/vmstat: pages dirty or under write-back, in bytes,
+/// and the level above which it puts writers to sleep inside write() until the disk catches up
+/// (balance_dirty_pages; halfway between the background and the hard dirty thresholds).
+struct DirtyPages {
+  int64_t unwritten = 0;
+  int64_t throttle_at = 0;
+};
+/// False when /proc/vmstat cannot be read.
+bool ReadDirtyPages(DirtyPages* out);
+
 /// The folder's structure: `dir`, its `.tmp/` (temporary files) and `.lock` (the folder lock, the
 /// key locks and the used-bytes counter), made again when something removed them, and this
 /// process's own descriptor of `.lock`.

@@ -20,6 +20,7 @@
 #include "cache/cache_budget.h"
 #include "cache/cache_files.h"
 #include "cache/entry_format.h"
+#include "cache/write_backlog.h"
 
 namespace stoker {
 namespace {
@@ -47,7 +48,9 @@ DiskCache::DiskCache(DiskCacheOptions options)
       files_(std::make_unique<CacheFolderFiles>(options_.dir, &counters_)),
       budget_(std::make_unique<CacheBudget>(files_.get(), options_.max_bytes,
                                             options_.min_free_bytes,
-                                            options_.free_bytes_for_testing, &counters_)) {}
+                                            options_.free_bytes_for_testing, &counters_)),
+      backlog_(std::make_unique<WriteBacklog>(options_.max_write_backlog_bytes,
+                                              options_.disk_behind_for_testing)) {}
 
 DiskCache::~DiskCache() = default;
 
@@ -59,6 +62,11 @@ Result<std::shared_ptr<DiskCache>> DiskCache::Open(const DiskCacheOptions& optio
     return MakeError(ErrorKind::kInvalidOption, "cache_bytes must be positive, got " +
                                                     std::to_string(options.max_bytes) +
                                                     " (cache_dir " + options.dir + ")");
+  }
+  if (options.max_write_backlog_bytes < 0) {
+    return MakeError(ErrorKind::kInvalidOption,
+                     "max_write_backlog_bytes must be >= 0, got " +
+                         std::to_string(options.max_write_backlog_bytes));
   }
   if (options.min_free_bytes < 0) {
     return MakeError(ErrorKind::kInvalidOption, "cache_min_free_bytes must be >= 0, got " +
@@ -216,13 +224,15 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Get(const std::string& ns, const 
   return Lookup(ns, key, /*count_miss=*/true);
 }
 
-Status DiskCache::Put(const std::string& ns, const std::string& key, const Parts& parts) {
-  return PutImpl(ns, key, parts, /*want_entry=*/false).status();
+Status DiskCache::Put(const std::string& ns, const std::string& key, const Parts& parts,
+                      WhenDiskBehind when_behind) {
+  return PutImpl(ns, key, parts, /*want_entry=*/false, when_behind).status();
 }
 
 Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
                                                        const std::string& key, const Parts& parts,
-                                                       bool want_entry) {
+                                                       bool want_entry,
+                                                       WhenDiskBehind when_behind) {
   STOKER_RETURN_NOT_OK(CheckNameAndKey(options_.dir, ns, key));
   const int64_t header_bytes = HeaderBytes(ns.size(), key.size());
   int64_t payload_size = 0;
@@ -239,6 +249,13 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
   };
   // Evicting everything would not make room: keep the cache as it is.
   if (file_size > options_.max_bytes) return not_stored();
+  // The disk has not caught up with the entries written before: writing more now would only pile
+  // up dirty pages, and put this thread to sleep in write() once the kernel throttles it. A later
+  // fill stores it. Checked before anything is reserved or written.
+  if (when_behind == WhenDiskBehind::kSkip && backlog_->Behind(file_size)) {
+    counters_.write_skipped.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
 
   // 1. Reserve the entry's bytes and create its temporary file (cache_budget.h).
   const KeyName name = NameOf(ns, key);
@@ -262,13 +279,24 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
     unlink(temp_path.c_str());
     return unavailable(written);
   }
+  // Write-back starts now, not when the kernel's flusher wakes (up to 30 s later, or once memory
+  // is full of dirty pages): the pages go to the disk while the epoch runs, and the backlog
+  // (below) follows them. The entry becomes visible only by the rename that follows, as before;
+  // nothing here waits for the disk.
+  StartWriteBack(fd->get());
+  // A descriptor of our own (no lock on it) to follow the write-back after the rename.
+  const int follow = open(temp_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 
   // 3. Commit: rename it into place under the folder lock.
   const std::string final_path = EntryPath(ns, key);
   const Result<bool> committed =
       budget_->Commit(temp_path, final_path, fd->get(), file_size, want_entry);
-  if (!committed.ok()) return unavailable(committed.status());
-  if (!*committed) return not_stored();
+  if (!committed.ok() || !*committed) {
+    if (follow >= 0) close(follow);
+    if (!committed.ok()) return unavailable(committed.status());
+    return not_stored();
+  }
+  if (follow >= 0) backlog_->Track(follow, file_size);
   counters_.writes.fetch_add(1, std::memory_order_relaxed);
   counters_.bytes_written.fetch_add(payload_size, std::memory_order_relaxed);
   if (!want_entry) return nullptr;
@@ -290,7 +318,8 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::GetOrFill(const std::string& ns,
   Parts parts;
   std::shared_ptr<void> keep_alive;
   STOKER_RETURN_NOT_OK(fill(&parts, &keep_alive));
-  STOKER_ASSIGN_OR_RAISE(entry, PutImpl(ns, key, parts, /*want_entry=*/true));
+  STOKER_ASSIGN_OR_RAISE(entry,
+                         PutImpl(ns, key, parts, /*want_entry=*/true, WhenDiskBehind::kWrite));
   if (entry) return entry;
   return CopyToMemory(parts);
 }

@@ -61,6 +61,7 @@ namespace stoker {
 
 class CacheBudget;
 class CacheFolderFiles;
+class WriteBacklog;
 
 struct DiskCacheOptions {
   /// The cache folder; created if missing. Node-local storage only (no NFS: locks and rename()
@@ -70,11 +71,17 @@ struct DiskCacheOptions {
   int64_t max_bytes = int64_t{50} << 30;
   /// Eviction keeps at least this much free space on the cache's file system.
   int64_t min_free_bytes = int64_t{1} << 30;
+  /// Put(..., WhenDiskBehind::kSkip) skips an entry while this process's entries written earlier
+  /// and not yet on the disk (dirty or being written back) exceed this many bytes (0: no bound
+  /// of our own; the kernel-wide test still applies). See cache/write_backlog.h.
+  int64_t max_write_backlog_bytes = int64_t{64} << 20;
 
   /// Test seams; leave empty. `free_bytes_for_testing` replaces statvfs();
-  /// `on_write_for_testing` runs after each chunk of a temporary file is written.
+  /// `on_write_for_testing` runs after each chunk of a temporary file is written;
+  /// `disk_behind_for_testing` replaces the write-back probes (true: the disk is behind).
   std::function<int64_t()> free_bytes_for_testing;
   std::function<void(int64_t bytes_written)> on_write_for_testing;
+  std::function<bool(int64_t incoming_bytes)> disk_behind_for_testing;
 };
 
 /// A read-only view of one payload. Owns what keeps the bytes alive (a mapping of the entry
@@ -114,11 +121,21 @@ class DiskCache {
   /// Marks the entry as recently used. `ns`: [A-Za-z0-9_-]{1,64}; `key`: any bytes.
   Result<std::shared_ptr<CacheEntry>> Get(const std::string& ns, const std::string& key);
 
+  /// What Put() does when the disk is behind: earlier entries' pages not yet written exceed
+  /// `max_write_backlog_bytes`, or the kernel is about to throttle writers (write_backlog.h).
+  enum class WhenDiskBehind {
+    kWrite,  // write anyway (the kernel may make write() sleep until the disk catches up)
+    kSkip,   // store nothing, count it in stats().write_skipped; never waits for the disk
+  };
+
   /// Stores (or replaces) an entry, evicting as needed. Not an error when the entry cannot be
   /// stored because it exceeds max_bytes or no room is left above the floor (counted in
-  /// stats().not_stored), nor when the folder cannot be used (stats().unavailable); nothing is
-  /// left behind either way.
-  Status Put(const std::string& ns, const std::string& key, const Parts& parts);
+  /// stats().not_stored), nor when the folder cannot be used (stats().unavailable), nor when it
+  /// is skipped because the disk is behind (stats().write_skipped); nothing is left behind
+  /// either way. Every entry written has its write-back started at once, so that dirty pages do
+  /// not pile up in memory.
+  Status Put(const std::string& ns, const std::string& key, const Parts& parts,
+             WhenDiskBehind when_behind = WhenDiskBehind::kWrite);
 
   /// Get(), or on a miss: take the key's lock (waiting for any other thread or process that
   /// holds it; a killed holder releases it), Get() again, and only if still missing run `fill`
@@ -175,7 +192,8 @@ class DiskCache {
                                              bool count_miss);
   // Returns nullptr when the entry was not stored (or not wanted).
   Result<std::shared_ptr<CacheEntry>> PutImpl(const std::string& ns, const std::string& key,
-                                              const Parts& parts, bool want_entry);
+                                              const Parts& parts, bool want_entry,
+                                              WhenDiskBehind when_behind);
   Status DropCorrupt(const std::string& path, int fd);
   // Something that is not a regular file at an entry's path: counted, and removed (unlinked, or
   // rmdir()ed when an empty folder) if it is still the file `judged` (lstat) describes.
@@ -190,6 +208,7 @@ class DiskCache {
   // The folder's structure and lock file (cache_files.h), and its byte budget (cache_budget.h).
   const std::unique_ptr<const CacheFolderFiles> files_;
   const std::unique_ptr<const CacheBudget> budget_;
+  const std::unique_ptr<WriteBacklog> backlog_;
   std::atomic<uint64_t> temp_seq_{0};
   mutable std::atomic<bool> warned_{false};
 };

@@ -25,6 +25,7 @@
 #include <random>
 #include <thread>
 
+#include "cache/write_backlog.h"
 #include "util/hash.h"
 #include "util/test_status_internal.h"
 
@@ -1136,6 +1137,102 @@ TEST_F(DiskCacheTest, GetOrFillReturnsTheDataWhenItCannotBeStored) {
   EXPECT_EQ(cache->stats().not_stored, 1);
   ASSERT_OK_AND_ASSIGN(entry, cache->GetOrFill("tensors", "big", FillWith(big, &fills)));
   EXPECT_EQ(fills.load(), 2);  // nothing was stored, so it fills again
+}
+
+// ---------------------------------------------------------------------------------------------
+// Write-back: a writer that outruns the disk skips entries instead of waiting (write_backlog.h)
+
+TEST_F(DiskCacheTest, PutSkipsWhileTheDiskIsBehindCountsItAndALaterPutStoresIt) {
+  DiskCacheOptions options = Options();
+  std::atomic<bool> behind{true};
+  std::atomic<int64_t> asked{0};
+  options.disk_behind_for_testing = [&](int64_t incoming) {
+    asked.store(incoming);
+    return behind.load();
+  };
+  auto cache = OpenOrDie(options);
+  ASSERT_NE(cache, nullptr);
+  const std::string a = Pattern(1000, 1), b = Pattern(2000, 2);
+
+  // Behind: nothing is reserved, written or left in .tmp; the entry is a miss, counted as skipped.
+  ASSERT_OK(cache->Put("tensors", "a", PartsOf(a), DiskCache::WhenDiskBehind::kSkip));
+  EXPECT_EQ(asked.load(), 128 + static_cast<int64_t>(a.size()));  // the file's bytes
+  EXPECT_EQ(GetString(*cache, "tensors", "a"), std::nullopt);
+  EXPECT_TRUE(TempFiles(dir_).empty());
+  ASSERT_OK_AND_ASSIGN(int64_t used, cache->UsedBytes());
+  EXPECT_EQ(used, 0);
+  CacheStats stats = cache->stats();
+  EXPECT_EQ(stats.write_skipped, 1);
+  EXPECT_EQ(stats.writes, 0);
+  EXPECT_EQ(stats.not_stored, 0);
+
+  // kWrite (the default; GetOrFill) writes whatever the disk's state.
+  ASSERT_OK(cache->Put("tensors", "b", PartsOf(b)));
+  EXPECT_EQ(GetString(*cache, "tensors", "b"), b);
+  std::atomic<int> fills{0};
+  ASSERT_OK_AND_ASSIGN(auto filled,
+                       cache->GetOrFill("tensors", "c", [&](DiskCache::Parts* parts, auto*) {
+                         ++fills;
+                         *parts = PartsOf(b);
+                         return Status::OK();
+                       }));
+  EXPECT_EQ(cache->stats().write_skipped, 1);
+  EXPECT_EQ(GetString(*cache, "tensors", "c"), b);
+
+  // Caught up: the next fill of the skipped key stores it.
+  behind.store(false);
+  ASSERT_OK(cache->Put("tensors", "a", PartsOf(a), DiskCache::WhenDiskBehind::kSkip));
+  EXPECT_EQ(GetString(*cache, "tensors", "a"), a);
+  stats = cache->stats();
+  EXPECT_EQ(stats.write_skipped, 1);
+  EXPECT_EQ(stats.writes, 3);
+}
+
+TEST_F(DiskCacheTest, EntriesWrittenWhileFollowingTheBacklogAreWholeAndTheBacklogDrains) {
+  // The real probes (cachestat, /proc/vmstat), with a bound of one byte: an entry is skipped
+  // while any earlier one is still unwritten, and written once the disk has caught up.
+  DiskCacheOptions options = Options();
+  options.max_write_backlog_bytes = 1;
+  auto cache = OpenOrDie(options);
+  ASSERT_NE(cache, nullptr);
+  const std::string a = Pattern(4 << 20, 1), b = Pattern(4 << 20, 2);
+  ASSERT_OK(cache->Put("tensors", "a", PartsOf(a), DiskCache::WhenDiskBehind::kSkip));
+  EXPECT_EQ(GetString(*cache, "tensors", "a"), a);
+  sync();  // every page on the disk: nothing is behind any more
+  ASSERT_OK(cache->Put("tensors", "b", PartsOf(b), DiskCache::WhenDiskBehind::kSkip));
+  EXPECT_EQ(GetString(*cache, "tensors", "b"), b);
+  const CacheStats stats = cache->stats();
+  EXPECT_EQ(stats.writes, 2);
+  EXPECT_EQ(stats.write_skipped, 0);
+  EXPECT_TRUE(TempFiles(dir_).empty());
+}
+
+TEST_F(DiskCacheTest, WriteBacklogFollowsAFileUntilItsPagesAreOnTheDisk) {
+  const std::string path = dir_ + "/written";
+  const std::string bytes = Pattern(8 << 20, 3);
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  WriteBacklog backlog(/*max_bytes=*/1, nullptr);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  const int64_t unwritten = UnwrittenBytes(fd);
+  // Dirty or being written back (at most the file), or already written; -1 only without cachestat.
+  EXPECT_GE(unwritten, -1);
+  EXPECT_LE(unwritten, static_cast<int64_t>(bytes.size()));
+  StartWriteBack(fd);
+  backlog.Track(fd, static_cast<int64_t>(bytes.size()));
+  const int64_t followed = backlog.Unwritten();
+  EXPECT_LE(followed, static_cast<int64_t>(bytes.size()));
+  sync();
+  // On the disk now: nothing left to follow (or the kernel cannot tell).
+  EXPECT_EQ(backlog.Unwritten(), unwritten < 0 ? -1 : 0);
+  DirtyPages pages;
+  if (ReadDirtyPages(&pages)) {
+    EXPECT_GE(pages.unwritten, 0);
+    EXPECT_GT(pages.throttle_at, 0);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

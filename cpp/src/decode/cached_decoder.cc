@@ -254,17 +254,21 @@ class CachedDecoder::Writer {
 
   // Waits for the queue to drain, writing entries on the calling thread too: at the end of an
   // epoch the workers are done, and the writer thread alone runs at a low priority.
+  // While it runs, entries are written even when the disk is behind: a flush is asked for to have
+  // them on disk now.
   void Flush() {
     std::unique_lock<std::mutex> lock(mutex_);
+    ++flushing_;
     while (!closed_) {
       if (!queue_.empty()) {
         WriteOne(&lock);
       } else if (writing_ == 0) {
-        return;
+        break;
       } else {
         idle_cv_.wait(lock);
       }
     }
+    --flushing_;
   }
 
   void Close() {
@@ -324,9 +328,14 @@ class CachedDecoder::Writer {
       write =
           !work_cv_.wait_for(*lock, std::chrono::milliseconds(delay_ms_), [&] { return closed_; });
     }
+    const auto when_behind =
+        flushing_ > 0 ? DiskCache::WhenDiskBehind::kWrite : DiskCache::WhenDiskBehind::kSkip;
     lock->unlock();
-    // A failed write (kStorage) only costs the entry: the batch already has its rows.
-    const bool written = write && cache_->Put(kNamespace, job->key, job->payload->parts()).ok();
+    // A failed write (kStorage) only costs the entry: the batch already has its rows. While the
+    // disk is behind, the cache skips the entry (counting it in write_skipped) rather than let the
+    // kernel put this thread to sleep in write(); a later epoch stores it.
+    const bool written =
+        write && cache_->Put(kNamespace, job->key, job->payload->parts(), when_behind).ok();
     job->lock.reset();  // after the entry is visible: waiters now read it
     lock->lock();
     if (!written) ++skipped_;
@@ -352,6 +361,7 @@ class CachedDecoder::Writer {
   int64_t skipped_ = 0;                                            // GUARDED_BY(mutex_)
   int64_t pending_hits_ = 0;                                       // GUARDED_BY(mutex_)
   int writing_ = 0;      // GUARDED_BY(mutex_) entries being written (writer thread, Flush())
+  int flushing_ = 0;     // GUARDED_BY(mutex_) Flush() calls running
   bool closed_ = false;  // GUARDED_BY(mutex_)
   std::mutex join_mutex_;
   std::unique_ptr<std::thread> thread_;  // GUARDED_BY(mutex_) once started

@@ -5,11 +5,14 @@
 
 #include <arrow/api.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "decode/tensor_entry.h"
@@ -167,6 +170,57 @@ TEST_F(CachedDecoderTest, WithASlowDiskAQueuedEntryIsServedFromMemoryAndCloseDro
   EXPECT_EQ(stats.write_skipped, 1);
   EXPECT_EQ(stats.hits, 1);
   EXPECT_EQ(cache->stats().writes, 0);
+}
+
+TEST_F(CachedDecoderTest, WhileTheDiskIsBehindTheWriterSkipsAndALaterEpochStoresTheEntry) {
+  auto decoder = MakeDecoder(Options({"id", "x"}));
+  ASSERT_NE(decoder, nullptr);
+  // The cache's write-back seam: the disk is behind until told otherwise.
+  std::atomic<bool> behind{true};
+  DiskCacheOptions options;
+  options.dir = (dir_ / "cache").string();
+  options.min_free_bytes = 0;
+  options.disk_behind_for_testing = [&](int64_t) { return behind.load(); };
+  ASSERT_OK_AND_ASSIGN(auto cache, DiskCache::Open(options));
+  const Plan plan = PlanOf({{0, 0, 40, false}});
+  ASSERT_OK_AND_ASSIGN(DecodedColumns plain,
+                       decoder->Decode(plan, decoder->MakeTasks(plan, 0, int64_t{1} << 30)[0]));
+  CachedDecoder cached(cache, decoder);
+  // Waits (without a deadline that could fail a slow run) for the writer thread's count to move.
+  auto wait_for = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 60000 && !done(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+
+  // Epoch 1: decoded; the writer thread finds the disk behind and skips the entry.
+  bool hit = true;
+  ASSERT_OK_AND_ASSIGN(DecodedColumns missed, Decode(cached, *decoder, plan, &hit));
+  EXPECT_FALSE(hit);
+  ExpectSameArrays(missed, plain);
+  wait_for([&] { return cache->stats().write_skipped > 0; });
+  ASSERT_EQ(cache->stats().write_skipped, 1);
+  cached.Flush();  // nothing queued: returns once the writer is done with the skipped entry
+  EXPECT_TRUE(EntryFiles().empty());
+
+  // Epoch 2: the disk has caught up: decoded again, and stored this time.
+  behind.store(false);
+  ASSERT_OK_AND_ASSIGN(DecodedColumns again, Decode(cached, *decoder, plan, &hit));
+  EXPECT_FALSE(hit);
+  ExpectSameArrays(again, plain);
+  wait_for([&] { return cache->stats().writes > 0; });
+  cached.Flush();
+  EXPECT_EQ(EntryFiles().size(), 1u);
+
+  // Epoch 3: served from the disk.
+  ASSERT_OK_AND_ASSIGN(DecodedColumns served, Decode(cached, *decoder, plan, &hit));
+  EXPECT_TRUE(hit);
+  ExpectSameArrays(served, plain);
+  CacheStats stats = cache->stats();
+  cached.AddStats(&stats);
+  EXPECT_EQ(stats.write_skipped, 1);
+  EXPECT_EQ(stats.writes, 1);
+  EXPECT_EQ(stats.misses, 2);
 }
 
 TEST(TensorEntry, ArraysRoundTripZeroCopyAndAligned) {
