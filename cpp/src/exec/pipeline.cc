@@ -264,9 +264,13 @@ bool Pipeline::FetchAdmissible() {
 }
 
 bool Pipeline::FitsBudget(size_t task) const {
-  // One task is always admitted, so that a task larger than prefetch_bytes still runs.
+  // The tasks of the segment the sequencer waits for are always admitted (tasks go in plan
+  // order, so all in flight then belong to it): a task, or a segment of several tasks, larger
+  // than prefetch_bytes still runs. (Admitting one task only when nothing was in flight hung
+  // when a segment's second task did not fit beside its first.)
   return inflight_bytes_ == 0 ||
-         inflight_bytes_ + tasks_[task].estimated_bytes <= options_.prefetch_bytes;
+         inflight_bytes_ + tasks_[task].estimated_bytes <= options_.prefetch_bytes ||
+         (!segments_.empty() && task_segment_[task] == segments_.begin()->first);
 }
 
 void Pipeline::Reserve(size_t task) {

@@ -10,13 +10,13 @@
 // their timing. Workers prefer assembly jobs to decode tasks (finishing batches frees memory).
 //
 // Memory: decoded data in flight (taken by a worker and not yet handed to the sequencer's
-// window) stays within prefetch_bytes, except that one task is always admitted so progress never
-// stalls. At most num_threads + kExtraBatches batches are queued or being assembled (their jobs
-// keep windows alive). Finished batches waiting for Next() may go beyond that count while they
-// fit: each one past it is counted in the same budget (at the largest batch's size, then its
-// own), up to half of prefetch_bytes and kMaxBatchesAhead batches, so a consumer whose step
-// releases the CPU (a GPU step) finds batches the workers built meanwhile instead of workers
-// that sat idle behind a full queue.
+// window) stays within prefetch_bytes, except that the tasks of the segment the sequencer waits
+// for are always admitted so progress never stalls. At most num_threads + kExtraBatches batches are
+// queued or being assembled (their jobs keep windows alive). Finished batches waiting for Next()
+// may go beyond that count while they fit: each one past it is counted in the same budget (at the
+// largest batch's size, then its own), up to half of prefetch_bytes and kMaxBatchesAhead batches,
+// so a consumer whose step releases the CPU (a GPU step) finds batches the workers built meanwhile
+// instead of workers that sat idle behind a full queue.
 //
 // Remote sources (fetch stage): a fetcher thread walks the tasks ahead of the workers, in plan
 // order, and requests each task's column-chunk byte ranges on Arrow's I/O pool
