@@ -136,6 +136,55 @@ TEST_F(LoaderTest, StridedEpochsDeliverEveryStepthBatchOfTheWholeStream) {
   EXPECT_NE(bad.message().find("batch_step must be >= 1, got 0"), std::string::npos);
 }
 
+// Consumer overlap (issue 26): while the consumer is away (a GPU step), the workers keep
+// finishing batches beyond num_threads + 2 as long as they fit in prefetch_bytes; with a budget
+// smaller than one batch they stop at num_threads + 2. The delivered order is the same.
+TEST_F(LoaderTest, PausedConsumerFindsBatchesFinishedAheadWithinTheBudget) {
+  const int threads = 2;
+  const int64_t base = threads + 2;
+  std::vector<int64_t> reference;
+  {
+    auto loader = Loader::Open(Options(threads));
+    ASSERT_TRUE(loader.ok());
+    reference = Drain(loader->get(), 5);
+  }
+  for (const int64_t prefetch : {int64_t{64} << 20, int64_t{256}}) {  // a batch is 768 bytes
+    LoaderOptions options = Options(threads);
+    options.execution.prefetch_bytes = prefetch;
+    auto loader = Loader::Open(options);
+    ASSERT_TRUE(loader.ok());
+    ASSERT_TRUE((*loader)->StartEpoch(5, 0).ok());
+    auto first = (*loader)->Next();
+    ASSERT_TRUE(first.ok() && *first != nullptr);
+    std::vector<int64_t> ids;
+    const auto* id = reinterpret_cast<const int64_t*>((*first)->columns[0].values.data);
+    ids.insert(ids.end(), id, id + (*first)->num_rows);
+    // The pause: wait until the count of finished batches stops growing.
+    int64_t finished = 0;
+    for (int stable = 0, i = 0; stable < 10 && i < 500; ++i) {
+      usleep(10'000);
+      const int64_t now = (*loader)->Stats().batches;
+      stable = now == finished ? stable + 1 : 0;
+      finished = now;
+    }
+    const int64_t ahead = finished - 1;
+    if (prefetch > (1 << 20)) {
+      EXPECT_GT(ahead, base) << "finished batches ahead with a 64 MiB budget";
+    } else {
+      EXPECT_LE(ahead, base) << "a budget smaller than one batch admits none beyond the base";
+    }
+    while (true) {
+      auto batch = (*loader)->Next();
+      ASSERT_TRUE(batch.ok());
+      if (*batch == nullptr) break;
+      id = reinterpret_cast<const int64_t*>((*batch)->columns[0].values.data);
+      ids.insert(ids.end(), id, id + (*batch)->num_rows);
+    }
+    EXPECT_EQ(ids, reference) << "prefetch_bytes " << prefetch;
+    EXPECT_LE((*loader)->Stats().peak_inflight_bytes, std::max<int64_t>(prefetch, 8 << 10) * 4);
+  }
+}
+
 TEST_F(LoaderTest, StopMidEpochAndRestart) {
   auto loader = Loader::Open(Options(4));
   ASSERT_TRUE(loader.ok());

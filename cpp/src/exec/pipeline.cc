@@ -11,8 +11,11 @@
 namespace stoker {
 namespace {
 
-// Batches that may be assembled or waiting for Next() beyond one per worker.
+// Batches that may be assembled or waiting for Next() beyond one per worker, whatever their size.
 constexpr int kExtraBatches = 2;
+// Finished batches ahead of the consumer, at most (beyond num_workers + kExtraBatches, each is
+// also counted in prefetch_bytes): bounds the bookkeeping of tiny batches.
+constexpr int64_t kMaxBatchesAhead = 256;
 // Stop() waits at most this long for the fetch stage's requests that are already sent (they
 // stop retrying at once, but an attempt under way lasts until the store answers or its
 // request_timeout passes). One still running after that keeps what it uses alive and ends on
@@ -149,7 +152,12 @@ void Pipeline::WorkerLoop() {
 void Pipeline::RunAssemblyJob(std::unique_lock<std::mutex>* lock) {
   AssemblyJob job = std::move(jobs_.front());
   jobs_.pop_front();
-  if (job.slot > error_batch_) return;  // never delivered
+  if (job.slot > error_batch_) {  // never delivered
+    --assembling_;
+    ReleaseBatchBytes(job.slot);
+    output_cv_.notify_all();
+    return;
+  }
   lock->unlock();
   Result<std::shared_ptr<Batch>> batch;
   {
@@ -158,6 +166,7 @@ void Pipeline::RunAssemblyJob(std::unique_lock<std::mutex>* lock) {
   }
   job.items.clear();  // drop the references to decoded data before taking the lock
   lock->lock();
+  --assembling_;
   if (!batch.ok()) {
     if (job.slot < error_batch_) {
       error_ = batch.status();
@@ -167,8 +176,16 @@ void Pipeline::RunAssemblyJob(std::unique_lock<std::mutex>* lock) {
     counters_->rows += (*batch)->num_rows;
     counters_->batches += 1;
     counters_->batch.items += 1;
-    for (const auto& column : (*batch)->columns) {
-      counters_->batch.bytes += column.values.num_bytes();
+    int64_t bytes = 0;
+    for (const auto& column : (*batch)->columns) bytes += column.values.num_bytes();
+    counters_->batch.bytes += bytes;
+    batch_bytes_ = std::max(batch_bytes_, bytes);
+    // A batch ahead of the base count holds its real size in the budget from now on.
+    if (auto it = batch_reserved_.find(job.slot); it != batch_reserved_.end()) {
+      inflight_bytes_ += bytes - it->second;
+      batch_bytes_ahead_ += bytes - it->second;
+      it->second = bytes;
+      UpdatePeak(&counters_->peak_inflight_bytes, inflight_bytes_);
     }
     ready_[job.slot] = std::move(*batch);
   }
@@ -247,9 +264,13 @@ bool Pipeline::FetchAdmissible() {
 }
 
 bool Pipeline::FitsBudget(size_t task) const {
-  // One task is always admitted, so that a task larger than prefetch_bytes still runs.
+  // The tasks of the segment the sequencer waits for are always admitted (tasks go in plan
+  // order, so all in flight then belong to it): a task, or a segment of several tasks, larger
+  // than prefetch_bytes still runs. (Admitting one task only when nothing was in flight hung
+  // when a segment's second task did not fit beside its first.)
   return inflight_bytes_ == 0 ||
-         inflight_bytes_ + tasks_[task].estimated_bytes <= options_.prefetch_bytes;
+         inflight_bytes_ + tasks_[task].estimated_bytes <= options_.prefetch_bytes ||
+         (!segments_.empty() && task_segment_[task] == segments_.begin()->first);
 }
 
 void Pipeline::Reserve(size_t task) {
@@ -351,15 +372,43 @@ Result<std::shared_ptr<DecodedItem>> Pipeline::TakeSegment(int s) {
   return item;
 }
 
+bool Pipeline::BatchAdmissible() const {
+  const int64_t base = options_.num_workers + kExtraBatches;
+  // Jobs not yet assembled keep their windows' decoded rows alive: at most `base` of them.
+  if (assembling_ >= base) return false;
+  if (outstanding_batches_ < base) return true;
+  // More finished batches ahead of the consumer while they fit the budget beside the decoded
+  // data in flight, using at most half of it (decoding ahead keeps the other half).
+  return batch_bytes_ > 0 && outstanding_batches_ < kMaxBatchesAhead &&
+         inflight_bytes_ + batch_bytes_ <= options_.prefetch_bytes &&
+         batch_bytes_ahead_ + batch_bytes_ <= options_.prefetch_bytes / 2;
+}
+
+void Pipeline::ReleaseBatchBytes(int64_t slot) {
+  auto it = batch_reserved_.find(slot);
+  if (it == batch_reserved_.end()) return;
+  inflight_bytes_ -= it->second;
+  batch_bytes_ahead_ -= it->second;
+  batch_reserved_.erase(it);
+  work_cv_.notify_all();  // decode tasks may fit the budget now
+  fetch_cv_.notify_all();
+}
+
 Status Pipeline::Submit(AssemblyJob job) {
   std::unique_lock<std::mutex> lock(mutex_);
   const int64_t wait_start = NowNs();
-  output_cv_.wait(lock, [&] {
-    return stopping_ || !error_.ok() || outstanding_batches_ < options_.num_workers + kExtraBatches;
-  });
+  output_cv_.wait(lock, [&] { return stopping_ || !error_.ok() || BatchAdmissible(); });
   counters_->sequence.wait_out_ns += NowNs() - wait_start;
   if (stopping_ || !error_.ok()) return Status::Cancelled("stopped");
+  if (outstanding_batches_ >= options_.num_workers + kExtraBatches) {
+    // Ahead of the base count: its bytes (estimated by the largest batch so far) join the budget.
+    batch_reserved_[job.slot] = batch_bytes_;
+    inflight_bytes_ += batch_bytes_;
+    batch_bytes_ahead_ += batch_bytes_;
+    UpdatePeak(&counters_->peak_inflight_bytes, inflight_bytes_);
+  }
   ++outstanding_batches_;
+  ++assembling_;
   counters_->sequence.items += 1;
   jobs_.push_back(std::move(job));
   lock.unlock();
@@ -453,6 +502,7 @@ Status Pipeline::Next(int64_t timeout_ms, std::shared_ptr<Batch>* out, bool* don
   if (it != ready_.end()) {
     *out = std::move(it->second);
     ready_.erase(it);
+    ReleaseBatchBytes(next_output_);
     ++next_output_;
     --outstanding_batches_;
     lock.unlock();

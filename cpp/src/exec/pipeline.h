@@ -10,8 +10,13 @@
 // their timing. Workers prefer assembly jobs to decode tasks (finishing batches frees memory).
 //
 // Memory: decoded data in flight (taken by a worker and not yet handed to the sequencer's
-// window) stays within prefetch_bytes, except that one task is always admitted so progress never
-// stalls; at most num_threads + kExtraBatches batches are being assembled or wait for Next().
+// window) stays within prefetch_bytes, except that the tasks of the segment the sequencer waits
+// for are always admitted so progress never stalls. At most num_threads + kExtraBatches batches are
+// queued or being assembled (their jobs keep windows alive). Finished batches waiting for Next()
+// may go beyond that count while they fit: each one past it is counted in the same budget (at the
+// largest batch's size, then its own), up to half of prefetch_bytes and kMaxBatchesAhead batches,
+// so a consumer whose step releases the CPU (a GPU step) finds batches the workers built meanwhile
+// instead of workers that sat idle behind a full queue.
 //
 // Remote sources (fetch stage): a fetcher thread walks the tasks ahead of the workers, in plan
 // order, and requests each task's column-chunk byte ranges on Arrow's I/O pool
@@ -156,6 +161,10 @@ class Pipeline {
   /// Submit for a batch of this pipeline's stride (numbers its slot); drops any other batch.
   Status SubmitIfSelected(AssemblyJob job);
   bool DecodeAdmissible() const;  // REQUIRES(mutex_)
+  /// Whether the sequencer may queue one more batch (see "Memory" above).
+  bool BatchAdmissible() const;  // REQUIRES(mutex_)
+  /// Takes batch `slot`'s bytes (if it was counted) out of the budget.
+  void ReleaseBatchBytes(int64_t slot);  // REQUIRES(mutex_)
 
   const std::shared_ptr<const Plan> plan_;
   const std::shared_ptr<const Decoder> decoder_;
@@ -198,6 +207,11 @@ class Pipeline {
   std::map<int, SegmentState> segments_;  // GUARDED_BY(mutex_)
   std::deque<AssemblyJob> jobs_;          // GUARDED_BY(mutex_)
   int64_t outstanding_batches_ = 0;       // GUARDED_BY(mutex_) submitted, not taken
+  int64_t assembling_ = 0;                // GUARDED_BY(mutex_) submitted, not yet assembled
+  int64_t batch_bytes_ = 0;               // GUARDED_BY(mutex_) largest batch assembled so far
+  int64_t batch_bytes_ahead_ = 0;         // GUARDED_BY(mutex_) sum of batch_reserved_
+  // Batches beyond num_workers + kExtraBatches outstanding, by slot: bytes counted in flight.
+  std::map<int64_t, int64_t> batch_reserved_;  // GUARDED_BY(mutex_)
   // Output positions are slots (AssemblyJob::slot), not batch indices.
   std::map<int64_t, std::shared_ptr<Batch>> ready_;  // GUARDED_BY(mutex_) by slot
   int64_t next_output_ = 0;                          // GUARDED_BY(mutex_)

@@ -1,0 +1,54 @@
+"""The consumer-overlap measure (`python -m bench.overlap`, issue 26) on a tiny dataset.
+
+No timing assertions: the report has its structure, every shape asked for is a row with a ratio
+per step fraction, and every epoch (loader-only, each sleeping step, the paused one) delivered
+every row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def test_overlap_report_structure_and_every_row(tmp_path):
+    out_dir = tmp_path / "results"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.overlap", "--tiny", "20000", "--repeats", "1",
+         "--shapes", "narrow,strings", "--name", "overlap-test", "--data-dir",
+         str(tmp_path / "data"), "--out-dir", str(out_dir)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out_dir / "overlap-test.json").read_text())
+    md = (out_dir / "overlap-test.md").read_text()
+
+    assert list(report["shapes"]) == ["narrow", "strings"]
+    assert report["fractions"] == [0.5, 1.0, 2.0]
+    assert report["builds"] == ["this"]
+    lines = md.splitlines()
+    header = next(line for line in lines if line.startswith("| shape | build | rows |"))
+    cells = [c.strip() for c in header.strip("|").split("|")]
+    assert cells == ["shape", "build", "rows", "batches", "L s", "first batch s",
+                     "ratio 0.5L (floor)", "ratio 1.0L (floor)", "ratio 2.0L (floor)",
+                     "ready after a pause", "every row"]
+    for name, s in report["shapes"].items():
+        assert s["rows"] == 20000
+        o = s["builds"]["this"]
+        assert f"| {name} | this | 20,000 |" in md
+        assert o["all_rows"], (name, o)
+        runs = list(o["loader_only"]) + [o["pause"]]
+        for f in ("0.5", "1.0", "2.0"):
+            st = o["steps"][f]
+            assert st["rows"] == [20000], (name, f, st["rows"])
+            # s was chosen so that batches * s is f * L.
+            assert abs(o["batches"] * st["step_s"] - float(f) * o["L_s"]) < 1e-9
+            assert st["ratio"] > 0 and st["floor_ratio"] >= 1.0 and st["ratio_best"] > 0
+            assert [x["name"] for x in st["stages"]] == ["decode", "sequence", "batch"]
+        for r in runs:
+            assert r["rows"] == 20000 and r["batches"] == o["batches"], (name, r)
+        assert 0 <= o["pause"]["ready_after_pause"] < o["batches"]
