@@ -61,6 +61,7 @@ def test_warm_epoch_reads_nothing_from_the_store(moto, proxy, tmp_path):
     source = f"s3://{BUCKET}/{PREFIX}"
     cold = stoker.Loader(source, cache_dir=cache_dir, storage_options=s3_options(proxy), **OPTIONS)
     cold_digest = digest(cold)
+    cold.flush_cache()
     assert data_gets(proxy)
     proxy.clear()
     before = len(proxy.log())

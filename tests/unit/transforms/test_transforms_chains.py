@@ -356,6 +356,7 @@ def test_a_warm_epoch_decodes_no_jpeg(tmp_path):
     cold = stoker.Loader(path, cache_dir=cache, **common)
     assert digest(cold) == expected
     assert cold.stats()["transforms"]["prefix_rows"] == 30  # decoded once, before the cache
+    cold.flush_cache()
     warm = stoker.Loader(path, cache_dir=cache, **common)
     assert digest(warm) == expected
     assert warm.stats()["cache"]["misses"] == 0 and warm.stats()["cache"]["hits"] > 0
