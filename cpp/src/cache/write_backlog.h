@@ -7,7 +7,7 @@
 // competes with the epoch's reads for the disk. So each entry's write-back is started as soon as
 // it is written (StartWriteBack), and the entries whose pages are still dirty or being written
 // back are tracked here: their bytes, probed with cachestat() (never waits), are the backlog.
-// Behind() is true while the backlog is above its bound (or 64 entries are still unwritten), or
+// Behind() is true while the backlog (of the 64 newest entries) is above its bound, or
 // when the kernel's own dirty pages (every process's) are near the level where it throttles
 // writers; the caller then skips the entry instead of writing it.
 //
