@@ -95,10 +95,8 @@ int64_t RowBytes(const Catalog& catalog, const OutputSpec& spec) {
   return std::max<int64_t>(1, bytes / std::max<int64_t>(1, catalog.total_rows()));
 }
 
-PlanOptions MakePlanOptions(const OrderOptions& order, int64_t shuffle_window_rows,
-                            bool user_transform) {
+PlanOptions MakePlanOptions(const OrderOptions& order, int64_t shuffle_window_rows) {
   PlanOptions plan;
-  plan.head = !user_transform;
   plan.batch_size = order.batch_size;
   plan.shuffle = order.shuffle;
   plan.seed = order.seed;
@@ -175,8 +173,7 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
       options.order.shuffle_window_bytes > 0
           ? std::max<int64_t>(1, options.order.shuffle_window_bytes / RowBytes(*catalog, spec))
           : options.order.shuffle_window_rows;
-  impl->plan_options =
-      MakePlanOptions(options.order, window_rows, options.columns.user_transform != nullptr);
+  impl->plan_options = MakePlanOptions(options.order, window_rows);
   for (const auto& file : catalog->files()) {
     if (std::find(impl->filesystems.begin(), impl->filesystems.end(), file.fs) ==
         impl->filesystems.end()) {

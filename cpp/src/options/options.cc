@@ -247,8 +247,7 @@ uint64_t LoaderOptions::Fingerprint(bool with_shard) const {
   if (order.drop_last && order.shuffle) hash.Add("drop-at-random-start");
   // Only with shuffled windows, whose plans changed (the first batch's rows are a window of their
   // own, the epoch's head): a resume state saved before must not match. Others are unchanged.
-  if (order.shuffle && (order.shuffle_window_rows > 1 || order.shuffle_window_bytes > 0) &&
-      !columns.user_transform) {
+  if (order.shuffle && (order.shuffle_window_rows > 1 || order.shuffle_window_bytes > 0)) {
     hash.Add("head-window");
   }
   hash.AddInt(order.padding_mask);

@@ -75,7 +75,7 @@ Plan MakePlan(const std::vector<RowGroupRef>& row_groups, const PlanOptions& opt
   // segment of its own (decoded only up to there), so the first batch waits for a batch of rows,
   // not a whole row group. The rest is the next segment. (Unshuffled windows keep their order.)
   const int64_t head_rows = std::max<int64_t>(options.batch_size, 1);
-  if (options.head && !plan.segments.empty() && plan.segments[0].num_rows > head_rows) {
+  if (!plan.segments.empty() && plan.segments[0].num_rows > head_rows) {
     Segment rest = plan.segments[0];
     rest.row_begin += head_rows;
     rest.num_rows -= head_rows;

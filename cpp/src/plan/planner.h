@@ -26,9 +26,6 @@ struct PlanOptions {
   bool drop_last = true;
   int rank = 0;
   int world_size = 1;
-  /// Cut the epoch's head (the first batch's rows) from a longer first segment. Off with a user
-  /// transform, which sees whole row groups: a head would run it twice on one.
-  bool head = true;
 };
 
 struct Segment {
