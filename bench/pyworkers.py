@@ -378,7 +378,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tiny", action="store_true",
                         help="a few thousand rows (the smoke test)")
     parser.add_argument("--us-per-row", type=float, default=30.0)
-    parser.add_argument("--widths", help=f"comma-separated (default {RT_WIDTHS})")
+    parser.add_argument("--widths", help=f"comma-separated (default {RT_WIDTHS}; 0: no round "
+                        "trip measure)")
     parser.add_argument("--data-dir", default=os.path.join(HERE, "data"))
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
@@ -386,7 +387,7 @@ def main(argv=None) -> int:
         result = _child(json.loads(args.child))
         print("@@RESULT@@" + json.dumps(result), flush=True)
         return 0
-    widths = [int(w) for w in args.widths.split(",")] if args.widths else RT_WIDTHS
+    widths = [int(w) for w in args.widths.split(",") if int(w)] if args.widths else RT_WIDTHS
     if args.tiny:
         sizes = dict(gil_rows=3_000, gil_rg=500, rt_rows=2_048, rt_rg=512)
     else:
