@@ -57,7 +57,7 @@ def _log(msg: str) -> None:
 
 # ------------------------------------------------------------ the user code (module level)
 
-LOOP = 400  # set from the job in each process (the workers get it through the pickled callable)
+TRACE_ENV = "STOKER_BENCH_PYW_TRACE"
 
 
 def _row_score(x: float, loop: int) -> float:
@@ -75,8 +75,25 @@ class GilTransform:
 
     def __call__(self, arrays: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         loop = self.loop
+        started, cpu = time.time(), time.thread_time()
         score = np.array([_row_score(x, loop) for x in arrays["a"].tolist()], dtype=np.float64)
+        trace = os.environ.get(TRACE_ENV)
+        if trace:  # one line per call: when it started, its wall and CPU seconds (any process)
+            with open(os.path.join(trace, f"{os.getpid()}.txt"), "a") as f:
+                f.write(f"{started!r} {time.time() - started!r} {time.thread_time() - cpu!r}\n")
         return {"id": arrays["id"], "score": score}
+
+
+def _traced(trace: str, since: float, until: float) -> dict:
+    """The calls of GilTransform that started in [since, until): count, wall and CPU seconds."""
+    calls, wall, cpu = 0, 0.0, 0.0
+    for name in os.listdir(trace):
+        with open(os.path.join(trace, name)) as f:
+            for line in f:
+                start, w, c = (float(x) for x in line.split())
+                if since <= start < until:
+                    calls, wall, cpu = calls + 1, wall + w, cpu + c
+    return {"fn_calls": calls, "fn_wall_s": wall, "fn_cpu_s": cpu}
 
 
 def identity_transform(arrays: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
@@ -155,7 +172,12 @@ def _transform_stage(loader) -> dict:
 
 
 def _child(job: dict) -> dict:
+    import tempfile
+
     import stoker
+
+    trace = tempfile.mkdtemp(prefix="pyw-trace-")
+    os.environ[TRACE_ENV] = trace  # before the loader: the spawned workers inherit it
 
     if job["kind"] == "gil":
         fn, columns, tcols = GilTransform(job["loop"]), ["id", "score"], ["id", "a"]
@@ -173,6 +195,7 @@ def _child(job: dict) -> dict:
             before = _transform_stage(loader)
             digest = hashlib.sha256()
             rows = batches = 0
+            since = time.time()
             started = time.perf_counter()
             for batch in loader:
                 for key in columns:
@@ -185,10 +208,14 @@ def _child(job: dict) -> dict:
                            "digest": digest.hexdigest(),
                            "transform_busy_s": after["busy_s"] - before.get("busy_s", 0.0),
                            "transform_calls": after["items"] - before.get("items", 0),
-                           "transform_bytes": after["bytes"] - before.get("bytes", 0)})
+                           "transform_bytes": after["bytes"] - before.get("bytes", 0),
+                           **_traced(trace, since, time.time())})
         stages = loader.stats()["stages"]
     finally:
         loader.close()
+        import shutil
+
+        shutil.rmtree(trace, ignore_errors=True)
     self_cpu = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"status": "ok", "epochs": epochs, "open_s": open_s, "stages": stages,
@@ -271,6 +298,15 @@ def run(name: str, data_dir: str, out_dir: str, repeats: int, gil_rows: int, gil
                 "first_epoch_s": _median([r["epochs"][0]["wall_s"] for r in ok]),
                 "transform_busy_s": _median([e["transform_busy_s"] for e in timed]),
                 "transform_calls": timed[0]["transform_calls"],
+                # Seconds inside the user's function (traced by GilTransform; 0 for identity):
+                # CPU / epoch wall is how many cores the user code got.
+                "fn_cpu_s": _median([e.get("fn_cpu_s", 0.0) for e in timed]),
+                "fn_wall_s": _median([e.get("fn_wall_s", 0.0) for e in timed]),
+                "user_cores": _median([e.get("fn_cpu_s", 0.0) / e["wall_s"] for e in timed]),
+                # A call's time outside the user's function (the round trip, in process mode).
+                "outside_fn_ms_per_call": _median(
+                    [(e["transform_busy_s"] - e.get("fn_wall_s", 0.0)) / max(1, e["transform_calls"])
+                     * 1e3 for e in timed]),
                 "cpu_parent_s": _median([r["cpu_parent_s"] for r in ok]),
                 "cpu_workers_s": _median([r["cpu_workers_s"] for r in ok]),
                 # Per epoch: the digests of every run (one each when they all agree).
@@ -326,22 +362,28 @@ def markdown(report: dict) -> str:
              f"(~{report['calibration']['us_per_row_estimated']:.0f} us/row, "
              f"{report['gil']['rows']:,} rows, row groups of {report['gil']['row_group_rows']:,})",
              "",
-             "| mode | rows/s (median) | runs | epoch s | transform busy s | CPU s parent | "
-             "CPU s workers | same rows |",
-             "| --- | ---: | --- | ---: | ---: | ---: | ---: | --- |"]
+             "| mode | rows/s (median) | runs | epoch s | cores the user code got | user code CPU "
+             "us/row | call ms outside the user code | CPU s parent | CPU s workers | same rows |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     gil = res.get("gil", {})
     for mode in ("threads", "processes"):
         s = gil.get(mode, {})
         if s.get("status") != "ok":
             lines.append(f"| {mode} | {s.get('status')}: {str(s.get('reason'))[:120]} "
-                         "| | | | | | |")
+                         "| | | | | | | | |")
             continue
         runs = ", ".join(f"{r:,.0f}" for r in s["rows_per_s_all"])
         lines.append(f"| {mode} | {s['rows_per_s']:,.0f} | {runs} | {s['wall_s']:.2f} | "
-                     f"{s['transform_busy_s']:.2f} | {s['cpu_parent_s']:.1f} | "
+                     f"{s['user_cores']:.2f} | {s['fn_cpu_s'] / s['rows'] * 1e6:.1f} | "
+                     f"{s['outside_fn_ms_per_call']:.2f} | {s['cpu_parent_s']:.1f} | "
                      f"{s['cpu_workers_s']:.1f} | {gil.get('same_rows')} |")
     if "ratio" in gil:
-        lines += ["", f"processes / threads = **{gil['ratio']:.2f}x** (target >= 1.5x)."]
+        t, p = gil["threads"], gil["processes"]
+        lines += ["", f"processes / threads = **{gil['ratio']:.2f}x** (target >= 1.5x). The user "
+                  f"code got {t['user_cores']:.2f} cores in thread mode and {p['user_cores']:.2f} "
+                  "in process mode: on a shared machine the ratio follows the CPU the workers "
+                  "get, and a call's time outside the user code is the pool's overhead (in "
+                  "thread mode it includes waiting for the GIL)."]
     rt = report["roundtrip"]
     lines += ["", f"## Round trip: identity `transform=` on a float32 `[rows, W]` column "
               f"({rt['rows']:,} rows, row groups of {rt['row_group_rows']:,})", "",
