@@ -302,6 +302,8 @@ def run(name: str, data_dir: str, out_dir: str, repeats: int, gil_rows: int, gil
                 # CPU / epoch wall is how many cores the user code got.
                 "fn_cpu_s": _median([e.get("fn_cpu_s", 0.0) for e in timed]),
                 "fn_wall_s": _median([e.get("fn_wall_s", 0.0) for e in timed]),
+                # Calls in flight on average (the transform's busy time over the epoch's wall).
+                "in_flight": _median([e["transform_busy_s"] / e["wall_s"] for e in timed]),
                 "user_cores": _median([e.get("fn_cpu_s", 0.0) / e["wall_s"] for e in timed]),
                 # A call's time outside the user's function (the round trip, in process mode).
                 "outside_fn_ms_per_call": _median(
@@ -362,19 +364,20 @@ def markdown(report: dict) -> str:
              f"(~{report['calibration']['us_per_row_estimated']:.0f} us/row, "
              f"{report['gil']['rows']:,} rows, row groups of {report['gil']['row_group_rows']:,})",
              "",
-             "| mode | rows/s (median) | runs | epoch s | cores the user code got | user code CPU "
-             "us/row | call ms outside the user code | CPU s parent | CPU s workers | same rows |",
-             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| mode | rows/s (median) | runs | epoch s | calls in flight | cores the user code "
+             "got | user code CPU us/row | call ms outside the user code | CPU s parent | "
+             "CPU s workers | same rows |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     gil = res.get("gil", {})
     for mode in ("threads", "processes"):
         s = gil.get(mode, {})
         if s.get("status") != "ok":
             lines.append(f"| {mode} | {s.get('status')}: {str(s.get('reason'))[:120]} "
-                         "| | | | | | | | |")
+                         "| | | | | | | | | |")
             continue
         runs = ", ".join(f"{r:,.0f}" for r in s["rows_per_s_all"])
         lines.append(f"| {mode} | {s['rows_per_s']:,.0f} | {runs} | {s['wall_s']:.2f} | "
-                     f"{s['user_cores']:.2f} | {s['fn_cpu_s'] / s['rows'] * 1e6:.1f} | "
+                     f"{s['in_flight']:.2f} | {s['user_cores']:.2f} | {s['fn_cpu_s'] / s['rows'] * 1e6:.1f} | "
                      f"{s['outside_fn_ms_per_call']:.2f} | {s['cpu_parent_s']:.1f} | "
                      f"{s['cpu_workers_s']:.1f} | {gil.get('same_rows')} |")
     if "ratio" in gil:
@@ -403,11 +406,19 @@ def markdown(report: dict) -> str:
                      f"{p['rows_per_s']:,.0f} | {entry['ratio']:.2f}x | "
                      f"{entry['wall_s_per_mb'] * 1e3:.2f} ms | "
                      f"{entry['busy_s_per_mb'] * 1e3:.2f} ms | {entry['same_rows']} |")
+    big = [e for c, e in res.items() if c.startswith("roundtrip") and "wall_s_per_mb" in e]
+    if big:
+        top = max(big, key=lambda e: e["mb_per_call"])
+        lines += ["", f"Round trip at {top['mb_per_call']:.1f} MB per call (the per-call cost "
+                  f"amortised): **{top['wall_s_per_mb'] * 1e3:.2f} ms of wall per MB** "
+                  f"({top['busy_s_per_mb'] * 1e3:.2f} ms of calling-thread time per MB, summed "
+                  "over the 2 calling threads)."]
     fit = rt.get("fit_busy") or {}
     if fit:
         lines += ["", f"Fit of the process-minus-thread transform busy time: "
                   f"{fit['s_per_call'] * 1e3:.2f} ms per call + {fit['s_per_mb'] * 1e3:.2f} ms "
-                  "per MB (busy time is summed over the 2 calling threads)."]
+                  "per MB (busy time is summed over the 2 calling threads; on a loaded machine the small "
+                  "sizes are noisy and the per-call term can come out negative)."]
     return "\n".join(lines) + "\n"
 
 
