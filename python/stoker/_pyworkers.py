@@ -23,7 +23,9 @@ Process mode, the choices a reviewer would question:
 - Numeric and bool arrays (and the two arrays of a :class:`~stoker.Ragged`) are copied once into
   the arena and rebuilt as views on the other side; only (offset, dtype, shape) descriptors are
   pickled. Object arrays and anything else are pickled. Results are copied out of the output
-  arena, so they own their memory; the worker's input views are valid during the call only. A
+  arena (large ones into memory from Arrow's allocator, which reuses freed pages: a fresh
+  numpy allocation faults its pages in, several times the cost of the copy), so they own their
+  memory; the worker's input views are valid during the call only. A
   result that is one of the input views itself (a column passed through, e.g. ``{**arrays,
   "x": ...}``) is not copied into the output arena: the parent copies it from the input arena,
   where it already is (modified in place or not), saving one copy of its bytes.
@@ -59,6 +61,7 @@ from multiprocessing import shared_memory
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
+import pyarrow as pa
 
 from ._convert import from_torch
 from ._ragged import Ragged
@@ -119,6 +122,8 @@ class ThreadRunner:
 # Shared-memory encoding: a dict of values -> (descriptors, bytes needed); both sides use it.
 
 _ALIGN = 64
+# Results at least this large are copied out into Arrow-allocated memory (see _owned_copy).
+_ARROW_COPY_MIN = 1 << 16
 
 
 def _in_arena(value: Any) -> bool:
@@ -190,7 +195,7 @@ def _read(descriptors: list, buf: Any, copy: bool, in_buf: Any = None) -> Dict[s
             return np.empty(spec[3], spec[2])
         view = np.ndarray(spec[3], spec[2], buffer=buf if spec[0] == "a" else in_buf,
                           offset=spec[1])
-        return view.copy() if copy else view
+        return _owned_copy(view) if copy else view
 
     out: Dict[str, Any] = {}
     for key, spec in descriptors:
@@ -200,6 +205,19 @@ def _read(descriptors: list, buf: Any, copy: bool, in_buf: Any = None) -> Dict[s
             out[key] = Ragged(get(spec[2]), get(spec[3]), spec[1])
         else:
             out[key] = spec[1]
+    return out
+
+
+def _owned_copy(view: np.ndarray) -> np.ndarray:
+    """A copy of ``view`` in memory from Arrow's allocator (mimalloc or jemalloc), writable, 64-byte
+    aligned. A large numpy allocation is a fresh mmap whose pages fault in on the first write (and
+    the results live on in the batches, so malloc cannot recycle them): that cost several times
+    the copy itself; Arrow's pool keeps freed pages for the next call."""
+    if view.nbytes < _ARROW_COPY_MIN:
+        return view.copy()
+    memory = np.frombuffer(pa.allocate_buffer(view.nbytes), dtype=np.uint8)
+    out = memory.view(view.dtype).reshape(view.shape)
+    np.copyto(out, view, casting="no")
     return out
 
 

@@ -180,6 +180,10 @@ def test_passed_through_inputs_skip_the_output_arena(runner):
     second = procs.call("t", {"x": np.full(1_000_000, 9, np.int64)}, "here")
     # The first results own their memory: the second call overwrote the input arena.
     assert got["x"][5] == 5 and second["x"][5] == 9 and got["r"].values[-1] == 499_999
+    # Large results are copied into Arrow-allocated memory: writable, aligned, independent.
+    assert got["x"].flags.writeable and got["x"].ctypes.data % 64 == 0
+    got["x"][:] = -1
+    assert second["x"][5] == 9 and got["r"].values[5] == 5
 
 
 def test_passed_through_inputs_modified_in_place(runner):
