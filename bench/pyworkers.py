@@ -223,9 +223,24 @@ def _child(job: dict) -> dict:
             "cpu_workers_s": kids.ru_utime + kids.ru_stime}
 
 
-def _run_child(job: dict) -> dict:
+_STRIP_EDITABLE = (
+    "import sys\n"
+    "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in type(f).__module__.lower()"
+    " and 'scikit' not in type(f).__name__.lower()]\n")
+
+
+def _run_child(job: dict, stoker_path: Optional[str] = None) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    if stoker_path:
+        # Another build, in this process and in the spawned workers: a sitecustomize drops the
+        # editable install's finder (it would win over sys.path), then PATH comes first.
+        import tempfile
+
+        site = tempfile.mkdtemp(prefix="pyw-site-")
+        with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+            f.write(_STRIP_EDITABLE)
+        env["PYTHONPATH"] = os.pathsep.join([site, stoker_path, env["PYTHONPATH"]])
     try:
         proc = subprocess.run([sys.executable, "-m", "bench.pyworkers", "--child", json.dumps(job)],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
@@ -241,6 +256,7 @@ def _run_child(job: dict) -> dict:
 # ------------------------------------------------------------------------ the parent
 
 MODES = (("threads", 0), ("processes", WORKERS))
+BEFORE = "processes (before)"
 
 
 def _median(values: List[float]) -> float:
@@ -259,7 +275,8 @@ def _fit(points: List[tuple]) -> dict:
 
 
 def run(name: str, data_dir: str, out_dir: str, repeats: int, gil_rows: int, gil_rg: int,
-        rt_rows: int, rt_rg: int, widths: List[int], us_per_row: float) -> dict:
+        rt_rows: int, rt_rg: int, widths: List[int], us_per_row: float,
+        before: Optional[str] = None) -> dict:
     from . import machine
 
     load_start = os.getloadavg()
@@ -272,10 +289,12 @@ def run(name: str, data_dir: str, out_dir: str, repeats: int, gil_rows: int, gil
     for rep in range(repeats):
         for kind, width, path in cases:
             case = "gil" if kind == "gil" else f"roundtrip-w{width}"
-            for mode, workers in MODES:
+            modes = [(m, w, None) for m, w in MODES] + ([(BEFORE, WORKERS, before)]
+                                                         if before else [])
+            for mode, workers, stoker_path in modes:
                 job = {"kind": kind, "path": path, "python_workers": workers,
                        "batch_size": BATCH_SIZE, "loop": cal["loop"]}
-                result = _run_child(job)
+                result = _run_child(job, stoker_path)
                 runs.setdefault(case, {}).setdefault(mode, []).append(result)
                 if result.get("status") == "ok":
                     e = result["epochs"][1]
@@ -317,7 +336,7 @@ def run(name: str, data_dir: str, out_dir: str, repeats: int, gil_rows: int, gil
     results: Dict[str, dict] = {}
     fit_points = []
     for case, by_mode in runs.items():
-        entry = {mode: summary(by_mode[mode]) for mode, _ in MODES}
+        entry = {mode: summary(results) for mode, results in by_mode.items()}
         t, p = entry["threads"], entry["processes"]
         if t["status"] == "ok" and p["status"] == "ok":
             entry["same_rows"] = (t["digests"] == p["digests"]
@@ -332,11 +351,19 @@ def run(name: str, data_dir: str, out_dir: str, repeats: int, gil_rows: int, gil
                 entry["busy_s_per_mb"] = (p["transform_busy_s"] - t["transform_busy_s"]) / mb
                 fit_points.append((t["transform_calls"], mb,
                                    p["transform_busy_s"] - t["transform_busy_s"]))
+                b = entry.get(BEFORE, {})
+                if b.get("status") == "ok":
+                    entry["before_wall_s_per_mb"] = (b["wall_s"] - t["wall_s"]) / mb
+            b = entry.get(BEFORE, {})
+            if b.get("status") == "ok":
+                entry["before_ratio"] = b["rows_per_s"] / t["rows_per_s"]
+                entry["same_rows"] = entry["same_rows"] and b["digests"] == t["digests"]
         results[case] = entry
     report = {"name": name, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
               "machine": machine.describe(), "load_average_start": list(load_start),
               "load_average_end": list(load_end), "repeats": repeats, "threads": THREADS,
               "python_workers": WORKERS, "batch_size": BATCH_SIZE, "calibration": cal,
+              "before": before,
               "gil": {"rows": gil_rows, "row_group_rows": gil_rg},
               "roundtrip": {"rows": rt_rows, "row_group_rows": rt_rg, "widths": widths,
                             "fit_busy": _fit(fit_points)},
@@ -369,7 +396,7 @@ def markdown(report: dict) -> str:
              "CPU s workers | same rows |",
              "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     gil = res.get("gil", {})
-    for mode in ("threads", "processes"):
+    for mode in [m for m in ("threads", "processes", BEFORE) if m in gil]:
         s = gil.get(mode, {})
         if s.get("status") != "ok":
             lines.append(f"| {mode} | {s.get('status')}: {str(s.get('reason'))[:120]} "
@@ -382,7 +409,9 @@ def markdown(report: dict) -> str:
                      f"{s['cpu_workers_s']:.1f} | {gil.get('same_rows')} |")
     if "ratio" in gil:
         t, p = gil["threads"], gil["processes"]
-        lines += ["", f"processes / threads = **{gil['ratio']:.2f}x** (target >= 1.5x). The user "
+        lines += ["", f"processes / threads = **{gil['ratio']:.2f}x** (target >= 1.5x"
+                  + (f"; the build before this change: {gil['before_ratio']:.2f}x"
+                     if "before_ratio" in gil else "") + "). The user "
                   f"code got {t['user_cores']:.2f} cores in thread mode and {p['user_cores']:.2f} "
                   "in process mode: on a shared machine the ratio follows the CPU the workers "
                   "get, and a call's time outside the user code is the pool's overhead (in "
@@ -391,8 +420,11 @@ def markdown(report: dict) -> str:
     lines += ["", f"## Round trip: identity `transform=` on a float32 `[rows, W]` column "
               f"({rt['rows']:,} rows, row groups of {rt['row_group_rows']:,})", "",
               "| W | MB per call | threads rows/s | processes rows/s | processes / threads | "
-              "wall s/MB (proc - thr) | busy s/MB (proc - thr) | same rows |",
-              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+              "wall s/MB (proc - thr) | busy s/MB (proc - thr) | same rows |"
+              + (" before: processes / threads | before: wall s/MB (proc - thr) |"
+                 if report.get("before") else ""),
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+              + (" ---: | ---: |" if report.get("before") else "")]
     for case, entry in res.items():
         if not case.startswith("roundtrip"):
             continue
@@ -405,7 +437,9 @@ def markdown(report: dict) -> str:
         lines.append(f"| {width} | {entry['mb_per_call']:.2f} | {t['rows_per_s']:,.0f} | "
                      f"{p['rows_per_s']:,.0f} | {entry['ratio']:.2f}x | "
                      f"{entry['wall_s_per_mb'] * 1e3:.2f} ms | "
-                     f"{entry['busy_s_per_mb'] * 1e3:.2f} ms | {entry['same_rows']} |")
+                     f"{entry['busy_s_per_mb'] * 1e3:.2f} ms | {entry['same_rows']} |"
+                     + (f" {entry['before_ratio']:.2f}x | {entry['before_wall_s_per_mb'] * 1e3:.2f}"
+                        " ms |" if "before_ratio" in entry else ""))
     big = [e for c, e in res.items() if c.startswith("roundtrip") and "wall_s_per_mb" in e]
     if big:
         top = max(big, key=lambda e: e["mb_per_call"])
@@ -433,6 +467,9 @@ def main(argv=None) -> int:
     parser.add_argument("--us-per-row", type=float, default=30.0)
     parser.add_argument("--widths", help=f"comma-separated (default {RT_WIDTHS}; 0: no round "
                         "trip measure)")
+    parser.add_argument("--before", metavar="PATH",
+                        help="also measure process mode with another build (PATH holds its "
+                        "stoker package, with _stoker*.so), interleaved")
     parser.add_argument("--data-dir", default=os.path.join(HERE, "data"))
     parser.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
@@ -446,10 +483,10 @@ def main(argv=None) -> int:
     else:
         sizes = dict(gil_rows=GIL_ROWS, gil_rg=GIL_RG, rt_rows=RT_ROWS, rt_rg=RT_RG)
     report = run(args.name, args.data_dir, args.out_dir, args.repeats, widths=widths,
-                 us_per_row=args.us_per_row, **sizes)
+                 us_per_row=args.us_per_row, before=args.before, **sizes)
     print(markdown(report))
-    ok = all(e.get(m, {}).get("status") == "ok" for e in report["results"].values()
-             for m in ("threads", "processes"))
+    ok = all(s.get("status") == "ok" for e in report["results"].values()
+             for m, s in e.items() if m in ("threads", "processes", BEFORE))
     return 0 if ok else 1
 
 
