@@ -46,7 +46,7 @@ import pytest
 # Modules (paths under tests/, "/"-separated) whose tests run subprocess jobs that use every
 # core, besides those marked slow.
 _HEAVY_MODULES = {"system/test_bench_smoke.py", "system/test_bench_petastorm_smoke.py",
-                  "system/test_bench_remote_smoke.py"}
+                  "system/test_bench_remote_smoke.py", "system/test_bench_pyworkers_smoke.py"}
 _SPARK_MODULES = {"system/test_petastorm_spark.py"}
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 

@@ -23,7 +23,12 @@ Process mode, the choices a reviewer would question:
 - Numeric and bool arrays (and the two arrays of a :class:`~stoker.Ragged`) are copied once into
   the arena and rebuilt as views on the other side; only (offset, dtype, shape) descriptors are
   pickled. Object arrays and anything else are pickled. Results are copied out of the output
-  arena, so they own their memory; the worker's input views are valid during the call only.
+  arena (large ones into memory from Arrow's allocator, which reuses freed pages: a fresh
+  numpy allocation faults its pages in, several times the cost of the copy), so they own their
+  memory; the worker's input views are valid during the call only. A
+  result that is one of the input views itself (a column passed through, e.g. ``{**arrays,
+  "x": ...}``) is not copied into the output arena: the parent copies it from the input arena,
+  where it already is (modified in place or not), saving one copy of its bytes.
 - A worker that dies mid-call raises WorkerCrashedError for that call only; the pool replaces the
   process for later calls (a callable that crashes every time therefore fails every call, never
   hangs). A worker that cannot load the callables (unpicklable in the child, e.g. defined in
@@ -56,6 +61,7 @@ from multiprocessing import shared_memory
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
+import pyarrow as pa
 
 from ._convert import from_torch
 from ._ragged import Ragged
@@ -116,20 +122,31 @@ class ThreadRunner:
 # Shared-memory encoding: a dict of values -> (descriptors, bytes needed); both sides use it.
 
 _ALIGN = 64
+# Results at least this large are copied out into Arrow-allocated memory (see _owned_copy).
+_ARROW_COPY_MIN = 1 << 16
 
 
 def _in_arena(value: Any) -> bool:
     return type(value) is np.ndarray and not value.dtype.hasobject
 
 
-def _layout(values: Mapping[str, Any]) -> Tuple[list, int]:
+def _layout(values: Mapping[str, Any], reuse: Optional[Mapping[int, tuple]] = None
+            ) -> Tuple[list, int]:
     """Descriptors for ``values`` and the arena bytes they need. An array in the arena is
     ("a", offset, dtype, shape) (offset -1: empty, needs no bytes); a Ragged of two such arrays
-    is ("r", kind, values_spec, offsets_spec); anything else is ("o", value), pickled."""
+    is ("r", kind, values_spec, offsets_spec); anything else is ("o", value), pickled.
+
+    ``reuse`` (the worker's inputs, by ``id``: (array, spec)): an output that *is* one of the
+    input views (a column passed through) is not copied into the output arena: its spec is
+    ("i", offset, dtype, shape), the bytes where they already are, in the input arena."""
     total = 0
 
     def place(array: np.ndarray) -> tuple:
         nonlocal total
+        if reuse is not None:
+            hit = reuse.get(id(array))
+            if hit is not None and hit[0] is array:
+                return hit[1]
         if array.nbytes == 0:
             return ("a", -1, array.dtype, array.shape)
         offset = -(-total // _ALIGN) * _ALIGN
@@ -150,16 +167,17 @@ def _layout(values: Mapping[str, Any]) -> Tuple[list, int]:
 
 
 def _write(specs: list, buf: Any) -> list:
-    """Copies the arrays of a layout into ``buf``; returns the picklable descriptors."""
+    """Copies the arrays of a layout into ``buf`` (not those left in the input arena, "i");
+    returns the picklable descriptors."""
 
     def put(spec: tuple, array: np.ndarray) -> None:
-        if spec[1] >= 0:
+        if spec[0] == "a" and spec[1] >= 0:
             dest = np.ndarray(spec[3], spec[2], buffer=buf, offset=spec[1])
             np.copyto(dest, array, casting="no")
 
     out = []
     for key, spec, value in specs:
-        if spec[0] == "a":
+        if spec[0] in ("a", "i"):
             put(spec, value)
         elif spec[0] == "r":
             put(spec[2], value.values)
@@ -168,24 +186,57 @@ def _write(specs: list, buf: Any) -> list:
     return out
 
 
-def _read(descriptors: list, buf: Any, copy: bool) -> Dict[str, Any]:
-    """Rebuilds the values: views on ``buf`` (``copy=False``) or arrays that own their memory."""
+def _read(descriptors: list, buf: Any, copy: bool, in_buf: Any = None) -> Dict[str, Any]:
+    """Rebuilds the values: views on ``buf`` (``in_buf`` for "i" specs; ``copy=False``) or
+    arrays that own their memory."""
 
     def get(spec: tuple) -> np.ndarray:
         if spec[1] < 0:
             return np.empty(spec[3], spec[2])
-        view = np.ndarray(spec[3], spec[2], buffer=buf, offset=spec[1])
-        return view.copy() if copy else view
+        view = np.ndarray(spec[3], spec[2], buffer=buf if spec[0] == "a" else in_buf,
+                          offset=spec[1])
+        return _owned_copy(view) if copy else view
 
     out: Dict[str, Any] = {}
     for key, spec in descriptors:
-        if spec[0] == "a":
+        if spec[0] in ("a", "i"):
             out[key] = get(spec)
         elif spec[0] == "r":
             out[key] = Ragged(get(spec[2]), get(spec[3]), spec[1])
         else:
             out[key] = spec[1]
     return out
+
+
+def _owned_copy(view: np.ndarray) -> np.ndarray:
+    """A copy of ``view`` in memory from Arrow's allocator (mimalloc or jemalloc), writable, 64-byte
+    aligned. A large numpy allocation is a fresh mmap whose pages fault in on the first write (and
+    the results live on in the batches, so malloc cannot recycle them): that cost several times
+    the copy itself; Arrow's pool keeps freed pages for the next call."""
+    if view.nbytes < _ARROW_COPY_MIN:
+        return view.copy()
+    memory = np.frombuffer(pa.allocate_buffer(view.nbytes), dtype=np.uint8)
+    out = memory.view(view.dtype).reshape(view.shape)
+    np.copyto(out, view, casting="no")
+    return out
+
+
+def _inputs_by_id(descriptors: list, inputs: Mapping[str, Any]) -> Dict[int, tuple]:
+    """The worker's input views that sit in the input arena, by ``id``: (view, "i" spec)."""
+    reuse: Dict[int, tuple] = {}
+
+    def add(spec: tuple, view: Any) -> None:
+        if spec[0] == "a" and spec[1] >= 0:
+            reuse[id(view)] = (view, ("i",) + tuple(spec[1:]))
+
+    for key, spec in descriptors:
+        value = inputs[key]
+        if spec[0] == "a":
+            add(spec, value)
+        elif spec[0] == "r":
+            add(spec[2], value.values)
+            add(spec[3], value.offsets)
+    return reuse
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,6 +296,7 @@ def _worker_main(conn: Any, payload: bytes) -> None:
             return
         _, name, in_arena, out_arena, descriptors, rng_key = message
         inputs = _read(descriptors, segment("in", in_arena), copy=False)
+        reuse = _inputs_by_id(descriptors, inputs)
         try:
             fn = functions[name]
             out = from_torch(fn(inputs) if rng_key is None else fn(inputs, augment_rng(rng_key)))
@@ -254,13 +306,17 @@ def _worker_main(conn: Any, payload: bytes) -> None:
             except Exception:
                 text = f"<{type(error).__name__} whose str() failed>"
             conn.send(("raised", type(error).__name__, text, traceback.format_exc()))
+            reuse = None
             continue
         finally:
             del inputs
         if not isinstance(out, Mapping):
             conn.send(("not_a_dict", type(out).__name__))
+            reuse = None
             continue
-        specs, needed = _layout(out)
+        # Columns passed through stay in the input arena (the parent copies them from there).
+        specs, needed = _layout(out, reuse)
+        reuse = None
         if needed > (out_arena[1] if out_arena else 0):
             conn.send(("grow", needed))
             reply = conn.recv()
@@ -557,8 +613,9 @@ class ProcessRunner:
         kind = reply[0]
         if kind == "ok":
             buf = worker.outputs.shm.buf if worker.outputs.shm is not None else None
-            out = _read(reply[1], buf, copy=True)
-            del buf
+            in_buf = worker.inputs.shm.buf if worker.inputs.shm is not None else None
+            out = _read(reply[1], buf, copy=True, in_buf=in_buf)
+            del buf, in_buf
             return out
         if kind == "raised":
             _, type_name, text, trace = reply

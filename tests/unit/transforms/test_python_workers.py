@@ -60,6 +60,11 @@ def exit_self(arrays):
     os._exit(7)
 
 
+def scale_in_place_pass_rest(arrays):
+    arrays["x"] *= 3  # the input view, modified in place and returned
+    return {**arrays, "sum": np.array([arrays["x"].sum()])}
+
+
 def not_a_dict(arrays):
     return [1, 2]
 
@@ -161,6 +166,33 @@ def test_results_match_thread_runner(runner, fn):
     again = procs.call("t", {"f32": np.ones(3, np.float32)}, "here")
     same(expected, got)
     assert again["f32"].tolist() == ([2.0] * 3 if fn is double else [1.0] * 3)
+
+
+def test_passed_through_inputs_skip_the_output_arena(runner):
+    # Columns returned as they came (the input views themselves) are read back from the input
+    # arena: the output arena holds only what the function made (here: nothing).
+    procs = runner({"t": identity}, workers=1)
+    arrays = {"x": np.arange(1_000_000, dtype=np.int64), "r": Ragged(
+        np.arange(500_000, dtype=np.int32), np.array([0, 10, 500_000], np.int64), "list")}
+    got = procs.call("t", arrays, "here")
+    same(arrays, got)
+    assert len(shm_segments()) == 1  # the input arena only
+    second = procs.call("t", {"x": np.full(1_000_000, 9, np.int64)}, "here")
+    # The first results own their memory: the second call overwrote the input arena.
+    assert got["x"][5] == 5 and second["x"][5] == 9 and got["r"].values[-1] == 499_999
+    # Large results are copied into Arrow-allocated memory: writable, aligned, independent.
+    assert got["x"].flags.writeable and got["x"].ctypes.data % 64 == 0
+    got["x"][:] = -1
+    assert second["x"][5] == 9 and got["r"].values[5] == 5
+
+
+def test_passed_through_inputs_modified_in_place(runner):
+    procs = runner({"t": scale_in_place_pass_rest}, workers=1)
+    arrays = {"x": np.arange(10, dtype=np.float64), "y": np.ones(4, np.float32)}
+    got = procs.call("t", arrays, "here")
+    assert got["x"].tolist() == [3.0 * i for i in range(10)]  # the modified bytes come back
+    assert got["y"].tolist() == [1.0] * 4 and float(got["sum"][0]) == 135.0
+    assert arrays["x"].tolist() == list(range(10))  # the caller's arrays were never shared
 
 
 def test_rng_key_gives_thread_mode_draws(runner):
