@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "io/prefetched_file.h"
+#include "util/recycling_pool.h"
 #include "util/uri.h"
 
 namespace stoker {
@@ -829,7 +830,10 @@ Result<std::shared_ptr<FileSystem>> OpenFileSystem(const std::string& uri_or_pat
                              scheme + ":// settings as URI query parameters");
       }
     }
-    auto result = arrow::fs::FileSystemFromUriOrPath(uri_or_path, path);
+    // Reads allocate from the recycling pool, not Arrow's default (mimalloc in pyarrow's wheels,
+    // whose fresh huge pages were a quarter of a wide set's cold epoch: util/recycling_pool.h).
+    const arrow::io::IOContext io_context(RecyclingPool::Get());
+    auto result = arrow::fs::FileSystemFromUriOrPath(uri_or_path, io_context, path);
     if (!result.ok()) {
       return MakeError(ErrorKind::kInvalidOption,
                        "source '" + RedactUri(uri_or_path) +
