@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "util/recycling_pool.h"
+
 namespace stoker {
 namespace {
 
@@ -46,7 +48,8 @@ Result<std::shared_ptr<arrow::Buffer>> GatherStrings(const arrow::ArrayData& val
         rows[i] >= 0 ? value_offsets[rows[i] + 1] - value_offsets[rows[i]] : int64_t{0};
     offsets[i + 1] = offsets[i] + length;
   }
-  ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateBuffer(offsets[rows.size()]));
+  ARROW_ASSIGN_OR_RAISE(auto buffer,
+                        arrow::AllocateBuffer(offsets[rows.size()], RecyclingPool::Get()));
   uint8_t* out = buffer->mutable_data();
   for (size_t i = 0; i < rows.size(); ++i) {
     const int64_t length = offsets[i + 1] - offsets[i];
@@ -102,7 +105,7 @@ Result<std::shared_ptr<arrow::Array>> MaterializeDictionary(const arrow::Diction
   for (int64_t row : rows) null_count += row < 0;
   std::shared_ptr<arrow::Buffer> validity;
   if (null_count > 0) {
-    ARROW_ASSIGN_OR_RAISE(auto bitmap, arrow::AllocateBitmap(n));
+    ARROW_ASSIGN_OR_RAISE(auto bitmap, arrow::AllocateBitmap(n, RecyclingPool::Get()));
     uint8_t* bits = bitmap->mutable_data();
     std::memset(bits, 0, bitmap->size());
     for (int64_t i = 0; i < n; ++i) {
@@ -116,7 +119,7 @@ Result<std::shared_ptr<arrow::Array>> MaterializeDictionary(const arrow::Diction
   if (fixed != nullptr && values.type_id() != arrow::Type::BOOL && fixed->bit_width() % 8 == 0 &&
       values.type_id() != arrow::Type::FIXED_SIZE_BINARY) {
     const int width = fixed->bit_width() / 8;
-    ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateBuffer(n * width));
+    ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateBuffer(n * width, RecyclingPool::Get()));
     // An empty dictionary (every row null) may have no value buffer at all.
     const uint8_t* from =
         value_data.buffers[1] ? value_data.buffers[1]->data() + value_data.offset * width : nullptr;
@@ -147,7 +150,8 @@ Result<std::shared_ptr<arrow::Array>> MaterializeDictionary(const arrow::Diction
                        "column '" + column + "' in " + where + ": dictionary of " +
                            values.type()->ToString() + " is not supported");
   }
-  ARROW_ASSIGN_OR_RAISE(auto offsets, arrow::AllocateBuffer((n + 1) * sizeof(int64_t)));
+  ARROW_ASSIGN_OR_RAISE(auto offsets,
+                        arrow::AllocateBuffer((n + 1) * sizeof(int64_t), RecyclingPool::Get()));
   auto* offsets_out = reinterpret_cast<int64_t*>(offsets->mutable_data());
   std::shared_ptr<arrow::Buffer> data;
   if (values.type_id() == arrow::Type::STRING || values.type_id() == arrow::Type::BINARY) {

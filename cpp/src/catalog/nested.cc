@@ -9,6 +9,7 @@
 
 #include "catalog/dictionary.h"
 #include "util/convert.h"
+#include "util/recycling_pool.h"
 
 namespace stoker {
 namespace {
@@ -60,7 +61,8 @@ Result<std::shared_ptr<arrow::Buffer>> Validity(const arrow::ArrayData& data) {
 // Offsets of rows [offset, offset + length] as int64, not rebased (the values are shared).
 template <typename Offset>
 Result<std::shared_ptr<arrow::Buffer>> WidenOffsets(const arrow::ArrayData& data) {
-  ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateBuffer((data.length + 1) * sizeof(int64_t)));
+  ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateBuffer((data.length + 1) * sizeof(int64_t),
+                                                           RecyclingPool::Get()));
   const Offset* from = data.GetValues<Offset>(1);
   auto* to = reinterpret_cast<int64_t*>(buffer->mutable_data());
   for (int64_t i = 0; i <= data.length; ++i) to[i] = from[i];
@@ -146,7 +148,8 @@ Result<std::shared_ptr<arrow::Array>> ConformArray(const std::shared_ptr<arrow::
   DType target;
   if (NumericDType(from.id(), &source) && NumericDType(type->id(), &target)) {
     const int64_t n = data.length;
-    STOKER_ASSIGN_OR_RAISE(auto values, arrow::AllocateBuffer(n * DTypeSize(target)));
+    STOKER_ASSIGN_OR_RAISE(auto values,
+                           arrow::AllocateBuffer(n * DTypeSize(target), RecyclingPool::Get()));
     VisitDType(source, [&](auto source_tag) {
       using S = decltype(source_tag);
       VisitDType(target, [&](auto target_tag) {

@@ -108,12 +108,13 @@ Result<std::shared_ptr<arrow::Array>> RunListChain(const std::string& where, con
   for (int64_t row = 0; row < rows; ++row) {
     if (array->IsValid(row)) total += list.End(row) - list.Begin(row);
   }
-  STOKER_ASSIGN_OR_RAISE(auto offsets, arrow::AllocateBuffer((rows + 1) * sizeof(int64_t)));
-  STOKER_ASSIGN_OR_RAISE(auto values, arrow::AllocateBuffer(total * width));
+  STOKER_ASSIGN_OR_RAISE(auto offsets,
+                         arrow::AllocateBuffer((rows + 1) * sizeof(int64_t), RecyclingPool::Get()));
+  STOKER_ASSIGN_OR_RAISE(auto values, arrow::AllocateBuffer(total * width, RecyclingPool::Get()));
   auto* out_offsets = reinterpret_cast<int64_t*>(offsets->mutable_data());
   std::shared_ptr<arrow::Buffer> validity;
   if (array->null_count() > 0) {
-    STOKER_ASSIGN_OR_RAISE(validity, arrow::AllocateBitmap(rows));
+    STOKER_ASSIGN_OR_RAISE(validity, arrow::AllocateBitmap(rows, RecyclingPool::Get()));
     std::memset(validity->mutable_data(), 0, validity->size());
   }
   const transform::ValueType& input = chain.input_type();
@@ -127,7 +128,7 @@ Result<std::shared_ptr<arrow::Array>> RunListChain(const std::string& where, con
   std::shared_ptr<arrow::Buffer> element_validity;
   int64_t element_nulls = 0;
   if (skip_nulls) {
-    STOKER_ASSIGN_OR_RAISE(element_validity, arrow::AllocateBitmap(total));
+    STOKER_ASSIGN_OR_RAISE(element_validity, arrow::AllocateBitmap(total, RecyclingPool::Get()));
     std::memset(element_validity->mutable_data(), 0xff, element_validity->size());
   }
   for (int64_t row = 0; row < rows; ++row) {
@@ -215,7 +216,8 @@ Result<std::shared_ptr<arrow::Array>> RunCachedPrefix(const Catalog& catalog,
   std::shared_ptr<arrow::Buffer> offsets;
   int64_t* row_offsets = nullptr;
   if (shaped) {
-    STOKER_ASSIGN_OR_RAISE(offsets, arrow::AllocateBuffer((rows + 1) * sizeof(int64_t)));
+    STOKER_ASSIGN_OR_RAISE(
+        offsets, arrow::AllocateBuffer((rows + 1) * sizeof(int64_t), RecyclingPool::Get()));
     row_offsets = reinterpret_cast<int64_t*>(offsets->mutable_data());
     row_offsets[0] = 0;
   }
@@ -226,7 +228,7 @@ Result<std::shared_ptr<arrow::Array>> RunCachedPrefix(const Catalog& catalog,
   int64_t null_count = 0;
   auto fail_row = [&](int64_t row) -> Status {
     if (!validity) {
-      STOKER_ASSIGN_OR_RAISE(validity, arrow::AllocateBitmap(rows));
+      STOKER_ASSIGN_OR_RAISE(validity, arrow::AllocateBitmap(rows, RecyclingPool::Get()));
       std::memset(validity->mutable_data(), 0xff, validity->size());
     }
     arrow::bit_util::ClearBit(validity->mutable_data(), row);

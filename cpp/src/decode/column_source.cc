@@ -8,6 +8,7 @@
 #include "resolve/column_checks.h"
 #include "util/convert.h"
 #include "util/output_keys.h"
+#include "util/recycling_pool.h"
 
 namespace stoker {
 namespace {
@@ -77,7 +78,7 @@ Status CopyFilled(const ColumnSpec& spec, bool bits, const uint8_t* values, int6
   }
   const int width = DTypeSize(spec.source_dtype);
   ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> filled,
-                        arrow::AllocateBuffer(count * width));
+                        arrow::AllocateBuffer(count * width, RecyclingPool::Get()));
   std::memcpy(filled->mutable_data(), values + offset * width, count * width);
   VisitDType(spec.source_dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -119,7 +120,8 @@ Status FillFixedElements(const ColumnSpec& spec, const std::string& where,
   int64_t nulls = 0;
   for (const NullLevel& level : nulled) nulls += NullsIn(*level.level, level.index, level.items);
   STOKER_RETURN_NOT_OK(CheckElementNulls(spec, where, nulls, 1));
-  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> valid, arrow::AllocateBuffer(total));
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> valid,
+                        arrow::AllocateBuffer(total, RecyclingPool::Get()));
   uint8_t* flags = valid->mutable_data();
   std::memset(flags, 1, total);
   for (const NullLevel& level : nulled) {

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "util/recycling_pool.h"
+
 namespace stoker {
 namespace {
 
@@ -104,7 +106,8 @@ Result<std::shared_ptr<arrow::Array>> ConvertValues(const ValueConversion& conve
     if (conversion.decimals == DecimalMode::kScaledInt64) type = arrow::int64();
   }
   const int out_width = type->id() == arrow::Type::FLOAT ? 4 : 8;
-  STOKER_ASSIGN_OR_RAISE(auto values, arrow::AllocateBuffer(length * out_width));
+  STOKER_ASSIGN_OR_RAISE(auto values,
+                         arrow::AllocateBuffer(length * out_width, RecyclingPool::Get()));
   uint8_t* out = values->mutable_data();
   const uint8_t* validity = data.buffers[0] ? data.buffers[0]->data() : nullptr;
   auto valid = [&](int64_t i) {

@@ -14,6 +14,7 @@
 #include "decode/convert_values.h"
 #include "decode/vocabulary_ids.h"
 #include "resolve/user_transform.h"
+#include "util/recycling_pool.h"
 
 namespace stoker {
 
@@ -225,8 +226,9 @@ Result<std::shared_ptr<DecodedItem>> Decoder::Join(const Plan& plan, int segment
       }
       if (feature && spec.kind == ColumnKind::kDense) {
         // A stacked partition feature is read like a column: the value on every row.
-        ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> values,
-                              arrow::AllocateBuffer(seg.num_rows * sizeof(int64_t)));
+        ARROW_ASSIGN_OR_RAISE(
+            std::shared_ptr<arrow::Buffer> values,
+            arrow::AllocateBuffer(seg.num_rows * sizeof(int64_t), RecyclingPool::Get()));
         std::fill_n(reinterpret_cast<int64_t*>(values->mutable_data()), seg.num_rows,
                     source.partition_int);
         source.values = values->data();

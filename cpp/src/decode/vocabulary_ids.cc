@@ -6,6 +6,8 @@
 
 #include <vector>
 
+#include "util/recycling_pool.h"
+
 namespace stoker {
 namespace {
 
@@ -70,8 +72,9 @@ Result<std::shared_ptr<arrow::Array>> ApplyVocabulary(const Vocabulary& vocabula
                                                       const std::string& field,
                                                       const std::string& where) {
   const int64_t rows = column.length();
-  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> ids,
-                        arrow::AllocateBuffer(rows * static_cast<int64_t>(sizeof(int64_t))));
+  ARROW_ASSIGN_OR_RAISE(
+      std::shared_ptr<arrow::Buffer> ids,
+      arrow::AllocateBuffer(rows * static_cast<int64_t>(sizeof(int64_t)), RecyclingPool::Get()));
   std::vector<uint8_t> valid(rows);
   auto* out = reinterpret_cast<int64_t*>(ids->mutable_data());
   int64_t at = 0;
@@ -83,7 +86,7 @@ Result<std::shared_ptr<arrow::Array>> ApplyVocabulary(const Vocabulary& vocabula
   for (uint8_t v : valid) nulls += v == 0;
   std::shared_ptr<arrow::Buffer> validity;
   if (nulls > 0) {
-    ARROW_ASSIGN_OR_RAISE(validity, arrow::AllocateBitmap(rows));
+    ARROW_ASSIGN_OR_RAISE(validity, arrow::AllocateBitmap(rows, RecyclingPool::Get()));
     for (int64_t i = 0; i < rows; ++i) {
       arrow::bit_util::SetBitTo(validity->mutable_data(), i, valid[i] != 0);
     }
