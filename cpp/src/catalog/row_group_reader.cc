@@ -70,19 +70,17 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
         (*arrow_reader)->set_batch_size(std::max<int64_t>(rows, 1));
         auto batches = (*arrow_reader)->GetRecordBatchReader({rg.row_group}, leaves);
         std::shared_ptr<arrow::RecordBatch> batch;
-        if (batches.ok())
-          failure = (*batches)->ReadNext(&batch);
-        else
-          failure = batches.status();
+        failure = batches.ok() ? (*batches)->ReadNext(&batch) : batches.status();
         if (failure.ok() && (!batch || batch->num_rows() < rows)) {
           failure = Status::IOError("fewer rows than the footer says");
         }
         if (failure.ok()) {
           auto result = arrow::Table::FromRecordBatches({batch->Slice(0, rows)});
-          if (result.ok())
+          if (result.ok()) {
             table = *result;
-          else
+          } else {
             failure = result.status();
+          }
         }
       } else {
         auto result = (*arrow_reader)->ReadRowGroup(rg.row_group, leaves);
