@@ -69,6 +69,9 @@ struct CacheStats {
   /// Ready-tensor hits served after hashing the column chunks read from the file (files without
   /// a trusted identity, or changed since the loader opened them; docs/cache.md).
   int64_t content_checks = 0;
+  /// Reads of an entry file this process had not verified before: its payload is hashed. Later
+  /// reads of the same file, unchanged since, check its header only.
+  int64_t payload_checks = 0;
 
   template <typename F>
   void ForEachField(F&& f) const {
@@ -87,6 +90,7 @@ struct CacheStats {
     f("foreign", foreign);
     f("kept_in_use", kept_in_use);
     f("content_checks", content_checks);
+    f("payload_checks", payload_checks);
   }
 };
 

@@ -14,7 +14,7 @@ namespace stoker {
 struct DiskCacheCounters {
   std::atomic<int64_t> hits{0}, misses{0}, writes{0}, not_stored{0}, corrupt{0}, evictions{0},
       bytes_read{0}, bytes_written{0}, waits{0}, unavailable{0}, recreated{0}, foreign{0},
-      kept_in_use{0}, write_skipped{0};
+      kept_in_use{0}, write_skipped{0}, payload_checks{0};
 
   CacheStats Snapshot() const {
     CacheStats out;
@@ -32,6 +32,7 @@ struct DiskCacheCounters {
     out.foreign = foreign.load();
     out.kept_in_use = kept_in_use.load();
     out.write_skipped = write_skipped.load();
+    out.payload_checks = payload_checks.load();
     return out;
   }
 };

@@ -11,6 +11,9 @@
 //  - Get() returns only verified bytes: magic, format version, the full key (hashes name the
 //    files; the key in the header rules out collisions), size and an XXH64 checksum of the
 //    payload. A corrupt or truncated entry is deleted, counted in stats().corrupt, and is a miss.
+//    The payload is hashed on the first Get of each version of an entry file in this object
+//    (stats().payload_checks); later Gets of the same file, unchanged since (same inode, size and
+//    times, as left by this object's last read), skip the hash and check the header only.
 //  - Committed entries stay within `max_bytes` and the file system keeps `min_free_bytes` free:
 //    each commit evicts least-recently-used entries (last use = file mtime, set on write and hit).
 //    Entries being written count too: a writer reserves its entry's bytes under the folder lock
@@ -49,7 +52,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -203,8 +208,27 @@ class DiskCache {
   // Takes a key's lock (waiting for its holder) on the current lock file.
   Result<std::unique_ptr<KeyLock>> LockKey(off_t offset) const;
 
+  // Entry files whose payload this object verified, each as its stat() read after that Get's
+  // Touch: a warm epoch then reads each entry's bytes once (to gather), not twice. Any write to
+  // the file, or a new file on a reused inode, changes its times, so it is verified again.
+  class VerifiedFiles {
+   public:
+    bool Contains(const struct stat& st) const;
+    void Add(const struct stat& st);
+
+   private:
+    struct Version {
+      off_t size;
+      timespec mtime, ctime;
+    };
+    static constexpr size_t kMaxFiles = size_t{1} << 16;  // then forgotten, and verified again
+    mutable std::mutex mu_;
+    std::unordered_map<uint64_t, std::pair<dev_t, Version>> versions_;  // by inode
+  };
+
   const DiskCacheOptions options_;
   mutable DiskCacheCounters counters_;
+  VerifiedFiles verified_;
   // The folder's structure and lock file (cache_files.h), and its byte budget (cache_budget.h).
   const std::unique_ptr<const CacheFolderFiles> files_;
   const std::unique_ptr<const CacheBudget> budget_;

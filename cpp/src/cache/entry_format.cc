@@ -104,7 +104,8 @@ std::vector<uint8_t> EncodeEntryHead(const std::string& ns, const std::string& k
 }
 
 EntryCheck CheckEntry(const uint8_t* base, int64_t file_size, const std::string& ns,
-                      const std::string& key, int64_t* payload_offset, int64_t* payload_size) {
+                      const std::string& key, bool verify_payload, int64_t* payload_offset,
+                      int64_t* payload_size) {
   if (file_size < static_cast<int64_t>(sizeof(EntryHeader))) return EntryCheck::kCorrupt;
   EntryHeader header;
   std::memcpy(&header, base, sizeof(header));
@@ -125,7 +126,7 @@ EntryCheck CheckEntry(const uint8_t* base, int64_t file_size, const std::string&
     return EntryCheck::kOtherKey;
   }
   const uint8_t* payload = base + header.header_bytes;
-  if (XXH64(payload, header.payload_size, 0) != header.payload_checksum) {
+  if (verify_payload && XXH64(payload, header.payload_size, 0) != header.payload_checksum) {
     return EntryCheck::kCorrupt;
   }
   *payload_offset = static_cast<int64_t>(header.header_bytes);

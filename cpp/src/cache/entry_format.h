@@ -89,14 +89,17 @@ std::vector<uint8_t> EncodeEntryHead(const std::string& ns, const std::string& k
                                      const EntryParts& parts);
 
 enum class EntryCheck {
-  kValid,     // this key's entry, every byte verified
+  kValid,     // this key's entry, every byte verified (or its payload known to be)
   kOtherKey,  // a sound entry of another key whose name hashes the same
   kCorrupt,   // damaged, truncated, or not an entry of this format
 };
 
-/// Verifies the `file_size` bytes at `base` (a whole entry file) as the entry of (ns, key). When
-/// kValid, `*payload_offset` and `*payload_size` locate the payload.
+/// Verifies the `file_size` bytes at `base` (a whole entry file) as the entry of (ns, key): the
+/// header always, the payload's checksum when `verify_payload` (false only for a file whose
+/// payload this process has already verified). When kValid, `*payload_offset` and
+/// `*payload_size` locate the payload.
 EntryCheck CheckEntry(const uint8_t* base, int64_t file_size, const std::string& ns,
-                      const std::string& key, int64_t* payload_offset, int64_t* payload_size);
+                      const std::string& key, bool verify_payload, int64_t* payload_offset,
+                      int64_t* payload_size);
 
 }  // namespace stoker

@@ -101,6 +101,37 @@ def test_corrupt_entry_is_dropped_refetched_and_counted(dataset, tmp_path):
     assert stats["misses"] == 2
 
 
+def test_warm_epochs_hash_each_entry_once_and_a_rewrite_again(dataset, tmp_path):
+    """A loader hashes an entry's payload on its first read only (later epochs map the same file
+    and check the header); an entry damaged in place between epochs is still caught."""
+    cache_dir = str(tmp_path / "cache")
+    run(dataset, cache_dir)
+    loader = stoker.Loader(dataset, cache_dir=cache_dir, **OPTIONS)
+    reference = stoker.Loader(dataset, **OPTIONS)
+    first = digest(loader)
+    assert first == digest(reference)
+    stats = loader.stats()["cache"]
+    hits = stats["hits"]
+    assert hits > 0 and stats["payload_checks"] == len(entries(cache_dir))
+    loader.set_epoch(1)
+    reference.set_epoch(1)
+    assert digest(loader) == digest(reference)
+    stats = loader.stats()["cache"]
+    assert stats["hits"] >= 2 * hits - 1 and stats["payload_checks"] == len(entries(cache_dir))
+    path = entries(cache_dir)[0]
+    with open(path, "r+b") as f:  # same file, same size: one payload byte flipped
+        f.seek(-100, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-100, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 1]))
+    loader.set_epoch(2)
+    reference.set_epoch(2)
+    assert digest(loader) == digest(reference)
+    stats = loader.stats()["cache"]
+    assert stats["corrupt"] == 1 and stats["misses"] == 1
+    assert stats["payload_checks"] == len(entries(cache_dir)) + 1
+
+
 def test_cache_budget_is_respected(dataset, tmp_path):
     cache_dir = str(tmp_path / "cache")
     reference, _ = run(dataset)
