@@ -68,31 +68,51 @@ std::string Decoder::CacheName(const std::string& field) const {
          (column->options.on_error_zero ? "|on_error=zero" : "");
 }
 
-std::vector<DecodeTask> Decoder::MakeTasks(const Plan& plan, int segment,
-                                           int64_t task_bytes) const {
+std::vector<DecodeTask> Decoder::MakeTasks(const Plan& plan, int segment, int64_t task_bytes,
+                                           int min_tasks) const {
   const Segment& seg = plan.segments[segment];
   const RowGroupRef& rg = catalog_->row_groups()[seg.row_group];
   const double fraction = static_cast<double>(seg.num_rows) / static_cast<double>(rg.num_rows);
+  const auto& fields = spec_->file_fields;
+  // The whole row group is decoded even for a slice; its size is what a task costs. The fields
+  // are grouped by it alone, so every segment of a row group (wherever an epoch's rank or
+  // drop_last cut falls) gets the same groups: the ready-tensor cache keys an entry by its
+  // group, and a grouping that moved with the cut missed it epoch after epoch.
+  std::vector<int64_t> bytes(fields.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    bytes[i] = catalog_->FieldBytes(rg, fields[i]);
+    total += bytes[i];
+  }
+  // Equal shares, not tasks filled to task_bytes and a remainder: a row group of 1.1 x task_bytes
+  // was a full task and a tenth of one, so the first batch waited for the full one alone. A user
+  // transform sees all its inputs at once: one task.
+  int64_t count = 1;
+  if (!spec_->user_transform && !fields.empty()) {
+    count = std::max<int64_t>(
+        {(total + task_bytes - 1) / std::max<int64_t>(task_bytes, 1), int64_t{min_tasks}, 1});
+    count = std::min<int64_t>(count, static_cast<int64_t>(fields.size()));
+  }
   std::vector<DecodeTask> tasks;
   DecodeTask current;
   current.segment = segment;
-  int64_t whole_bytes = 0;  // the current task's fields in the whole row group
-  for (const auto& field : spec_->file_fields) {
-    // The whole row group is decoded even for a slice; its size is what the task costs. The
-    // fields are grouped by it alone, so every segment of a row group (wherever an epoch's
-    // rank or drop_last cut falls) gets the same groups: the ready-tensor cache keys an entry
-    // by its group, and a grouping that moved with the cut missed it epoch after epoch.
-    const int64_t bytes = catalog_->FieldBytes(rg, field);
-    // A user transform sees all its inputs at once: one task.
-    if (!current.fields.empty() && whole_bytes + bytes > task_bytes && !spec_->user_transform) {
+  int64_t index = 0, before = 0;  // the current task's share; bytes of the fields before
+  for (size_t i = 0; i < fields.size(); ++i) {
+    // A field goes to the share its middle falls in (one field per task when each gets one).
+    const int64_t share =
+        count == static_cast<int64_t>(fields.size())
+            ? static_cast<int64_t>(i)
+            : std::min(count - 1, total > 0 ? (2 * before + bytes[i]) * count / (2 * total) : 0);
+    before += bytes[i];
+    if (share != index && !current.fields.empty()) {
       tasks.push_back(std::move(current));
       current = DecodeTask{};
       current.segment = segment;
-      whole_bytes = 0;
     }
-    whole_bytes += bytes;
-    current.fields.push_back(field);
-    current.estimated_bytes += static_cast<int64_t>(std::llround(bytes * std::max(fraction, 0.0)));
+    index = share;
+    current.fields.push_back(fields[i]);
+    current.estimated_bytes +=
+        static_cast<int64_t>(std::llround(bytes[i] * std::max(fraction, 0.0)));
   }
   tasks.push_back(std::move(current));  // may be empty when only partition columns are read
   return tasks;

@@ -76,8 +76,10 @@ class Decoder {
  public:
   Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const OutputSpec> spec);
 
-  /// Splits a segment's columns into tasks of about `task_bytes` uncompressed bytes each.
-  std::vector<DecodeTask> MakeTasks(const Plan& plan, int segment, int64_t task_bytes) const;
+  /// Splits a segment's columns into tasks of about equal uncompressed bytes, at most about
+  /// `task_bytes` each, and at least `min_tasks` of them while there are columns to split.
+  std::vector<DecodeTask> MakeTasks(const Plan& plan, int segment, int64_t task_bytes,
+                                    int min_tasks = 1) const;
 
   /// A task's columns for its segment: DecodeRows of the segment's row group and rows (a head
   /// segment's row group decoded only up to the segment's end).

@@ -5,6 +5,7 @@
 
 #include <arrow/api.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,47 @@ TEST_F(DecoderTest, TasksGroupAColumnsByTheirFooterBytes) {
   ASSERT_EQ(half.size(), 1u);
   EXPECT_EQ(half[0].segment, 1);
   EXPECT_NEAR(static_cast<double>(half[0].estimated_bytes), footer_bytes / 2.0, 2.0);
+}
+
+// Tasks take equal shares of the row group's bytes (each field where its middle falls), not
+// task_bytes each and a remainder; min_tasks splits a segment that fits one task (the epoch's
+// head, among the workers), at most one field per task.
+TEST_F(DecoderTest, TasksAreEqualSharesAndAtLeastMinTasks) {
+  auto decoder = MakeDecoder(Options({"id", "x", "s"}));
+  ASSERT_NE(decoder, nullptr);
+  const Plan plan = PlanOf({{0, 0, 40, false}});
+  const RowGroupRef& rg = catalog_->row_groups()[0];
+  std::vector<int64_t> bytes;
+  int64_t total = 0;
+  for (const char* field : {"id", "x", "s"}) {
+    bytes.push_back(catalog_->FieldBytes(rg, field));
+    total += bytes.back();
+  }
+  const int64_t largest = *std::max_element(bytes.begin(), bytes.end());
+  auto fields_of = [](const std::vector<DecodeTask>& tasks) {
+    std::vector<std::string> all;
+    for (const auto& task : tasks) {
+      EXPECT_FALSE(task.fields.empty());
+      all.insert(all.end(), task.fields.begin(), task.fields.end());
+    }
+    return all;
+  };
+  const std::vector<std::string> in_order = {"id", "x", "s"};
+  for (int min_tasks : {1, 2, 3, 8}) {
+    SCOPED_TRACE(min_tasks);
+    auto tasks = decoder->MakeTasks(plan, 0, int64_t{1} << 30, min_tasks);
+    EXPECT_EQ(tasks.size(), static_cast<size_t>(std::min(min_tasks, 3)));
+    EXPECT_EQ(fields_of(tasks), in_order);
+  }
+  // Just under the row group's bytes: two shares, neither more than half plus a field.
+  auto two = decoder->MakeTasks(plan, 0, total - 1);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(fields_of(two), in_order);
+  for (const auto& task : two) {
+    int64_t task_bytes = 0;
+    for (const auto& field : task.fields) task_bytes += catalog_->FieldBytes(rg, field);
+    EXPECT_LE(task_bytes, total / 2 + largest);
+  }
 }
 
 TEST_F(DecoderTest, ASegmentIsItsRowGroupsRowsWithDictionariesResolved) {

@@ -54,7 +54,12 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
   for (int s = first_segment; s < static_cast<int>(plan_->segments.size()); ++s) {
     SegmentState& state = segments_[s];
     state.first_task = static_cast<int>(tasks_.size());
-    for (auto& task : decoder_->MakeTasks(*plan_, s, options_.task_bytes)) {
+    // The head (the first batch's rows) is split among the workers, so the first batch waits for
+    // a share of a row group's columns. Not with a tensor cache: there the head stores the whole
+    // row group's entries, grouped as every other segment of it (their keys).
+    const bool split = plan_->segments[s].head && !cached_decoder_;
+    for (auto& task :
+         decoder_->MakeTasks(*plan_, s, options_.task_bytes, split ? options_.num_workers : 1)) {
       tasks_.push_back(std::move(task));
       task_segment_.push_back(s);
     }
