@@ -46,6 +46,7 @@ from .generators import SPECS, TabularSpec, dataset_facts, ensure_tabular
 from .report import redacted, repo_relative
 from .machine import describe
 from .runners.common import all_tabular_columns
+from .suite import ATTEMPTS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ACCESS_KEY = "STOKERBENCHKEY"
@@ -357,7 +358,7 @@ def main(argv=None) -> int:
             runs.append(dict(system="raw S3 read (link ceiling)", epoch="cold", repeat=rep, **res))
             log("raw", runs[-1])
             for system in systems:
-                for attempt in range(3):
+                for attempt in range(ATTEMPTS):
                     res = _run_worker(dict(base, system=system), timeout)
                     short = not res.get("error") and res.get("rows") != facts["rows"]
                     runs.append(dict(system=system, epoch="local", repeat=rep, attempt=attempt,
@@ -369,7 +370,7 @@ def main(argv=None) -> int:
                     # Petastorm 0.13.1 sometimes ends an epoch after zero rows (see bench/README.md):
                     # such an epoch is kept in `runs` as short and measured again, a cold one with
                     # a fresh cache_dir (a short cold epoch leaves the cache half filled).
-                    for attempt in range(3):
+                    for attempt in range(ATTEMPTS):
                         if epoch == "cold":
                             cache = os.path.join(work, f"cache-{system}-{rep}-{attempt}")
                             os.makedirs(cache)

@@ -40,7 +40,7 @@ import time
 
 from .generators import SPECS, dataset_facts, ensure_tabular
 from .runners.common import all_tabular_columns
-from .suite import HERE, REPO
+from .suite import ATTEMPTS, HERE, REPO
 
 SYSTEMS = (
     ("petastorm_default", "Petastorm (defaults)"),
@@ -220,8 +220,9 @@ def run(profile: str, epochs: int, step_ms: float, data_dir: str, out_dir: str,
                    "step_ms": step_ms, "cache_dir": cache,
                    "row_bytes": facts["uncompressed_bytes"] // max(facts["rows"], 1), **extra}
             # Petastorm 0.13.1 sometimes ends an epoch early (bench/README.md): a run with a
-            # short epoch is repeated (with an empty cache) up to twice and reported as such.
-            for attempt in range(3):
+            # short epoch is repeated (with an empty cache), up to ATTEMPTS runs, and reported
+            # as such.
+            for attempt in range(ATTEMPTS):
                 shutil.rmtree(cache, ignore_errors=True)
                 os.makedirs(cache)
                 before = link.bytes_down() if link else 0

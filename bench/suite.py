@@ -66,9 +66,13 @@ def run_job(job: dict, timeout: float, module: str = "bench.worker") -> dict:
 ATTEMPTS = 4
 
 
-def _measure(job: dict, timeout: float, expected_rows: Optional[int], short: List[str]) -> dict:
+def measure(job: dict, timeout: float, expected_rows: Optional[int], short: List[str],
+            module: str = "bench.worker", log=_log) -> dict:
+    """Runs `job` (``run_job``), repeating it while its epoch ends short: fewer rows than
+    `expected_rows` (none when it is None), up to ATTEMPTS runs. Every short epoch is appended
+    to `short` and logged; ATTEMPTS short epochs in a row give a failed result naming them all."""
     for _ in range(ATTEMPTS):
-        result = run_job(job, timeout)
+        result = run_job(job, timeout, module=module)
         if result.get("status") != "ok":
             return result
         rows = result.get("rows", 0)
@@ -80,7 +84,7 @@ def _measure(job: dict, timeout: float, expected_rows: Optional[int], short: Lis
             return result
         want = expected_rows if expected_rows is not None else "> 0"
         short.append(f"delivered {rows} of {want} rows")
-        _log(f"  {job['runner']:18s} short epoch: delivered {rows} of {want} rows; repeating")
+        log(f"  {job['runner']:18s} short epoch: delivered {rows} of {want} rows; repeating")
     return {**result, "status": "failed",
             "reason": f"{ATTEMPTS} attempts in a row ended early: " + "; ".join(short[-ATTEMPTS:])}
 
@@ -172,7 +176,7 @@ def run_suite(profile: str, name: str, data_root: str, out_dir: str,
             for n in names:
                 if n in skip:
                     continue
-                result = _measure({**base, "runner": n}, conf["timeout"], facts["rows"], short[n])
+                result = measure({**base, "runner": n}, conf["timeout"], facts["rows"], short[n])
                 runs[n].append(result)
                 if result.get("status") == "ok":
                     _log(f"  {n:18s} rep {rep}: {result['rows'] / result['wall_s']:>12,.0f} rows/s  "
@@ -198,7 +202,7 @@ def run_suite(profile: str, name: str, data_root: str, out_dir: str,
                     continue
                 stalls = []
                 for _ in range(conf["stall_repeats"]):
-                    r = _measure({**base, "runner": n, "step_s": step,
+                    r = measure({**base, "runner": n, "step_s": step,
                                   "max_batches": conf["stall_batches"]}, conf["timeout"],
                                  None, short[n])
                     if r.get("status") == "ok" and r.get("stall_fraction") is not None:
