@@ -29,15 +29,15 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from typing import Dict, List, Optional
 
 import numpy as np
 
+from .jobs import run_job
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 TIMEOUT = 600
 GENERATOR_VERSION = 1
 
@@ -230,8 +230,7 @@ _STRIP_EDITABLE = (
 
 
 def _run_child(job: dict, stoker_path: Optional[str] = None) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    pythonpath = []
     if stoker_path:
         # Another build, in this process and in the spawned workers: a sitecustomize drops the
         # editable install's finder (it would win over sys.path), then PATH comes first.
@@ -240,17 +239,8 @@ def _run_child(job: dict, stoker_path: Optional[str] = None) -> dict:
         site = tempfile.mkdtemp(prefix="pyw-site-")
         with open(os.path.join(site, "sitecustomize.py"), "w") as f:
             f.write(_STRIP_EDITABLE)
-        env["PYTHONPATH"] = os.pathsep.join([site, stoker_path, env["PYTHONPATH"]])
-    try:
-        proc = subprocess.run([sys.executable, "-m", "bench.pyworkers", "--child", json.dumps(job)],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        return {"status": "failed", "reason": f"timed out after {TIMEOUT} s"}
-    marker = proc.stdout.rfind("@@RESULT@@")
-    if marker < 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        return {"status": "failed", "reason": f"exit {proc.returncode}: " + " | ".join(tail)}
-    return json.loads(proc.stdout[marker + len("@@RESULT@@"):].strip().splitlines()[0])
+        pythonpath = [site, stoker_path]
+    return run_job(job, "bench.pyworkers", "--child", timeout=TIMEOUT, pythonpath=pythonpath)
 
 
 # ------------------------------------------------------------------------ the parent
