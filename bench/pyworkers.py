@@ -229,18 +229,19 @@ _STRIP_EDITABLE = (
     " and 'scikit' not in type(f).__name__.lower()]\n")
 
 
-def _run_child(job: dict, stoker_path: Optional[str] = None) -> dict:
-    pythonpath = []
-    if stoker_path:
-        # Another build, in this process and in the spawned workers: a sitecustomize drops the
-        # editable install's finder (it would win over sys.path), then PATH comes first.
-        import tempfile
+def _build_path(stoker_path: Optional[str]) -> List[str]:
+    """The PYTHONPATH entries that make a child (and its spawned workers) import the build in
+    `stoker_path` (none for this build)."""
+    if not stoker_path:
+        return []
+    # A sitecustomize drops the editable install's finder (it would win over sys.path), then
+    # PATH comes first.
+    import tempfile
 
-        site = tempfile.mkdtemp(prefix="pyw-site-")
-        with open(os.path.join(site, "sitecustomize.py"), "w") as f:
-            f.write(_STRIP_EDITABLE)
-        pythonpath = [site, stoker_path]
-    return run_job(job, "bench.pyworkers", "--child", timeout=TIMEOUT, pythonpath=pythonpath)
+    site = tempfile.mkdtemp(prefix="pyw-site-")
+    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+        f.write(_STRIP_EDITABLE)
+    return [site, stoker_path]
 
 
 # ------------------------------------------------------------------------ the parent
@@ -284,7 +285,8 @@ def run(name: str, data_dir: str, out_dir: str, repeats: int, gil_rows: int, gil
             for mode, workers, stoker_path in modes:
                 job = {"kind": kind, "path": path, "python_workers": workers,
                        "batch_size": BATCH_SIZE, "loop": cal["loop"]}
-                result = _run_child(job, stoker_path)
+                result = run_job(job, "bench.pyworkers", "--child", timeout=TIMEOUT,
+                                 pythonpath=_build_path(stoker_path))
                 runs.setdefault(case, {}).setdefault(mode, []).append(result)
                 if result.get("status") == "ok":
                     e = result["epochs"][1]

@@ -46,7 +46,7 @@ from typing import Any, Dict, List, Optional
 
 from .generators import SPECS, dataset_facts, ensure_images
 from .jobs import run_job
-from .suite import HERE
+from .suite import HERE, WORKER_ENV as SUITE_WORKER_ENV
 
 PROFILES = {
     "smoke": {"batch_size": 16, "epochs": 2, "repeats": 1, "handoff_calls": 5, "timeout": 150},
@@ -380,17 +380,15 @@ def worker_main(job: dict) -> None:
 
 # ------------------------------------------------------------------------------ the driver
 
-# The worker's environment (set unless the caller's environment sets them).
+# The worker's environment (set unless the caller's environment sets them): the suite's runners'
+# (Ray's logs, auth and usage stats, offline Hugging Face, no warnings), and
 WORKER_ENV = {
-    "RAY_DEDUP_LOGS": "0",
-    "RAY_AUTH_MODE": "disabled",  # a loopback-only cluster, started per run
-    "RAY_USAGE_STATS_ENABLED": "0",
+    **SUITE_WORKER_ENV,
     "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
     # No idle workers started with the cluster: on 2 cores they compete with the start-up
     # (actors and Ray Data's tasks start their own worker processes, counted in rows/s).
     "RAY_prestart_worker_first_driver": "0",
     "RAY_enable_worker_prestart": "0",
-    "PYTHONWARNINGS": "ignore",
 }
 
 
