@@ -25,14 +25,17 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+from .jobs import MARKER, run_job
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+# One epoch in a fresh process: run_job(job, **CHILD) (a failed child raises).
+CHILD = dict(module="bench.fill_stability", flag="--child", timeout=600, check=True)
 
 
 def _vm() -> dict:
@@ -141,16 +144,6 @@ def child(job: dict) -> dict:
                                                 "write_throttled")}}
 
 
-def run_child(job: dict) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-m", "bench.fill_stability", "--child", json.dumps(job)],
-                          capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr[-2000:])
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def _set_dirty(dirty_bytes: int):
     names = ("dirty_bytes", "dirty_background_bytes", "dirty_ratio", "dirty_background_ratio")
     saved = {}
@@ -191,7 +184,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="append the result to this file")
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+        print(MARKER + json.dumps(child(json.loads(args.child))), flush=True)
         return 0
 
     sys.path.insert(0, REPO)
@@ -207,10 +200,10 @@ def main(argv=None) -> int:
     runs = []
     try:
         job = {"path": path, "threads": args.threads, "cache_root": args.cache_root}
-        run_child({**job, "variant": "none"})  # warms the page cache with the dataset
+        run_job({**job, "variant": "none"}, **CHILD)  # warms the page cache with the dataset
         for i in range(args.runs):
             order = ("none", "fill") if i % 2 == 0 else ("fill", "none")
-            pair = {v: run_child({**job, "variant": v}) for v in order}
+            pair = {v: run_job({**job, "variant": v}, **CHILD) for v in order}
             ratio = pair["none"]["wall_s"] / pair["fill"]["wall_s"]
             f = pair["fill"]
             peak = f["vm_peak"]

@@ -11,7 +11,7 @@ limits (``bench.matrix_limits``):
 - first batch in batch times: the cold epoch's time to its first batch over its steady-state time
   per batch.
 
-Every measurement runs in a fresh process (``bench.suite.run_job``, module ``bench.matrix``);
+Every measurement runs in a fresh process (``bench.jobs.run_job``, module ``bench.matrix``);
 medians over the repeats. The in-memory gathers share one process per repeat (their arrays are
 loaded once, untimed; the gathers run in a rotated order).
 """
@@ -217,7 +217,8 @@ def _rate(runs: List[dict]) -> dict:
 def run_shape(shape: ms.Shape, data_root: str, threads: int, repeats: int, full: bool,
               tiny: Optional[int] = None, seed: int = 7) -> dict:
     from . import matrix_limits as ml
-    from .suite import run_job
+    from .jobs import run_job
+    from .suite import WORKER_ENV
 
     if shape.not_run:
         return {"title": shape.title, "status": "not run", "reason": shape.not_run}
@@ -257,16 +258,19 @@ def run_shape(shape: ms.Shape, data_root: str, threads: int, repeats: int, full:
     decoders = [n for n in ml.readers(shape) if checks[n][0]]
     for rep in range(repeats):
         for v in stoker_variants:
-            r = run_job({**base, "kind": "stoker", "variant": v}, TIMEOUT, module="bench.matrix")
+            r = run_job({**base, "kind": "stoker", "variant": v}, "bench.matrix", timeout=TIMEOUT,
+                        env=WORKER_ENV, timed=True)
             if _ok(r) and r["rows"] != rows:
                 r = {"status": "failed", "reason": f"stoker delivered {r['rows']} of {rows} rows"}
             runs.setdefault(f"stoker-{v}", []).append(r)
         for n in decoders:
-            r = run_job({**base, "kind": "decode", "reader": n}, TIMEOUT, module="bench.matrix")
+            r = run_job({**base, "kind": "decode", "reader": n}, "bench.matrix", timeout=TIMEOUT,
+                        env=WORKER_ENV, timed=True)
             if _ok(r) and r["rows"] != rows:
                 r = {"status": "failed", "reason": f"{r['rows']} of {rows} rows"}
             runs.setdefault(n, []).append(r)
-        r = run_job({**base, "kind": "memory", "rotate": rep}, TIMEOUT, module="bench.matrix")
+        r = run_job({**base, "kind": "memory", "rotate": rep}, "bench.matrix", timeout=TIMEOUT,
+                    env=WORKER_ENV, timed=True)
         for kind in ml.GATHERS:
             if kind not in checks:
                 continue

@@ -28,13 +28,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Dict, List, Optional
 
 from . import machine
 from . import matrix_shapes as ms
+from .jobs import MARKER, run_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -42,6 +42,8 @@ DEFAULT_SHAPES = ["narrow", "wide", "many", "strings"]
 FRACTIONS = [0.5, 1.0, 2.0]
 TARGET = 1.10
 TIMEOUT = 300
+# One epoch in a fresh process: run_job(job, **CHILD) (a failed child raises).
+CHILD = dict(module="bench.overlap", flag="--child", timeout=TIMEOUT, check=True)
 
 
 def _log(msg: str) -> None:
@@ -111,16 +113,6 @@ def _child(job: dict) -> dict:
 
 # ------------------------------------------------------------------ in the parent
 
-def _run(job: dict) -> dict:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "bench.overlap", "--child", json.dumps(job)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    if proc.returncode != 0:
-        raise RuntimeError(f"child failed ({job['shape']}, step {job['step_s']}):\n"
-                           + proc.stdout[-2000:] + proc.stderr[-2000:])
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def _median_run(runs: List[dict]) -> dict:
     walls = sorted(r["wall_s"] for r in runs)
     mid = walls[len(walls) // 2]
@@ -136,7 +128,7 @@ def run_shape(shape: ms.Shape, root: str, builds: Dict[str, Optional[str]], thre
     loader_only: Dict[str, List[dict]] = {b: [] for b in builds}
     for _ in range(repeats):  # repeats interleaved across builds
         for b, p in builds.items():
-            loader_only[b].append(_run(dict(base, step_s=0.0, stoker_path=p)))
+            loader_only[b].append(run_job(dict(base, step_s=0.0, stoker_path=p), **CHILD))
     steps: Dict[str, Dict[float, float]] = {}
     for b in builds:
         L = statistics.median(r["wall_s"] for r in loader_only[b])
@@ -150,12 +142,12 @@ def run_shape(shape: ms.Shape, root: str, builds: Dict[str, Optional[str]], thre
         # One step as long as the loader-only epoch after the first batch: how many batches were
         # finished meanwhile (the base engine stops at num_threads + 2).
         o = out["builds"][b]
-        o["pause"] = _run(dict(base, step_s=0.0, pause_s=o["L_s"], stoker_path=p))
+        o["pause"] = run_job(dict(base, step_s=0.0, pause_s=o["L_s"], stoker_path=p), **CHILD)
     sleeps: Dict[str, Dict[float, List[dict]]] = {b: {f: [] for f in fractions} for b in builds}
     for _ in range(repeats):
         for f in fractions:
             for b, p in builds.items():
-                sleeps[b][f].append(_run(dict(base, step_s=steps[b][f], stoker_path=p)))
+                sleeps[b][f].append(run_job(dict(base, step_s=steps[b][f], stoker_path=p), **CHILD))
     for b in builds:
         o = out["builds"][b]
         L, n, fb = o["L_s"], o["batches"], o["first_batch_s"]
@@ -305,7 +297,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--name", default="overlap")
     args = p.parse_args(argv)
     if args.child:
-        print(json.dumps(_child(json.loads(args.child))))
+        print(MARKER + json.dumps(_child(json.loads(args.child))), flush=True)
         return 0
     builds: Dict[str, Optional[str]] = {}
     for spec in args.stoker:

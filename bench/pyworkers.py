@@ -29,15 +29,15 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from typing import Dict, List, Optional
 
 import numpy as np
 
+from .jobs import run_job
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 TIMEOUT = 600
 GENERATOR_VERSION = 1
 
@@ -229,28 +229,19 @@ _STRIP_EDITABLE = (
     " and 'scikit' not in type(f).__name__.lower()]\n")
 
 
-def _run_child(job: dict, stoker_path: Optional[str] = None) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    if stoker_path:
-        # Another build, in this process and in the spawned workers: a sitecustomize drops the
-        # editable install's finder (it would win over sys.path), then PATH comes first.
-        import tempfile
+def _build_path(stoker_path: Optional[str]) -> List[str]:
+    """The PYTHONPATH entries that make a child (and its spawned workers) import the build in
+    `stoker_path` (none for this build)."""
+    if not stoker_path:
+        return []
+    # A sitecustomize drops the editable install's finder (it would win over sys.path), then
+    # PATH comes first.
+    import tempfile
 
-        site = tempfile.mkdtemp(prefix="pyw-site-")
-        with open(os.path.join(site, "sitecustomize.py"), "w") as f:
-            f.write(_STRIP_EDITABLE)
-        env["PYTHONPATH"] = os.pathsep.join([site, stoker_path, env["PYTHONPATH"]])
-    try:
-        proc = subprocess.run([sys.executable, "-m", "bench.pyworkers", "--child", json.dumps(job)],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        return {"status": "failed", "reason": f"timed out after {TIMEOUT} s"}
-    marker = proc.stdout.rfind("@@RESULT@@")
-    if marker < 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        return {"status": "failed", "reason": f"exit {proc.returncode}: " + " | ".join(tail)}
-    return json.loads(proc.stdout[marker + len("@@RESULT@@"):].strip().splitlines()[0])
+    site = tempfile.mkdtemp(prefix="pyw-site-")
+    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+        f.write(_STRIP_EDITABLE)
+    return [site, stoker_path]
 
 
 # ------------------------------------------------------------------------ the parent
@@ -294,7 +285,8 @@ def run(name: str, data_dir: str, out_dir: str, repeats: int, gil_rows: int, gil
             for mode, workers, stoker_path in modes:
                 job = {"kind": kind, "path": path, "python_workers": workers,
                        "batch_size": BATCH_SIZE, "loop": cal["loop"]}
-                result = _run_child(job, stoker_path)
+                result = run_job(job, "bench.pyworkers", "--child", timeout=TIMEOUT,
+                                 pythonpath=_build_path(stoker_path))
                 runs.setdefault(case, {}).setdefault(mode, []).append(result)
                 if result.get("status") == "ok":
                     e = result["epochs"][1]

@@ -39,14 +39,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 import zlib
 from typing import Any, Dict, List, Optional
 
 from .generators import SPECS, dataset_facts, ensure_images
-from .suite import HERE, REPO
+from .jobs import run_job
+from .suite import HERE, WORKER_ENV as SUITE_WORKER_ENV
 
 PROFILES = {
     "smoke": {"batch_size": 16, "epochs": 2, "repeats": 1, "handoff_calls": 5, "timeout": 150},
@@ -380,37 +380,16 @@ def worker_main(job: dict) -> None:
 
 # ------------------------------------------------------------------------------ the driver
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("RAY_DEDUP_LOGS", "0")
-    env.setdefault("RAY_AUTH_MODE", "disabled")  # a loopback-only cluster, started per run
-    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    env.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+# The worker's environment (set unless the caller's environment sets them): the suite's runners'
+# (Ray's logs, auth and usage stats, offline Hugging Face, no warnings), and
+WORKER_ENV = {
+    **SUITE_WORKER_ENV,
+    "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
     # No idle workers started with the cluster: on 2 cores they compete with the start-up
     # (actors and Ray Data's tasks start their own worker processes, counted in rows/s).
-    env.setdefault("RAY_prestart_worker_first_driver", "0")
-    env.setdefault("RAY_enable_worker_prestart", "0")
-    env.setdefault("PYTHONWARNINGS", "ignore")
-    return env
-
-
-def run_job(job: dict, timeout: float) -> dict:
-    started = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, "-m", "bench.ray_scaleout", "--worker",
-                               json.dumps(job)], capture_output=True, text=True, timeout=timeout,
-                              cwd=REPO, env=_env())
-    except subprocess.TimeoutExpired:
-        return {"status": "failed", "reason": f"timed out after {timeout:.0f} s"}
-    marker = proc.stdout.rfind("@@RESULT@@")
-    if marker < 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        return {"status": "failed",
-                "reason": (f"worker exited with {proc.returncode}: " + " | ".join(tail))[:600]}
-    result = json.loads(proc.stdout[marker + len("@@RESULT@@"):].strip().splitlines()[0])
-    result["process_s"] = time.perf_counter() - started
-    return result
+    "RAY_prestart_worker_first_driver": "0",
+    "RAY_enable_worker_prestart": "0",
+}
 
 
 def _log(msg: str) -> None:
@@ -571,14 +550,16 @@ def run(profile: str, data_dir: str, out_dir: str, step_ms: float, repeats: Opti
                                     else "to_chw -> uint8 (no normalize)")},
         "configs": {}}
     _log(f"hand-off on a 2-node Cluster ({prof['handoff_calls']} calls per size)")
-    report["handoff"] = run_job({**base, "config": "handoff"}, prof["timeout"])
+    report["handoff"] = run_job({**base, "config": "handoff"}, "bench.ray_scaleout", "--worker",
+                                timeout=prof["timeout"], env=WORKER_ENV, timed=True)
     if report["handoff"]["status"] != "ok":
         _log(f"  handoff: {report['handoff'].get('reason')}")
     runs: Dict[str, List[dict]] = {c: [] for c in configs}
     for _ in range(repeats):  # interleaved: a change in the machine's load falls on every config
         for config in configs:
             _log(f"{config}: {LABELS[config]}")
-            result = run_job({**base, "config": config}, prof["timeout"])
+            result = run_job({**base, "config": config}, "bench.ray_scaleout", "--worker",
+                             timeout=prof["timeout"], env=WORKER_ENV, timed=True)
             _log(f"  {result['status']}: " + (f"{result['rows']} rows, {result['rows_per_s']:.1f} "
                  "rows/s" if result["status"] == "ok" else str(result.get("reason"))))
             runs[config].append(result)

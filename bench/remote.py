@@ -46,6 +46,8 @@ from .generators import SPECS, TabularSpec, dataset_facts, ensure_tabular
 from .report import redacted, repo_relative
 from .machine import describe
 from .runners.common import all_tabular_columns
+from .jobs import run_job
+from .suite import ATTEMPTS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ACCESS_KEY = "STOKERBENCHKEY"
@@ -209,23 +211,16 @@ class Link:
 
 
 def _run_worker(job, timeout):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    try:
-        # The job (with the storage credentials) goes through stdin: a command line is readable
-        # by every user of the machine (/proc/<pid>/cmdline, ps).
-        proc = subprocess.run([sys.executable, "-m", "bench.remote_worker"], input=json.dumps(job),
-                              cwd=os.path.dirname(HERE), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"unavailable: timed out after {timeout} s"}
+    # The job (with the storage credentials) goes through stdin: a command line is readable by
+    # every user of the machine (/proc/<pid>/cmdline, ps). bench.remote_worker prints
+    # "RESULT <json>"; a failure is a row's "error", "unavailable: <why>".
+    res = run_job(job, "bench.remote_worker", timeout=timeout, stdin=True,
+                  env={"PYTHONUNBUFFERED": "1"}, marker="RESULT ")
+    if res.get("status") == "failed":  # the worker's own results have no status
+        res = {"error": "unavailable: " + res["reason"]}
     storage = job.get("storage", {})
     secrets = [str(storage[k]) for k in ("secret_key", "session_token") if k in storage]
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return redacted(json.loads(line[7:]), secrets)
-    tail = (proc.stderr or "").strip().splitlines()[-6:]
-    error = "unavailable: exit %d: %s" % (proc.returncode, " | ".join(tail)[-900:])
-    return redacted({"error": error}, secrets)
+    return redacted(res, secrets)
 
 
 NOTES = [
@@ -357,7 +352,7 @@ def main(argv=None) -> int:
             runs.append(dict(system="raw S3 read (link ceiling)", epoch="cold", repeat=rep, **res))
             log("raw", runs[-1])
             for system in systems:
-                for attempt in range(3):
+                for attempt in range(ATTEMPTS):
                     res = _run_worker(dict(base, system=system), timeout)
                     short = not res.get("error") and res.get("rows") != facts["rows"]
                     runs.append(dict(system=system, epoch="local", repeat=rep, attempt=attempt,
@@ -369,7 +364,7 @@ def main(argv=None) -> int:
                     # Petastorm 0.13.1 sometimes ends an epoch after zero rows (see bench/README.md):
                     # such an epoch is kept in `runs` as short and measured again, a cold one with
                     # a fresh cache_dir (a short cold epoch leaves the cache half filled).
-                    for attempt in range(3):
+                    for attempt in range(ATTEMPTS):
                         if epoch == "cold":
                             cache = os.path.join(work, f"cache-{system}-{rep}-{attempt}")
                             os.makedirs(cache)

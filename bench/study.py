@@ -33,14 +33,14 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
 from .generators import SPECS, dataset_facts, ensure_tabular
 from .runners.common import all_tabular_columns
-from .suite import HERE, REPO
+from .jobs import run_job
+from .suite import ATTEMPTS, HERE
 
 SYSTEMS = (
     ("petastorm_default", "Petastorm (defaults)"),
@@ -163,24 +163,6 @@ def worker(job: dict) -> dict:
 
 # ----------------------------------------------------------------------------------- driver
 
-def _run(job: dict, timeout: float) -> dict:
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               PYTHONWARNINGS="ignore")
-    try:
-        # The job goes through stdin: it may hold storage credentials, and a command line is
-        # readable by every user of the machine.
-        proc = subprocess.run([sys.executable, "-m", "bench.study", "--worker", "-"],
-                              input=json.dumps(job), capture_output=True, text=True,
-                              timeout=timeout, cwd=REPO, env=env)
-    except subprocess.TimeoutExpired:
-        return {"status": "failed", "reason": f"timed out after {timeout:.0f} s"}
-    for line in proc.stdout.splitlines():
-        if line.startswith("@@RESULT@@"):
-            return json.loads(line[len("@@RESULT@@"):])
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-    return {"status": "failed", "reason": f"exit {proc.returncode}: " + " | ".join(tail)[-500:]}
-
-
 def run(profile: str, epochs: int, step_ms: float, data_dir: str, out_dir: str,
         systems=None, remote: dict | None = None) -> dict:
     link = None
@@ -220,12 +202,16 @@ def run(profile: str, epochs: int, step_ms: float, data_dir: str, out_dir: str,
                    "step_ms": step_ms, "cache_dir": cache,
                    "row_bytes": facts["uncompressed_bytes"] // max(facts["rows"], 1), **extra}
             # Petastorm 0.13.1 sometimes ends an epoch early (bench/README.md): a run with a
-            # short epoch is repeated (with an empty cache) up to twice and reported as such.
-            for attempt in range(3):
+            # short epoch is repeated (with an empty cache), up to ATTEMPTS runs, and reported
+            # as such.
+            for attempt in range(ATTEMPTS):
                 shutil.rmtree(cache, ignore_errors=True)
                 os.makedirs(cache)
                 before = link.bytes_down() if link else 0
-                result = _run(job, timeout=1800)
+                # The job goes through stdin: it may hold storage credentials, and a command
+                # line is readable by every user of the machine.
+                result = run_job(job, "bench.study", "--worker", timeout=1800, stdin=True,
+                                 env={"PYTHONWARNINGS": "ignore"})
                 if link:
                     result["link_bytes"] = link.bytes_down() - before
                 result["label"] = label

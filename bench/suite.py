@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import time
 from typing import Dict, List, Optional
 
 from . import generators, machine, metrics
+from .jobs import run_job
 from .runners import LABELS, load, names_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 
 # Per profile: repeats of the throughput pass, of the stall pass, the stall pass's batch cap,
 # and the timeout of one measurement.
@@ -33,32 +30,15 @@ def _log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_job(job: dict, timeout: float, module: str = "bench.worker") -> dict:
-    """Runs one measurement in a fresh interpreter (``python -m <module> JOB_JSON``); returns its
-    result dict."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("RAY_DEDUP_LOGS", "0")
-    env.setdefault("RAY_AUTH_MODE", "disabled")  # a loopback-only cluster, started per run
-    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    env.setdefault("HF_DATASETS_OFFLINE", "1")
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("PYTHONWARNINGS", "ignore")
-    started = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, "-m", module, json.dumps(job)],
-                              capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
-    except subprocess.TimeoutExpired:
-        return {"status": "failed", "reason": f"timed out after {timeout:.0f} s"}
-    out = proc.stdout
-    marker = out.rfind("@@RESULT@@")
-    if marker < 0:
-        tail = (proc.stderr or out).strip().splitlines()[-3:]
-        return {"status": "failed",
-                "reason": (f"worker exited with {proc.returncode}: " + " | ".join(tail))[:400]}
-    result = json.loads(out[marker + len("@@RESULT@@"):].strip().splitlines()[0])
-    result["process_s"] = time.perf_counter() - started
-    return result
+# The environment of a runner's process (set unless the caller's environment sets them).
+WORKER_ENV = {
+    "RAY_DEDUP_LOGS": "0",
+    "RAY_AUTH_MODE": "disabled",  # a loopback-only cluster, started per run
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "HF_DATASETS_OFFLINE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "PYTHONWARNINGS": "ignore",
+}
 
 
 # A measurement whose epoch ends early (Petastorm 0.13.1's thread pool sometimes stops after
@@ -66,9 +46,14 @@ def run_job(job: dict, timeout: float, module: str = "bench.worker") -> dict:
 ATTEMPTS = 4
 
 
-def _measure(job: dict, timeout: float, expected_rows: Optional[int], short: List[str]) -> dict:
+def measure(job: dict, timeout: float, expected_rows: Optional[int], short: List[str],
+            module: str = "bench.worker", log=_log) -> dict:
+    """Runs `job` in a fresh process (``python -m <module> JOB_JSON``, bench.jobs.run_job) and
+    repeats it while its epoch ends short (rows other than `expected_rows`; no rows when that is
+    None), up to ATTEMPTS runs. Every short epoch is appended to `short` and logged; ATTEMPTS
+    short epochs in a row give a failed result naming them all."""
     for _ in range(ATTEMPTS):
-        result = run_job(job, timeout)
+        result = run_job(job, module, timeout=timeout, env=WORKER_ENV, timed=True)
         if result.get("status") != "ok":
             return result
         rows = result.get("rows", 0)
@@ -80,7 +65,7 @@ def _measure(job: dict, timeout: float, expected_rows: Optional[int], short: Lis
             return result
         want = expected_rows if expected_rows is not None else "> 0"
         short.append(f"delivered {rows} of {want} rows")
-        _log(f"  {job['runner']:18s} short epoch: delivered {rows} of {want} rows; repeating")
+        log(f"  {job['runner']:18s} short epoch: delivered {rows} of {want} rows; repeating")
     return {**result, "status": "failed",
             "reason": f"{ATTEMPTS} attempts in a row ended early: " + "; ".join(short[-ATTEMPTS:])}
 
@@ -172,7 +157,7 @@ def run_suite(profile: str, name: str, data_root: str, out_dir: str,
             for n in names:
                 if n in skip:
                     continue
-                result = _measure({**base, "runner": n}, conf["timeout"], facts["rows"], short[n])
+                result = measure({**base, "runner": n}, conf["timeout"], facts["rows"], short[n])
                 runs[n].append(result)
                 if result.get("status") == "ok":
                     _log(f"  {n:18s} rep {rep}: {result['rows'] / result['wall_s']:>12,.0f} rows/s  "
@@ -198,7 +183,7 @@ def run_suite(profile: str, name: str, data_root: str, out_dir: str,
                     continue
                 stalls = []
                 for _ in range(conf["stall_repeats"]):
-                    r = _measure({**base, "runner": n, "step_s": step,
+                    r = measure({**base, "runner": n, "step_s": step,
                                   "max_batches": conf["stall_batches"]}, conf["timeout"],
                                  None, short[n])
                     if r.get("status") == "ok" and r.get("stall_fraction") is not None:

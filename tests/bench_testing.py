@@ -13,15 +13,17 @@ STUDY_SYSTEMS = {"petastorm_default", "petastorm_study", "torch_dataloader", "st
                  "stoker_cache"}
 
 
-def run_bench(module: str, tmp_path: pathlib.Path, *args: str) -> pathlib.Path:
+def run_bench(module: str, tmp_path: pathlib.Path, *args: str,
+              timeout: float = 390) -> pathlib.Path:
     """Runs ``python -m <module> <args> --data-dir <tmp>/data --out-dir <tmp>/out`` from the
-    repository root, asserts it succeeded (its output tails otherwise) and returns the out dir."""
+    repository root (killed after `timeout` seconds), asserts it succeeded (its output tails
+    otherwise) and returns the out dir."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(
         [sys.executable, "-m", module, *args,
          "--data-dir", str(tmp_path / "data"), "--out-dir", str(tmp_path / "out")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=390)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return tmp_path / "out"
 
 

@@ -8,22 +8,13 @@ every row.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+from bench_testing import run_bench
 
 
 def test_overlap_report_structure_and_every_row(tmp_path):
-    out_dir = tmp_path / "results"
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.overlap", "--tiny", "20000", "--repeats", "1",
-         "--shapes", "narrow,strings", "--name", "overlap-test", "--data-dir",
-         str(tmp_path / "data"), "--out-dir", str(out_dir)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=170)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out_dir = run_bench("bench.overlap", tmp_path, "--tiny", "20000", "--repeats", "1",
+                        "--shapes", "narrow,strings", "--name", "overlap-test", timeout=170)
     report = json.loads((out_dir / "overlap-test.json").read_text())
     md = (out_dir / "overlap-test.md").read_text()
 

@@ -7,22 +7,13 @@ and the same rows (the digests of the delivered batches agree between threads an
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+from bench_testing import run_bench
 
 
 def test_pyworkers_report_structure_and_same_rows(tmp_path):
-    out_dir = tmp_path / "results"
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.pyworkers", "--tiny", "--repeats", "1", "--widths", "8,64",
-         "--us-per-row", "5", "--name", "pyworkers-test", "--data-dir", str(tmp_path / "data"),
-         "--out-dir", str(out_dir)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=170)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out_dir = run_bench("bench.pyworkers", tmp_path, "--tiny", "--repeats", "1", "--widths",
+                        "8,64", "--us-per-row", "5", "--name", "pyworkers-test", timeout=170)
     report = json.loads((out_dir / "pyworkers-test.json").read_text())
     md = (out_dir / "pyworkers-test.md").read_text()
 
