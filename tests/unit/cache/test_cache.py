@@ -124,12 +124,16 @@ def test_warm_epochs_hash_each_entry_once_and_a_rewrite_again(dataset, tmp_path)
         byte = f.read(1)
         f.seek(-100, os.SEEK_END)
         f.write(bytes([byte[0] ^ 1]))
+    checks, writes = stats["payload_checks"], stats["writes"]
     loader.set_epoch(2)
     reference.set_epoch(2)
     assert digest(loader) == digest(reference)
     stats = loader.stats()["cache"]
     assert stats["corrupt"] == 1 and stats["misses"] == 1
-    assert stats["payload_checks"] == len(entries(cache_dir)) + 1
+    # The damaged file was hashed again (and found corrupt); the entry written in its place is
+    # hashed if this epoch reads it again (the head's row group is read twice). Nothing else.
+    rewritten = stats["writes"] - writes
+    assert checks + 1 <= stats["payload_checks"] <= checks + 1 + rewritten
 
 
 def test_cache_budget_is_respected(dataset, tmp_path):
