@@ -88,6 +88,38 @@ def test_corrupt_data_page_names_file_row_group_and_column(tmp_path):
     assert "one.parquet" in message and "row group 0" in message and "'v'" in message
 
 
+def _zigzag_varint(n):  # a thrift compact-protocol integer
+    z, out = (n << 1) ^ (n >> 63), b""
+    while True:
+        byte, z = z & 0x7F, z >> 7
+        if not z:
+            return out + bytes([byte])
+        out += bytes([byte | 0x80])
+
+
+@pytest.mark.parametrize("batch_size", [32, 256])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_a_row_group_shorter_than_its_footer_names_file_row_group_and_column(
+        tmp_path, batch_size, shuffle):
+    """The footer says 1,000 rows, the pages hold 100: the epoch's head (its first batch, read
+    only up to its end) and the whole-row-group read both raise, naming where."""
+    buffer = pa.BufferOutputStream()
+    pq.write_table(pa.table({"x": np.arange(100, dtype=np.int64)}), buffer,
+                   use_dictionary=False, write_statistics=False)
+    data = bytearray(buffer.getvalue().to_pybytes())
+    size = int.from_bytes(data[-8:-4], "little")
+    footer = bytes(data[-8 - size:-8])
+    assert footer.count(_zigzag_varint(100)) >= 3  # values, the row group's rows, the file's
+    data[-8 - size:-8] = footer.replace(_zigzag_varint(100), _zigzag_varint(1000))
+    path = tmp_path / "short.parquet"
+    path.write_bytes(bytes(data))
+    assert pq.ParquetFile(path).metadata.num_rows == 1000
+    with pytest.raises(errors.CorruptFileError) as info:
+        list(stoker.Loader(str(path), batch_size=batch_size, shuffle=shuffle))
+    message = str(info.value)
+    assert "short.parquet" in message and "row group 0" in message and "'x'" in message
+
+
 def test_schema_mismatch_type(good):
     pq.write_table(pa.table({"id": pa.array(["a"]), "x": pa.array([1.0], pa.float32()),
                              "emb": pa.array([[1.0] * 4], pa.list_(pa.float32(), 4)),
