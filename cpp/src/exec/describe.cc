@@ -215,6 +215,19 @@ Result<DatasetDescription> Describe(const LoaderOptions& options) {
                            ProbeUserTransform(*catalog, *options.columns.user_transform,
                                               options.columns.transform_columns));
   }
+  // Each column is resolved with its own per-column options only (ResolveColumnAlone), so a
+  // name that matches no column would go unreported: Loader raises for it, and so does this.
+  for (const auto& [key, unused] : options.columns.column_options) {
+    const std::string top = key.substr(0, key.find('.'));
+    const bool known = catalog->schema()->GetFieldIndex(top) >= 0 ||
+                       (transform_schema && transform_schema->GetFieldIndex(top) >= 0) ||
+                       options.columns.transforms.contains(key) ||
+                       options.columns.transform_outputs.contains(key);
+    if (!known) {
+      return MakeError(ErrorKind::kInvalidOption, "a per-column option names column '" + key +
+                                                      "', which is not a column of the dataset");
+    }
+  }
   const std::vector<FeatureGroup> groups = EffectiveFeatureGroups(options.columns);
   if (options.columns.columns.empty() && groups.empty()) {
     std::vector<std::string> names;

@@ -458,6 +458,14 @@ Result<std::vector<ColumnSpec>> ResolveColumnAlone(
   if (auto categories = options.categories.find(column); categories != options.categories.end()) {
     one.categories.insert(*categories);
   }
+  // Only this column's per-column options (lists=, time_unit=... by name, a struct's for its
+  // leaves): another column's would name a column this resolution does not read.
+  one.column_options.clear();
+  for (const auto& [key, column_options] : options.column_options) {
+    if (key == column || column.starts_with(key + ".") || key.starts_with(column + ".")) {
+      one.column_options.emplace(key, column_options);
+    }
+  }
   // Only this column's transform chain: what the chain produces is part of its description.
   one.transforms.clear();
   if (auto chain = options.transforms.find(column); chain != options.transforms.end()) {

@@ -396,3 +396,19 @@ def test_inspect_names_the_decimals_option(tmp_path):
     report = json.loads(r.stdout)
     assert report["columns"][0]["produces"] == "dense float64 [B] (decimal128(9, 2) as float64)"
     assert report["warnings"] == []
+
+
+def test_inspect_with_one_columns_option_describes_the_others_too(dataset):
+    """`--lists tags=padded` applies to `tags`; every other column is still described (each is
+    resolved with its own per-column options), and a name that is no column is an error."""
+    r = cli("inspect", dataset, "--lists", "tags=padded", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    produced = {c["name"]: c["produces"] for c in report["columns"]}
+    assert produced["tags"].startswith("padded int64")
+    assert produced["label"] == "dense int64 [B]", produced
+    assert produced["x"] == "dense float32 [B]", produced
+    assert report["warnings"] == []
+    r = cli("inspect", dataset, "--lists", "tagz=padded")
+    assert r.returncode != 0
+    assert "per-column option names column 'tagz', which is not a column of the dataset" in r.stderr
