@@ -101,7 +101,11 @@ test-asan: setup
 # from a multi-threaded process (its die_after_fork option ends such children, and its runtime
 # state is not fork-safe). Arrow allocates with
 # the system malloc here: pyarrow's mimalloc is not instrumented, so TSan cannot see that a block
-# was freed before it is handed out again and reports the reuse as a race.
+# was freed before it is handed out again and reports the reuse as a race. atexit_sleep_ms=0: TSan
+# otherwise sleeps 1 s in every process's exit (for threads still running to race), and ctest runs
+# each of the ~280 tests in its own process: 1.08 s instead of 0.08 s for a test that takes 0 ms,
+# about 160 s instead of 25 s for the whole run on 2 cores. Every test joins its threads before it
+# returns (stoker detaches none), so there is nothing of ours left running for the sleep to wait for.
 TSAN_FORK_TESTS := DiskCacheTest\.(GetOrFillRunsTheFillerOncePerKeyAcrossProcesses|GetOrFillWaiterTakesOverFromAKilledFiller|OpenRemovesOnlyAbandonedTempFiles|AProcessForkedDuringAFillDoesNotKeepTheKeyLocked|KilledWriterLeavesNoEntryAndTheNextOpenRemovesItsTempFile|ProcessesSharingAFolderSeeOnlyWholeEntriesWithinBudget|ObjectOpenedBeforeForkWorksInTheChild)
 test-tsan: setup
 	$(VENV)/bin/cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -109,7 +113,7 @@ test-tsan: setup
 	  -DSTOKER_TSAN=ON -DSTOKER_WERROR=ON -DSTOKER_BUILD_TESTS=ON -DSTOKER_BUILD_PYTHON=OFF \
 	  -DPython3_EXECUTABLE=$(abspath $(PY)) -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) >/dev/null
 	$(VENV)/bin/cmake --build $(TSAN_DIR) -j $(JOBS)
-	ARROW_DEFAULT_MEMORY_POOL=system TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	ARROW_DEFAULT_MEMORY_POOL=system TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 atexit_sleep_ms=0" \
 	  ctest --test-dir $(TSAN_DIR) --output-on-failure -j $(JOBS) -E '$(TSAN_FORK_TESTS)'
 
 # Long-running check of resource growth (RSS, threads, fds) over resumes and cache evictions; not
