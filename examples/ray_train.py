@@ -2,6 +2,8 @@
 
     python examples/ray_train.py --data DATA --storage /tmp/ray-results --workers 2
 
+(a local Ray with at least --workers CPUs; --address auto or HOST:PORT joins a running cluster)
+
 Inside ``train_loop`` a ``stoker.Loader`` is made with no rank or world size: Ray Train's torch
 backend has started the process group, and the Loader takes both from it (as under torchrun).
 Every --ckpt-every steps rank 0 reports a Ray checkpoint holding the model, the optimizer, the step
@@ -113,13 +115,18 @@ def main() -> None:
     p.add_argument("--die-at", type=int, default=None)
     p.add_argument("--resume", default=None, help="a Ray checkpoint folder to start from")
     p.add_argument("--log-ids", default=None)
+    p.add_argument("--address", default="local",
+                   help="'local' starts a Ray here; 'auto' or HOST:PORT joins a cluster")
     args = p.parse_args()
 
     import ray
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    ray.init(num_cpus=max(2, args.workers), include_dashboard=False, log_to_driver=True)
+    if args.address == "local":
+        ray.init(num_cpus=max(2, args.workers), include_dashboard=False, log_to_driver=True)
+    else:
+        ray.init(address=args.address, log_to_driver=True)
     config = {"data": os.path.abspath(args.data), "label": args.label, "id": args.id,
               "features": args.features, "epochs": args.epochs, "batch_size": args.batch_size,
               "seed": args.seed, "ckpt_every": args.ckpt_every, "die_at": args.die_at,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import secrets
 import subprocess
 import sys
 
@@ -50,10 +51,50 @@ RAY_ENV = {"RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "RAY_USAGE_STATS_ENABLED": "0",
            "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
 
 
-def _run(data, storage, *extra):
-    env = dict(os.environ, **RAY_ENV)
+# One local Ray (2 CPUs) that both runs join (--address), instead of a Ray started and stopped by
+# each: about 10 s of start and shutdown per run on 2 cores, and the cluster's own actors (Ray
+# Train's autoscaling coordinator and state actor) start once. Its processes (the raylet, the
+# controller and the training workers it starts) inherit RAY_ENV from this one. Ray's token
+# authentication (on by default for a local cluster) with a token of this test's own, given to the
+# head and to both runs, not one read from or written to ~/.ray.
+AUTH_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+HEAD = """
+import os, sys, ray
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+print("GCS", ray.get_runtime_context().gcs_address, flush=True)
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nobody reads the pipe any more
+sys.stdin.read()  # until the test closes it
+ray.shutdown()
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    head = subprocess.Popen([sys.executable, "-c", HEAD],
+                            env=dict(os.environ, **RAY_ENV, **AUTH_ENV),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        address = None
+        for line in head.stdout:
+            if line.startswith("GCS "):
+                address = line.split()[1]
+                break
+        assert address, f"the Ray head did not start (exit {head.poll()})"
+        yield address
+    finally:
+        head.stdin.close()
+        try:
+            head.wait(60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+            head.wait()
+
+
+def _run(data, storage, *extra, address):
+    env = dict(os.environ, **RAY_ENV, **AUTH_ENV)
     cmd = [sys.executable, EXAMPLE, "--data", data, "--storage", storage, "--features", *FEATURES,
-           "--batch-size", str(BATCH), "--seed", "11", "--ckpt-every", "5", *extra]
+           "--batch-size", str(BATCH), "--seed", "11", "--ckpt-every", "5", "--address", address,
+           *extra]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
 
@@ -76,11 +117,12 @@ def _expected(rank, world_size, epochs):
 EXPECTED_SOURCE: list = []
 
 
-def test_ray_train_restores_a_killed_worker_exactly_and_elastically(data, tmp_path):
+def test_ray_train_restores_a_killed_worker_exactly_and_elastically(data, cluster, tmp_path):
     EXPECTED_SOURCE[:] = [data]
     storage = str(tmp_path / "store")
     logs = str(tmp_path / "ids")
-    _run(data, storage, "--workers", "2", "--epochs", "2", "--die-at", "7", "--log-ids", logs)
+    _run(data, storage, "--workers", "2", "--epochs", "2", "--die-at", "7", "--log-ids", logs,
+         address=cluster)
     steps_per_epoch = ROWS // 2 // BATCH
     for rank in (0, 1):
         lines = _log(f"{logs}.rank{rank}")
@@ -102,7 +144,8 @@ def test_ray_train_restores_a_killed_worker_exactly_and_elastically(data, tmp_pa
     assert 5 in checkpoints, sorted(checkpoints)
     elastic_logs = str(tmp_path / "elastic")
     _run(data, str(tmp_path / "store1"), "--workers", "1", "--epochs", "1",
-         "--resume", checkpoints[5], "--log-ids", elastic_logs, "--name", "elastic")
+         "--resume", checkpoints[5], "--log-ids", elastic_logs, "--name", "elastic",
+         address=cluster)
     before = [i for rank in (0, 1) for ids in _expected(rank, 2, 1)[:5] for i in ids]
     after = [i for line in _log(f"{elastic_logs}.rank0") for i in line["ids"]]
     assert sorted(before + after) == list(range(ROWS))
