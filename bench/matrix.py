@@ -379,7 +379,7 @@ def markdown(report: dict) -> str:
 def run_matrix(data_root: str, out_dir: str, name: str = "matrix", shapes: Optional[List[str]] = None,
                repeats: int = 3, full: bool = False, tiny: Optional[int] = None,
                threads: Optional[int] = None) -> dict:
-    from .report import repo_relative
+    from .report import write_report
 
     threads = threads or min(os.cpu_count() or 1, 2)
     started = time.time()
@@ -405,12 +405,7 @@ def run_matrix(data_root: str, out_dir: str, name: str = "matrix", shapes: Optio
         report["machine"]["load_average_at_end"] = list(os.getloadavg())
     except OSError:
         pass
-    os.makedirs(out_dir, exist_ok=True)
-    base = os.path.join(out_dir, name)
-    with open(base + ".json", "w") as f:
-        json.dump(repo_relative(report), f, indent=1, default=str)
-    with open(base + ".md", "w") as f:
-        f.write(markdown(report))
+    base = write_report(report, out_dir, name, markdown(report))
     _log(f"wrote {base}.json, {base}.md")
     return report
 

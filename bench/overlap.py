@@ -272,12 +272,9 @@ def run_overlap(data_root: str, out_dir: str, name: str = "overlap",
             _log(f"  {b}: L {o['L_s']:.3f} s, {o['batches']} batches, first batch "
                  f"{o['first_batch_s']:.3f} s; {ratios}")
     report["elapsed_s"] = time.time() - started
-    os.makedirs(out_dir, exist_ok=True)
-    base = os.path.join(out_dir, name)
-    with open(base + ".json", "w") as f:
-        json.dump(report, f, indent=1)
-    with open(base + ".md", "w") as f:
-        f.write(render(report))
+    from .report import write_report
+
+    base = write_report(report, out_dir, name, render(report))
     _log(f"wrote {base}.md ({report['elapsed_s']:.0f} s)")
     return report
 

@@ -259,12 +259,10 @@ def run(profile: str, data_dir: str, out_dir: str, repeats: int, threads: int,
         report["workloads"][str(side)] = {"side": side,
                                           "systems": _measure(path, spec["rows"], repeats, threads,
                                                               warmup)}
-    os.makedirs(out_dir, exist_ok=True)
+    from .report import write_report
+
     name = "petastorm-format" if profile == "quick" else f"petastorm-format-{profile}"
-    with open(os.path.join(out_dir, name + ".json"), "w") as f:
-        json.dump(report, f, indent=1)
-    with open(os.path.join(out_dir, name + ".md"), "w") as f:
-        f.write(markdown(report))
+    write_report(report, out_dir, name, markdown(report))
     return report
 
 

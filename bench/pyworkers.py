@@ -360,11 +360,9 @@ def run(name: str, data_dir: str, out_dir: str, repeats: int, gil_rows: int, gil
               "roundtrip": {"rows": rt_rows, "row_group_rows": rt_rg, "widths": widths,
                             "fit_busy": _fit(fit_points)},
               "results": results, "raw": runs}
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
-        f.write(markdown(report))
+    from .report import write_report
+
+    write_report(report, out_dir, name, markdown(report))
     return report
 
 

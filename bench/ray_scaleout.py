@@ -574,14 +574,13 @@ def run(profile: str, data_dir: str, out_dir: str, step_ms: float, repeats: Opti
             if config.startswith("ray_") and config != "ray_data":
                 summary["bytes_equal_to_local"] = summary["crcs"] == local["crcs"]
     report["model"] = model(report["configs"], report["handoff"], cores, link_gbit, [1, 2, 8, 32])
-    os.makedirs(out_dir, exist_ok=True)
+    from .report import write_report
+
     name = "ray-scaleout" if profile == "quick" else f"ray-scaleout-{profile}"
     name += "" if normalise else "-uint8"
-    with open(os.path.join(out_dir, name + ".json"), "w") as f:
-        json.dump(report, f, indent=1)
-    with open(os.path.join(out_dir, name + ".md"), "w") as f:
-        f.write(markdown(report))
-    _log(f"wrote {os.path.join(out_dir, name)}.json/.md")
+
+    base = write_report(report, out_dir, name, markdown(report))
+    _log(f"wrote {base}.json/.md")
     return report
 
 

@@ -43,7 +43,7 @@ import tempfile
 import time
 
 from .generators import SPECS, TabularSpec, dataset_facts, ensure_tabular
-from .report import redacted, repo_relative
+from .report import redacted, write_report
 from .machine import describe
 from .runners.common import all_tabular_columns
 from .jobs import run_job
@@ -458,11 +458,7 @@ def main(argv=None) -> int:
                        "server": "rclone serve s3 " + _rclone_version()},
               "rows": rows, "runs": runs, "summary": summary}
     report = redacted(report, [SECRET_KEY])
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump(repo_relative(report), f, indent=1, default=str)
-    with open(args.out + ".md", "w") as f:
-        f.write(render(report))
+    write_report(report, os.path.dirname(args.out), os.path.basename(args.out), render(report))
     log("wrote", args.out + ".json", args.out + ".md")
     print(render(report))
     return 0

@@ -243,14 +243,22 @@ def redacted(report: dict, secrets=()) -> dict:
     return redact_value(report, secrets)
 
 
-def write_all(report: dict, out_dir: str, name: str) -> List[str]:
+def write_report(report: dict, out_dir: str, name: str, text: str) -> str:
+    """Writes ``<out_dir>/<name>.json`` (the report, paths inside the repository relative to it)
+    and ``<out_dir>/<name>.md`` (``text``); returns ``<out_dir>/<name>``. Every bench module
+    writes its results through this."""
     os.makedirs(out_dir, exist_ok=True)
-    report = redacted(report)
     base = os.path.join(out_dir, name)
     with open(base + ".json", "w") as f:
-        json.dump(repo_relative(report), f, indent=1, sort_keys=False, default=str)
+        json.dump(repo_relative(report), f, indent=1, default=str)
     with open(base + ".md", "w") as f:
-        f.write(markdown(report))
+        f.write(text)
+    return base
+
+
+def write_all(report: dict, out_dir: str, name: str) -> List[str]:
+    report = redacted(report)
+    base = write_report(report, out_dir, name, markdown(report))
     written = [base + ".json", base + ".md"]
     try:
         chart(report, base + ".png")

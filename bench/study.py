@@ -235,12 +235,10 @@ def run(profile: str, epochs: int, step_ms: float, data_dir: str, out_dir: str,
         from .report import redacted
 
         report = redacted(report, [remote_bench.SECRET_KEY])
-    os.makedirs(out_dir, exist_ok=True)
-    stem = os.path.join(out_dir, f"study-remote-{profile}" if remote else f"study-{profile}")
-    with open(stem + ".json", "w") as f:
-        json.dump(report, f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(markdown(report))
+    from .report import write_report
+
+    stem = write_report(report, out_dir, f"study-remote-{profile}" if remote else f"study-{profile}",
+                        markdown(report))
     chart(report, stem + ".png")
     return report
 

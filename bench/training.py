@@ -80,11 +80,9 @@ def run(profile: str, data_dir: str, out_dir: str, step_ms: float, batch_size: i
                                    "steps_per_s": 2 * steps / wall, "stall_fraction": stall,
                                    "early_ends": sum(r.get("restarts", 0) for r in ranks)}
         print(f"{label:32s} {2 * steps / wall:8.1f} steps/s  stall {stall:.2f}", flush=True)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"training-{profile}.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    with open(os.path.join(out_dir, f"training-{profile}.md"), "w") as f:
-        f.write(markdown(report))
+    from .report import write_report
+
+    write_report(report, out_dir, f"training-{profile}", markdown(report))
     return report
 
 

@@ -24,7 +24,6 @@ Writes bench/results/transforms-<profile>.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -175,11 +174,9 @@ def run(profile: str, data_dir: str, out_dir: str, runners=None, repeats=None) -
               "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
               "machine": machine.describe(), "rows": spec.rows, "batch_size": BATCH_SIZE,
               "threads": threads, "results": summary, "raw": runs}
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"transforms-{profile}.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    with open(os.path.join(out_dir, f"transforms-{profile}.md"), "w") as f:
-        f.write(markdown(report))
+    from .report import write_report
+
+    write_report(report, out_dir, f"transforms-{profile}", markdown(report))
     return report
 
 
