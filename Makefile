@@ -123,7 +123,7 @@ test-tsan: setup
 	  -DSTOKER_TSAN=ON -DSTOKER_WERROR=ON -DSTOKER_BUILD_TESTS=ON -DSTOKER_BUILD_PYTHON=OFF \
 	  -DPython3_EXECUTABLE=$(abspath $(PY)) -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) >/dev/null
 	$(VENV)/bin/cmake --build $(TSAN_DIR) -j $(JOBS)
-	ARROW_DEFAULT_MEMORY_POOL=system TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 atexit_sleep_ms=0" \
+	ARROW_DEFAULT_MEMORY_POOL=system TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 atexit_sleep_ms=0 suppressions=$(abspath tools/tsan.supp)" \
 	  tools/run_gtest_shards.sh $(TSAN_DIR)/stoker_tests $(JOBS) $(SANITIZER_TIMEOUT) \
 	  --gtest_filter=-$(subst $(space),:,$(strip $(TSAN_FORK_TESTS)))
 
