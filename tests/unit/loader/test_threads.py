@@ -307,3 +307,35 @@ def test_exit_with_a_module_level_loader_reports_no_leaks(dataset, name):
         if name == "foreign_thread_iterating":  # (daemon_iterating's lambda raises on close)
             assert "Traceback" not in result.stderr, result.stderr[-3000:]
         assert elapsed < 20, elapsed
+
+
+def test_the_batch_waited_for_is_assembled_while_every_worker_is_busy(tmp_path):
+    """The consumer assembles the batch it waits for when every worker is in a decode task: the
+    epoch's first batch (its head) used to wait behind whole row groups. One worker, held inside
+    the transform of the next segment until the first batch has come: without this it never comes
+    (the test would see the hold time out)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = str(tmp_path / "two.parquet")
+    pq.write_table(pa.table({"id": np.arange(2000, dtype=np.int64)}), path, row_group_size=1000)
+    held, release, timed_out, calls = threading.Event(), threading.Event(), [], []
+
+    def fn(cols):
+        if len(cols["id"]) == 1000 and cols["id"][0] == 0:  # row group 0 (the probe has 64 rows)
+            calls.append(1)
+            if len(calls) == 2:  # the head was the first: this is the rest of row group 0
+                held.set()
+                if not release.wait(10):
+                    timed_out.append(1)
+        return {"id2": cols["id"] * 2}
+
+    with stoker.Loader(path, transform=fn, batch_size=100, shuffle=False, num_threads=1) as loader:
+        it = iter(loader)
+        assert held.wait(JOIN_S), "the worker never reached the second segment"
+        first = next(it)
+        release.set()
+        rest = [b["id2"] for b in it]
+    assert not timed_out, "the first batch waited for the worker"
+    np.testing.assert_array_equal(first["id2"], np.arange(100) * 2)
+    np.testing.assert_array_equal(np.concatenate(rest), np.arange(100, 2000) * 2)
