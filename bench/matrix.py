@@ -8,8 +8,9 @@ limits (``bench.matrix_limits``):
 - fill / no cache: the epoch filling a fresh ``cache_dir`` against the cold epoch;
 - warm / memory limit: a shuffled epoch from a warm ``cache_dir`` against the fastest in-memory
   gather (checked equal to fancy indexing);
-- first batch in batch times: the cold epoch's time to its first batch over its steady-state time
-  per batch.
+- first batch in batch times: the cold epoch's time to its first batch (from before ``Loader(...)``)
+  over its steady-state time per batch; and the same after the constructor returned (the epoch's
+  own wait: a categorical shape's constructor builds its vocabularies).
 
 Every measurement runs in a fresh process (``bench.jobs.run_job``, module ``bench.matrix``);
 medians over the repeats. The in-memory gathers share one process per repeat (their arrays are
@@ -67,7 +68,9 @@ def _stoker_batches(job, shape):
     def batches():
         loader = job.get("_loader")
         if loader is None:
+            start = time.perf_counter()
             loader = job["_loader"] = stoker.Loader(job["path"], **opts)
+            job["_open_s"] = time.perf_counter() - start
         for batch in loader:
             yield len(batch[shape.count]), batch
 
@@ -127,6 +130,8 @@ def run(job: dict) -> dict:
             result["loader_stats"] = job["_loader"].stats()
             if job.get("_fill_epochs") is not None:
                 result["fill_epochs"] = job["_fill_epochs"]
+            if job.get("_open_s") is not None:
+                result["open_s"] = job["_open_s"]
         finally:
             _cleanup(job)
         result["status"] = "ok"
@@ -210,6 +215,8 @@ def _rate(runs: List[dict]) -> dict:
     return {"status": "ok", "rows": ok[0]["rows"], "rows_per_s": metrics.median(rates),
             "rows_per_s_all": rates,
             "first_batch_s": metrics.median([r["first_batch_s"] for r in ok]),
+            "open_s": metrics.median([r["open_s"] for r in ok if r.get("open_s") is not None]) if any(
+                r.get("open_s") is not None for r in ok) else None,
             "batch_s": metrics.median(batch_s),
             "cpu_s_per_mrows": metrics.median([r["cpu_s"] / r["rows"] * 1e6 for r in ok if r["rows"]])}
 
@@ -319,6 +326,9 @@ def run_shape(shape: ms.Shape, data_root: str, threads: int, repeats: int, full:
     out["warm_vs_memory"] = ratio(warm, mem_rate)
     out["first_batch_batches"] = (cold["first_batch_s"] / cold["batch_s"]
                                   if cold.get("status") == "ok" and cold.get("batch_s") else None)
+    out["first_after_open_batches"] = (
+        (cold["first_batch_s"] - cold["open_s"]) / cold["batch_s"]
+        if cold.get("status") == "ok" and cold.get("batch_s") and cold.get("open_s") is not None else None)
     out["weak_limits"] = [n for n, v in (("decode", out["cold_vs_decode"]), ("memory", out["warm_vs_memory"]))
                           if v is not None and v > WEAK]
     return out
@@ -342,11 +352,11 @@ def markdown(report: dict) -> str:
              "is weak, flagged). Each limit is the fastest of its candidates whose output equals the "
              "NumPy reference; the winner is named.", "",
              "| shape | rows | cold / decode limit | fill / no cache | warm / memory limit | "
-             "first batch (batch times) | decode limit won | memory limit won | flags |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
+             "first batch (batch times) | after open | decode limit won | memory limit won | flags |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
     for name, s in report["shapes"].items():
         if s["status"] != "ok":
-            lines.append(f"| {s['title']} | - | {s['status']}: {s['reason']} | | | | | | |")
+            lines.append(f"| {s['title']} | - | {s['status']}: {s['reason']} | | | | | | | |")
             continue
         flags = ", ".join(f"{w} limit weak" for w in s["weak_limits"])
         unchecked = [k for k, c in s["checks"].items() if not c["equal"]]
@@ -356,6 +366,7 @@ def markdown(report: dict) -> str:
         lines.append(
             f"| {s['title']} | {s['rows']:,} | {_f(s['cold_vs_decode'])} | {_f(s['fill_vs_nocache'])} | "
             f"{_f(s['warm_vs_memory'])} | {_f(s['first_batch_batches'], '.1f')} | "
+            f"{_f(s.get('first_after_open_batches'), '.1f')} | "
             f"{d['reader'] or '-'} ({_f(d['rows_per_s'], ',.0f')} rows/s) | "
             f"{mm['gather'] or '-'} ({_f(mm['rows_per_s'], ',.0f')} rows/s) | {flags} |")
     lines += ["", "## Rows/s of every measure (medians)", "",

@@ -33,8 +33,8 @@ def test_matrix_table_rows_and_checked_limits(tmp_path):
     header = [c.strip() for c in md.splitlines()[md.splitlines().index(next(
         line for line in md.splitlines() if line.startswith("| shape | rows |")))].strip("|").split("|")]
     assert header == ["shape", "rows", "cold / decode limit", "fill / no cache",
-                      "warm / memory limit", "first batch (batch times)", "decode limit won",
-                      "memory limit won", "flags"]
+                      "warm / memory limit", "first batch (batch times)", "after open",
+                      "decode limit won", "memory limit won", "flags"]
     for name in ("wide", "ragged"):
         s = report["shapes"][name]
         assert s["status"] == "ok", s
@@ -54,6 +54,10 @@ def test_matrix_table_rows_and_checked_limits(tmp_path):
             assert r["status"] == "ok" and r["rows"] == 3000, (name, variant, r)
         for key in ("cold_vs_decode", "fill_vs_nocache", "warm_vs_memory"):
             assert s[key] is not None and s[key] > 0, (name, key)
+        # The constructor's time is measured, and the first batch after it is part of the first.
+        assert 0 < s["results"]["stoker-cold"]["open_s"] < s["results"]["stoker-cold"]["first_batch_s"]
+        if s["first_batch_batches"] == s["first_batch_batches"]:  # NaN with one batch (3,000 rows)
+            assert 0 < s["first_after_open_batches"] < s["first_batch_batches"], s
         assert isinstance(s["weak_limits"], list)
 
 
