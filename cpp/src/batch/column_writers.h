@@ -36,7 +36,11 @@ struct RowRef {
 /// The rows of one batch resolved once: which distinct item and which row each comes from, and
 /// the runs of consecutive rows of one item (long in natural order, length 1 when shuffled).
 struct BatchRows {
+  /// Reuses the vectors of the last BatchRows destroyed on this thread (their capacity).
   explicit BatchRows(const std::vector<RowRef>& refs);
+  ~BatchRows();
+  BatchRows(const BatchRows&) = delete;
+  BatchRows& operator=(const BatchRows&) = delete;
 
   int64_t size() const { return static_cast<int64_t>(row.size()); }
   const DecodedItem& Item(int64_t i) const { return *items[item[i]]; }

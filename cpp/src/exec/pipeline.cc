@@ -16,6 +16,8 @@ constexpr int kExtraBatches = 2;
 // Finished batches ahead of the consumer, at most (beyond num_workers + kExtraBatches, each is
 // also counted in prefetch_bytes): bounds the bookkeeping of tiny batches.
 constexpr int64_t kMaxBatchesAhead = 256;
+// Row lists of assembled jobs kept for the sequencer's next jobs.
+constexpr size_t kSpareRowLists = 4;
 // Stop() waits at most this long for the fetch stage's requests that are already sent (they
 // stop retrying at once, but an attempt under way lasts until the store answers or its
 // request_timeout passes). One still running after that keeps what it uses alive and ends on
@@ -185,7 +187,10 @@ void Pipeline::RunAssemblyJob(std::unique_lock<std::mutex>* lock) {
     batch = assembler_->Assemble(job.index, job.rows, plan_->options.seed, plan_->epoch);
   }
   job.items.clear();  // drop the references to decoded data before taking the lock
+  job.rows.clear();
   lock->lock();
+  // The sequencer's next job reuses the row list (a fresh one per batch faulted its pages in).
+  if (spare_rows_.size() < kSpareRowLists) spare_rows_.push_back(std::move(job.rows));
   --assembling_;
   if (!batch.ok()) {
     if (job.slot < error_batch_) {
@@ -490,6 +495,7 @@ Status Pipeline::RunSequencer() {
         STOKER_RETURN_NOT_OK(SubmitIfSelected(std::move(job)));
         busy_start = NowNs();
         job = AssemblyJob{};
+        job.rows = SpareRows();
         job.rows.reserve(batch_size);
         job.items = window_items;
       }
@@ -501,6 +507,14 @@ Status Pipeline::RunSequencer() {
     STOKER_RETURN_NOT_OK(SubmitIfSelected(std::move(job)));
   }
   return Status::OK();
+}
+
+std::vector<RowRef> Pipeline::SpareRows() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (spare_rows_.empty()) return {};
+  std::vector<RowRef> rows = std::move(spare_rows_.back());
+  spare_rows_.pop_back();
+  return rows;
 }
 
 Status Pipeline::SubmitIfSelected(AssemblyJob job) {
