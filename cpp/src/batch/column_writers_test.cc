@@ -105,6 +105,23 @@ TEST(BatchRows, FindsDistinctItemsAndRuns) {
   EXPECT_FALSE(rows.use_runs);  // 4 runs for 7 rows
 }
 
+TEST(BatchRows, ABatchAfterALargerOneOnTheSameThreadHoldsOnlyItsOwnRows) {
+  DecodedItem a, b, c;
+  { const BatchRows larger({{&a, 2}, {&a, 3}, {&a, 4}, {&b, 0}, {&a, 5}, {&b, 1}, {&b, 2}}); }
+  // Built from the vectors the first one left behind (their capacity), and again while another
+  // is alive (that one then starts from nothing).
+  const BatchRows rows({{&c, 7}, {&b, 4}, {&b, 5}});
+  const BatchRows nested({{&a, 1}});
+  ASSERT_EQ(rows.size(), 3);
+  ASSERT_EQ(nested.size(), 1);
+  EXPECT_EQ(rows.items, (std::vector<const DecodedItem*>{&c, &b}));
+  EXPECT_EQ(rows.item, (std::vector<uint32_t>{0, 1, 1}));
+  EXPECT_EQ(rows.row, (std::vector<int64_t>{7, 4, 5}));
+  EXPECT_EQ(rows.runs, (std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 2}}));
+  EXPECT_EQ(nested.items, (std::vector<const DecodedItem*>{&a}));
+  EXPECT_EQ(nested.runs, (std::vector<std::pair<int64_t, int64_t>>{{0, 1}}));
+}
+
 TEST(DenseWriter, GathersCastsAndFillsNulls) {
   TwoItems items;
   const int32_t a_values[] = {10, 11, 12, 13};
