@@ -20,24 +20,52 @@ namespace {
 // The distinct values seen, sorted once at the end: a std::set's ordered inserts (string
 // compares down the tree for every value of every dictionary page) were half of a 30-column
 // loader's start-up.
-// Looked up by view first: most values repeat in every row group's dictionary.
+// Looked up by view first: most values repeat in every row group's dictionary. A new value's
+// bytes are copied once, into an arena; the set and the sort hold views (no string per value,
+// no string swaps in the sort).
 struct ViewHash {
-  using is_transparent = void;
   size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
 };
-using ValueSet = std::unordered_set<std::string, ViewHash, std::equal_to<>>;
 
-void Add(std::string_view value, ValueSet* out) {
-  if (out->find(value) == out->end()) out->emplace(value);
-}
+class ValueSet {
+ public:
+  void Add(std::string_view value) {
+    if (values_.contains(value)) return;
+    values_.insert(Store(value));
+  }
 
-std::vector<std::string> Sorted(ValueSet values) {
-  std::vector<std::string> out;
-  out.reserve(values.size());
-  while (!values.empty()) out.push_back(std::move(values.extract(values.begin()).value()));
-  std::sort(out.begin(), out.end());
-  return out;
-}
+  /// The values in byte order.
+  std::vector<std::string> Sorted() const {
+    std::vector<std::string_view> views(values_.begin(), values_.end());
+    std::sort(views.begin(), views.end());
+    return std::vector<std::string>(views.begin(), views.end());
+  }
+
+ private:
+  static constexpr size_t kBlockBytes = 64 << 10;
+
+  std::string_view Store(std::string_view value) {
+    if (value.empty()) return {};
+    if (value.size() > free_) {
+      const size_t bytes = std::max(kBlockBytes, value.size());
+      blocks_.push_back(std::make_unique<char[]>(bytes));
+      next_ = blocks_.back().get();
+      free_ = bytes;
+    }
+    std::memcpy(next_, value.data(), value.size());
+    std::string_view stored(next_, value.size());
+    next_ += value.size();
+    free_ -= value.size();
+    return stored;
+  }
+
+  std::vector<std::unique_ptr<char[]>> blocks_;
+  char* next_ = nullptr;
+  size_t free_ = 0;
+  std::unordered_set<std::string_view, ViewHash> values_;
+};
+
+void Add(std::string_view value, ValueSet* out) { out->Add(value); }
 
 // Whether every data page of the chunk is dictionary-encoded, so its dictionary page holds every
 // value it has. Without encoding stats (old writers) we cannot tell: the chunk is read.
@@ -103,20 +131,21 @@ Result<std::shared_ptr<const Vocabulary>> Vocabulary::Make(std::vector<std::stri
                                                            const std::string& column) {
   auto out = std::make_shared<Vocabulary>();
   out->origin_ = origin;
+  // The keys view the strings of values_ (a vector's move keeps its elements in place).
+  out->values_ = std::move(values);
+  const std::vector<std::string>& kept = out->values_;
   Fnv1a hash;
   hash.Add("vocabulary-v1");
-  out->ids_.reserve(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (!out->ids_.emplace(values[i], static_cast<int64_t>(i) + 1).second) {
-      return MakeError(
-          ErrorKind::kInvalidOption,
-          "categories['" + column + "'] lists '" + values[i] + "' twice; each value gets one id");
+  out->ids_.reserve(kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (!out->ids_.emplace(std::string_view(kept[i]), static_cast<int64_t>(i) + 1).second) {
+      return MakeError(ErrorKind::kInvalidOption, "categories['" + column + "'] lists '" + kept[i] +
+                                                      "' twice; each value gets one id");
     }
-    hash.AddInt(values[i].size());
-    hash.Add(values[i]);
+    hash.AddInt(kept[i].size());
+    hash.Add(kept[i]);
   }
   out->hash_ = hash.digest();
-  out->values_ = std::move(values);
   return std::shared_ptr<const Vocabulary>(std::move(out));
 }
 
@@ -168,7 +197,7 @@ Result<std::shared_ptr<const Vocabulary>> BuildVocabulary(const Catalog& catalog
     for (const auto& chunk : table->column(0)->chunks()) CollectValues(*chunk, &values);
   }
   return Vocabulary::Make(
-      Sorted(std::move(values)),
+      values.Sorted(),
       scanned ? Vocabulary::Origin::kColumnScan : Vocabulary::Origin::kDictionaryPages, field);
 }
 

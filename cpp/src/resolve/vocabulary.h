@@ -25,6 +25,11 @@ namespace stoker {
 
 class Vocabulary {
  public:
+  Vocabulary() = default;
+  // Not copyable: the id map's keys view the strings of values_.
+  Vocabulary(const Vocabulary&) = delete;
+  Vocabulary& operator=(const Vocabulary&) = delete;
+
   /// How an "auto" vocabulary was built (for describe and the docs).
   enum class Origin { kGiven, kDictionaryPages, kColumnScan, kPartitionValues };
 
@@ -42,11 +47,11 @@ class Vocabulary {
 
  private:
   struct TextHash {
-    using is_transparent = void;
     size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
   };
   std::vector<std::string> values_;
-  std::unordered_map<std::string, int64_t, TextHash, std::equal_to<>> ids_;
+  // Keys view values_.
+  std::unordered_map<std::string_view, int64_t, TextHash> ids_;
   Origin origin_ = Origin::kGiven;
   uint64_t hash_ = 0;
 };
