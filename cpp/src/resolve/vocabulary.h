@@ -61,6 +61,13 @@ class Vocabulary {
 Result<std::shared_ptr<const Vocabulary>> BuildVocabulary(const Catalog& catalog,
                                                           const std::string& field);
 
+/// The "auto" vocabularies of file columns `fields` (each as BuildVocabulary gives it, error
+/// included), built on up to `num_threads` threads, one field per thread at a time: the results,
+/// in the order of `fields`, are the same whatever the thread count. Every file must have every
+/// field.
+std::vector<Result<std::shared_ptr<const Vocabulary>>> BuildVocabularies(
+    const Catalog& catalog, const std::vector<std::string>& fields, int num_threads);
+
 /// The "auto" vocabulary of hive partition column number `key` (in partition order): its sorted
 /// distinct values over the files.
 Result<std::shared_ptr<const Vocabulary>> BuildPartitionVocabulary(const Catalog& catalog, int key);
