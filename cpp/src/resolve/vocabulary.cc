@@ -11,7 +11,6 @@
 #include <set>
 #include <string_view>
 #include <thread>
-#include <unordered_set>
 
 #include "catalog/row_group_reader.h"
 #include "util/hash.h"
@@ -22,29 +21,80 @@ namespace {
 // The distinct values seen, sorted once at the end: a std::set's ordered inserts (string
 // compares down the tree for every value of every dictionary page) were half of a 30-column
 // loader's start-up.
-// Looked up by view first: most values repeat in every row group's dictionary. A new value's
-// bytes are copied once, into an arena; the set and the sort hold views (no string per value,
-// no string swaps in the sort).
-struct ViewHash {
-  size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
-};
-
+// Looked up first: most values repeat in every row group's dictionary. A new value's bytes are
+// copied once, into an arena; an open-addressing table of (hash, index) and the sort hold views
+// (no string, no node allocation per value, no string swaps in the sort).
 class ValueSet {
  public:
   void Add(std::string_view value) {
-    if (values_.contains(value)) return;
-    values_.insert(Store(value));
+    if (2 * (views_.size() + 1) > slots_.size()) Grow();
+    const size_t hash = std::hash<std::string_view>{}(value);
+    const size_t mask = slots_.size() - 1;
+    for (size_t at = hash & mask;; at = (at + 1) & mask) {
+      Slot& slot = slots_[at];
+      if (slot.index == 0) {
+        views_.push_back(Store(value));
+        slot = {hash, views_.size()};
+        return;
+      }
+      if (slot.hash == hash && views_[slot.index - 1] == value) return;
+    }
   }
 
-  /// The values in byte order.
+  /// The values in byte order. Sorted on an 8-byte big-endian key of each value's bytes past the
+  /// prefix all values share (one integer compare orders almost every pair: "s07_000123" and
+  /// "s07_004567" differ past "s07_00"); equal keys compare the whole values.
   std::vector<std::string> Sorted() const {
-    std::vector<std::string_view> views(values_.begin(), values_.end());
-    std::sort(views.begin(), views.end());
-    return std::vector<std::string>(views.begin(), views.end());
+    size_t common = views_.empty() ? 0 : views_.front().size();
+    for (std::string_view value : views_) {
+      const size_t limit = std::min(common, value.size());
+      size_t i = 0;
+      while (i < limit && value[i] == views_.front()[i]) ++i;
+      common = i;
+      if (common == 0) break;
+    }
+    struct Entry {
+      uint64_t key;
+      std::string_view value;
+    };
+    std::vector<Entry> entries;
+    entries.reserve(views_.size());
+    for (std::string_view value : views_) {
+      uint64_t key = 0;
+      for (size_t i = common; i < common + 8; ++i) {
+        key = (key << 8) | (i < value.size() ? static_cast<unsigned char>(value[i]) : 0u);
+      }
+      entries.push_back({key, value});
+    }
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+      return a.key != b.key ? a.key < b.key : a.value < b.value;
+    });
+    std::vector<std::string> out;
+    out.reserve(entries.size());
+    for (const Entry& entry : entries) out.emplace_back(entry.value);
+    return out;
   }
 
  private:
   static constexpr size_t kBlockBytes = 64 << 10;
+
+  struct Slot {
+    size_t hash = 0;
+    size_t index = 0;  // 1 + the value's index in views_; 0: empty
+  };
+
+  // Doubles the table (at least 64 slots), so that at most half its slots are used.
+  void Grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(std::max<size_t>(64, 2 * old.size()), Slot{});
+    const size_t mask = slots_.size() - 1;
+    for (const Slot& slot : old) {
+      if (slot.index == 0) continue;
+      size_t at = slot.hash & mask;
+      while (slots_[at].index != 0) at = (at + 1) & mask;
+      slots_[at] = slot;
+    }
+  }
 
   std::string_view Store(std::string_view value) {
     if (value.empty()) return {};
@@ -64,7 +114,8 @@ class ValueSet {
   std::vector<std::unique_ptr<char[]>> blocks_;
   char* next_ = nullptr;
   size_t free_ = 0;
-  std::unordered_set<std::string_view, ViewHash> values_;
+  std::vector<std::string_view> views_;  // in the order first seen
+  std::vector<Slot> slots_;
 };
 
 void Add(std::string_view value, ValueSet* out) { out->Add(value); }
