@@ -184,16 +184,27 @@ Result<std::shared_ptr<const Vocabulary>> Vocabulary::Make(std::vector<std::stri
                                                            const std::string& column) {
   auto out = std::make_shared<Vocabulary>();
   out->origin_ = origin;
-  // The keys view the strings of values_ (a vector's move keeps its elements in place).
   out->values_ = std::move(values);
   const std::vector<std::string>& kept = out->values_;
+  size_t capacity = 16;
+  while (capacity < 2 * kept.size()) capacity *= 2;
+  out->slots_.assign(capacity, Slot{});
+  const size_t mask = capacity - 1;
   Fnv1a hash;
   hash.Add("vocabulary-v1");
-  out->ids_.reserve(kept.size());
   for (size_t i = 0; i < kept.size(); ++i) {
-    if (!out->ids_.emplace(std::string_view(kept[i]), static_cast<int64_t>(i) + 1).second) {
-      return MakeError(ErrorKind::kInvalidOption, "categories['" + column + "'] lists '" + kept[i] +
-                                                      "' twice; each value gets one id");
+    const size_t value_hash = std::hash<std::string_view>{}(kept[i]);
+    for (size_t at = value_hash & mask;; at = (at + 1) & mask) {
+      Slot& slot = out->slots_[at];
+      if (slot.id == 0) {
+        slot = {value_hash, static_cast<int64_t>(i) + 1};
+        break;
+      }
+      if (slot.hash == value_hash && kept[slot.id - 1] == kept[i]) {
+        return MakeError(
+            ErrorKind::kInvalidOption,
+            "categories['" + column + "'] lists '" + kept[i] + "' twice; each value gets one id");
+      }
     }
     hash.AddInt(kept[i].size());
     hash.Add(kept[i]);
@@ -203,8 +214,14 @@ Result<std::shared_ptr<const Vocabulary>> Vocabulary::Make(std::vector<std::stri
 }
 
 int64_t Vocabulary::Lookup(std::string_view value) const {
-  auto it = ids_.find(value);
-  return it == ids_.end() ? 0 : it->second;
+  if (slots_.empty()) return 0;
+  const size_t hash = std::hash<std::string_view>{}(value);
+  const size_t mask = slots_.size() - 1;
+  for (size_t at = hash & mask;; at = (at + 1) & mask) {
+    const Slot& slot = slots_[at];
+    if (slot.id == 0) return 0;
+    if (slot.hash == hash && values_[slot.id - 1] == value) return slot.id;
+  }
 }
 
 namespace {

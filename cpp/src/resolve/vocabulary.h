@@ -15,7 +15,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "catalog/catalog.h"
@@ -25,11 +24,6 @@ namespace stoker {
 
 class Vocabulary {
  public:
-  Vocabulary() = default;
-  // Not copyable: the id map's keys view the strings of values_.
-  Vocabulary(const Vocabulary&) = delete;
-  Vocabulary& operator=(const Vocabulary&) = delete;
-
   /// How an "auto" vocabulary was built (for describe and the docs).
   enum class Origin { kGiven, kDictionaryPages, kColumnScan, kPartitionValues };
 
@@ -46,12 +40,15 @@ class Vocabulary {
   int64_t Lookup(std::string_view value) const;
 
  private:
-  struct TextHash {
-    size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+  // A slot of the id table: the value's hash and id (0: an empty slot).
+  struct Slot {
+    size_t hash = 0;
+    int64_t id = 0;
   };
   std::vector<std::string> values_;
-  // Keys view values_.
-  std::unordered_map<std::string_view, int64_t, TextHash> ids_;
+  // Open addressing with linear probing, a power of two of slots, at most half used: no node
+  // per value to allocate at open and free at close.
+  std::vector<Slot> slots_;
   Origin origin_ = Origin::kGiven;
   uint64_t hash_ = 0;
 };
