@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <set>
 #include <string_view>
 #include <thread>
@@ -226,9 +227,31 @@ int64_t Vocabulary::Lookup(std::string_view value) const {
 
 namespace {
 
-// A builder's Parquet readers, one per file, opened when first needed and kept for every row
-// group and every column it builds (30 columns of 8 row groups: 8 opens, not 240).
-using FileReaders = std::vector<std::unique_ptr<parquet::ParquetFileReader>>;
+// A builder's Parquet readers, one per file, opened when first needed and kept for the row groups
+// and columns it builds next (30 columns of 8 row groups in 2 files: 2 opens, not 240). At most
+// kMaxOpen at a time (the first opened is closed first): a dataset of many files does not hold a
+// file descriptor per file per thread.
+class FileReaders {
+ public:
+  explicit FileReaders(size_t files) : readers_(files) {}
+
+  parquet::ParquetFileReader* Get(int file) const { return readers_[file].get(); }
+
+  parquet::ParquetFileReader* Put(int file, std::unique_ptr<parquet::ParquetFileReader> reader) {
+    if (open_.size() == kMaxOpen) {
+      readers_[open_.front()].reset();
+      open_.pop_front();
+    }
+    open_.push_back(file);
+    readers_[file] = std::move(reader);
+    return readers_[file].get();
+  }
+
+ private:
+  static constexpr size_t kMaxOpen = 16;
+  std::vector<std::unique_ptr<parquet::ParquetFileReader>> readers_;
+  std::deque<int> open_;  // the files with a reader, first opened first
+};
 
 Result<std::shared_ptr<const Vocabulary>> Build(const Catalog& catalog, const std::string& field,
                                                 FileReaders* readers) {
@@ -244,7 +267,7 @@ Result<std::shared_ptr<const Vocabulary>> Build(const Catalog& catalog, const st
     if (leaves.leaves.size() == 1 &&
         AllPagesFromDictionary(*file.metadata->RowGroup(rg.row_group)->ColumnChunk(leaf))) {
       // The dictionary page alone: the chunk's first page.
-      std::unique_ptr<parquet::ParquetFileReader>& reader = (*readers)[rg.file];
+      parquet::ParquetFileReader* reader = readers->Get(rg.file);
       std::shared_ptr<arrow::io::RandomAccessFile> input;
       if (!reader) {
         STOKER_ASSIGN_OR_RAISE(input, file.Open());
@@ -252,8 +275,9 @@ Result<std::shared_ptr<const Vocabulary>> Build(const Catalog& catalog, const st
       Status failure;
       try {
         if (!reader) {
-          reader = parquet::ParquetFileReader::Open(input, parquet::default_reader_properties(),
-                                                    file.metadata);
+          reader = readers->Put(
+              rg.file, parquet::ParquetFileReader::Open(input, parquet::default_reader_properties(),
+                                                        file.metadata));
         }
         auto pages = reader->RowGroup(rg.row_group)->GetColumnPageReader(leaf);
         std::shared_ptr<parquet::Page> page = pages->NextPage();

@@ -301,3 +301,22 @@ def test_auto_vocabularies_of_many_columns_are_the_same_on_any_thread_count(tmp_
     assert len(batches) >= 2 * n // 128 and all(batches)
     assert run(2) == reference
     assert run(4) == reference
+
+
+def test_auto_vocabularies_over_more_files_than_a_builder_keeps_open(tmp_path):
+    # A builder keeps at most 16 files' readers open: 20 files, two row groups each, make it close
+    # and reopen them column after column.
+    expected = {"a": set(), "b": set()}
+    for part in range(20):
+        a = [f"a{(part * 7 + i) % 31:02d}" for i in range(40)]
+        b = [f"b{part:02d}_{i % 3}" for i in range(40)]
+        expected["a"].update(a)
+        expected["b"].update(b)
+        pq.write_table(pa.table({"a": a, "b": b}), str(tmp_path / f"part-{part:02d}.parquet"),
+                       row_group_size=20)
+    for threads in (1, 2):
+        with stoker.Loader(str(tmp_path), categories={"a": "auto", "b": "auto"}, batch_size=100,
+                           num_threads=threads) as loader:
+            assert loader.vocabulary("a") == sorted(expected["a"])
+            assert loader.vocabulary("b") == sorted(expected["b"])
+            assert sum(len(batch["a"]) for batch in loader) == 800
