@@ -168,7 +168,8 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
   }
   STOKER_ASSIGN_OR_RAISE(
       auto spec, ResolveColumns(*catalog, options.columns, !options.cache.dir.empty(), nullptr,
-                                options.order.padding_mask ? options.order.padding_name : ""));
+                                options.order.padding_mask ? options.order.padding_name : "",
+                                impl->pipeline_options.num_workers));
   const int64_t window_rows =
       options.order.shuffle_window_bytes > 0
           ? std::max<int64_t>(1, options.order.shuffle_window_bytes / RowBytes(*catalog, spec))

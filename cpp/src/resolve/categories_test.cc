@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "resolve/resolve_columns.h"
@@ -141,6 +142,61 @@ TEST_F(FeaturesAndCategoriesTest, AutoVocabularyFromDictionaryPagesOrAScan) {
     EXPECT_EQ((*vocabulary)->values(), (std::vector<std::string>{"apple", "fig", "kiwi", "pear"}));
     EXPECT_EQ((*vocabulary)->origin(),
               dictionary ? Vocabulary::Origin::kDictionaryPages : Vocabulary::Origin::kColumnScan);
+  }
+}
+
+TEST_F(FeaturesAndCategoriesTest, AutoVocabulariesAreInByteOrderWhateverTheThreadCount) {
+  // Values that order by bytes, not by their first 8 bytes past a shared prefix: a value that is
+  // another's prefix, embedded and trailing NULs, bytes above 0x7f, the empty string, and long
+  // values that differ only past the 8 bytes after the prefix they share.
+  const std::vector<std::string> tricky = {"pre",
+                                           "pre" + std::string(1, '\0'),
+                                           "pre" + std::string(1, '\0') + "b",
+                                           "pre\x7f",
+                                           "pre\x80",
+                                           "pre\xff",
+                                           "preab",
+                                           "preabcdefgh1",
+                                           "preabcdefgh0",
+                                           "preabcdefgh",
+                                           "prf"};
+  std::vector<std::optional<std::string>> a, b, c;
+  for (int i = 0; i < 44; ++i) {
+    a.push_back(tricky[(i * 7) % tricky.size()]);
+    b.push_back(i % 5 == 0 ? std::optional<std::string>() : "v" + std::to_string((i * 37) % 23));
+    c.push_back(i % 3 == 0 ? std::string() : std::string(i % 4, 'z'));
+  }
+  auto table = arrow::Table::Make(
+      arrow::schema({arrow::field("a", arrow::utf8()), arrow::field("b", arrow::utf8()),
+                     arrow::field("c", arrow::utf8())}),
+      {Strings(a), Strings(b), Strings(c)});
+  const std::vector<std::string> fields = {"a", "b", "c"};
+  for (bool dictionary : {true, false}) {
+    auto catalog = Write(table, dictionary);
+    const auto one = BuildVocabularies(*catalog, fields, 1);
+    for (int threads : {2, 3, 8}) {
+      const auto several = BuildVocabularies(*catalog, fields, threads);
+      ASSERT_EQ(several.size(), fields.size());
+      for (size_t i = 0; i < fields.size(); ++i) {
+        ASSERT_TRUE(one[i].ok() && several[i].ok());
+        EXPECT_EQ((*several[i])->values(), (*one[i])->values()) << fields[i] << threads;
+        EXPECT_EQ((*several[i])->hash(), (*one[i])->hash());
+      }
+    }
+    for (size_t i = 0; i < fields.size(); ++i) {
+      std::set<std::string> expected;
+      for (const auto& value : (i == 0 ? a : i == 1 ? b : c)) {
+        if (value) expected.insert(*value);
+      }
+      EXPECT_EQ((*one[i])->values(), std::vector<std::string>(expected.begin(), expected.end()))
+          << fields[i] << " dictionary=" << dictionary;
+      auto alone = BuildVocabulary(*catalog, fields[i]);
+      ASSERT_TRUE(alone.ok());
+      EXPECT_EQ((*alone)->hash(), (*one[i])->hash());
+      for (int64_t id = 1; id <= (*one[i])->size(); ++id) {
+        EXPECT_EQ((*one[i])->Lookup((*one[i])->values()[id - 1]), id);
+      }
+    }
   }
 }
 

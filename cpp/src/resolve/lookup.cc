@@ -192,7 +192,7 @@ Status ColumnLookup::MakeCategorical(ColumnSpec* spec) {
   const bool transformed =
       options_->transforms.contains(spec->name) || options_->transform_outputs.contains(spec->name);
   return ResolveCategory(*catalog_, given->second, transformed, options_->user_transform != nullptr,
-                         spec, &out_->vocabularies);
+                         spec, &out_->vocabularies, &built_);
 }
 
 }  // namespace stoker

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "catalog/catalog.h"
+#include "resolve/categories.h"
 #include "resolve/column_spec.h"
 #include "stoker/error.h"
 #include "stoker/options.h"
@@ -41,6 +42,8 @@ class ColumnLookup {
   const std::set<std::string>& needed() const { return needed_; }
   /// Whether a ready-tensor cache is on.
   bool cached() const { return cached_; }
+  /// "auto" vocabularies built ahead (BuildAutoVocabularies), used instead of building.
+  void set_built_vocabularies(BuiltVocabularies built) { built_ = std::move(built); }
 
  private:
   ColumnLookup(const Catalog& catalog, const ColumnsOptions& options, bool cached, OutputSpec* out)
@@ -61,6 +64,7 @@ class ColumnLookup {
   std::shared_ptr<arrow::Schema> transform_schema_;
   int num_regular_ = 0;  // fields of schema_ before the partition columns
   std::set<std::string> needed_;
+  BuiltVocabularies built_;
 };
 
 }  // namespace stoker

@@ -372,7 +372,7 @@ void SetFields(const ColumnLookup& lookup, OutputSpec* out) {
 
 Result<OutputSpec> ResolveColumns(const Catalog& catalog, const ColumnsOptions& given, bool cached,
                                   std::shared_ptr<arrow::Schema> transform_schema,
-                                  const std::string& padding_flag) {
+                                  const std::string& padding_flag, int num_threads) {
   // Every problem is collected, so that one error lists them all (CombineProblems).
   std::vector<Status> problems;
   // The dataset's structs named by transforms (with transform=, its outputs are the columns).
@@ -384,6 +384,9 @@ Result<OutputSpec> ResolveColumns(const Catalog& catalog, const ColumnsOptions& 
   STOKER_ASSIGN_OR_RAISE(
       ColumnLookup lookup,
       ColumnLookup::Make(catalog, options, cached, std::move(transform_schema), &out));
+  // The "auto" vocabularies all at once, on several threads; each column takes its own (its
+  // error too) where it would have built it.
+  lookup.set_built_vocabularies(BuildAutoVocabularies(catalog, options, num_threads));
   const arrow::Schema& schema = lookup.schema();
   std::set<std::string> seen_outputs;
   const std::vector<std::string> columns = RequestedColumns(schema, options);

@@ -25,10 +25,11 @@ namespace stoker {
 /// transforms is an error naming its fields.
 /// `cached`: a ready-tensor cache is on (chains then keep their deterministic prefix apart for it).
 /// `padding_flag`: the padding flag's name when padding_mask is on (no column may have it).
+/// `num_threads`: how many threads build the "auto" vocabularies of categories (together).
 Result<OutputSpec> ResolveColumns(const Catalog& catalog, const ColumnsOptions& given,
                                   bool cached = false,
                                   std::shared_ptr<arrow::Schema> transform_schema = nullptr,
-                                  const std::string& padding_flag = "");
+                                  const std::string& padding_flag = "", int num_threads = 1);
 
 /// Resolves `name` alone, as a column or (`feature`) as a feature alone in its group, with the
 /// options' choices for it (its vocabulary, its chains): one spec, or one per output of a column

@@ -6,10 +6,12 @@
 #include <parquet/file_reader.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <deque>
 #include <set>
 #include <string_view>
-#include <unordered_set>
+#include <thread>
 
 #include "catalog/row_group_reader.h"
 #include "util/hash.h"
@@ -20,24 +22,104 @@ namespace {
 // The distinct values seen, sorted once at the end: a std::set's ordered inserts (string
 // compares down the tree for every value of every dictionary page) were half of a 30-column
 // loader's start-up.
-// Looked up by view first: most values repeat in every row group's dictionary.
-struct ViewHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+// Looked up first: most values repeat in every row group's dictionary. A new value's bytes are
+// copied once, into an arena; an open-addressing table of (hash, index) and the sort hold views
+// (no string, no node allocation per value, no string swaps in the sort).
+class ValueSet {
+ public:
+  void Add(std::string_view value) {
+    if (2 * (views_.size() + 1) > slots_.size()) Grow();
+    const size_t hash = std::hash<std::string_view>{}(value);
+    const size_t mask = slots_.size() - 1;
+    for (size_t at = hash & mask;; at = (at + 1) & mask) {
+      Slot& slot = slots_[at];
+      if (slot.index == 0) {
+        views_.push_back(Store(value));
+        slot = {hash, views_.size()};
+        return;
+      }
+      if (slot.hash == hash && views_[slot.index - 1] == value) return;
+    }
+  }
+
+  /// The values in byte order. Sorted on an 8-byte big-endian key of each value's bytes past the
+  /// prefix all values share (one integer compare orders almost every pair: "s07_000123" and
+  /// "s07_004567" differ past "s07_00"); equal keys compare the whole values.
+  std::vector<std::string> Sorted() const {
+    size_t common = views_.empty() ? 0 : views_.front().size();
+    for (std::string_view value : views_) {
+      const size_t limit = std::min(common, value.size());
+      size_t i = 0;
+      while (i < limit && value[i] == views_.front()[i]) ++i;
+      common = i;
+      if (common == 0) break;
+    }
+    struct Entry {
+      uint64_t key;
+      std::string_view value;
+    };
+    std::vector<Entry> entries;
+    entries.reserve(views_.size());
+    for (std::string_view value : views_) {
+      uint64_t key = 0;
+      for (size_t i = common; i < common + 8; ++i) {
+        key = (key << 8) | (i < value.size() ? static_cast<unsigned char>(value[i]) : 0u);
+      }
+      entries.push_back({key, value});
+    }
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+      return a.key != b.key ? a.key < b.key : a.value < b.value;
+    });
+    std::vector<std::string> out;
+    out.reserve(entries.size());
+    for (const Entry& entry : entries) out.emplace_back(entry.value);
+    return out;
+  }
+
+ private:
+  static constexpr size_t kBlockBytes = 64 << 10;
+
+  struct Slot {
+    size_t hash = 0;
+    size_t index = 0;  // 1 + the value's index in views_; 0: empty
+  };
+
+  // Doubles the table (at least 64 slots), so that at most half its slots are used.
+  void Grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(std::max<size_t>(64, 2 * old.size()), Slot{});
+    const size_t mask = slots_.size() - 1;
+    for (const Slot& slot : old) {
+      if (slot.index == 0) continue;
+      size_t at = slot.hash & mask;
+      while (slots_[at].index != 0) at = (at + 1) & mask;
+      slots_[at] = slot;
+    }
+  }
+
+  std::string_view Store(std::string_view value) {
+    if (value.empty()) return {};
+    if (value.size() > free_) {
+      const size_t bytes = std::max(kBlockBytes, value.size());
+      blocks_.push_back(std::make_unique<char[]>(bytes));
+      next_ = blocks_.back().get();
+      free_ = bytes;
+    }
+    std::memcpy(next_, value.data(), value.size());
+    std::string_view stored(next_, value.size());
+    next_ += value.size();
+    free_ -= value.size();
+    return stored;
+  }
+
+  std::vector<std::unique_ptr<char[]>> blocks_;
+  char* next_ = nullptr;
+  size_t free_ = 0;
+  std::vector<std::string_view> views_;  // in the order first seen
+  std::vector<Slot> slots_;
 };
-using ValueSet = std::unordered_set<std::string, ViewHash, std::equal_to<>>;
 
-void Add(std::string_view value, ValueSet* out) {
-  if (out->find(value) == out->end()) out->emplace(value);
-}
-
-std::vector<std::string> Sorted(ValueSet values) {
-  std::vector<std::string> out;
-  out.reserve(values.size());
-  while (!values.empty()) out.push_back(std::move(values.extract(values.begin()).value()));
-  std::sort(out.begin(), out.end());
-  return out;
-}
+void Add(std::string_view value, ValueSet* out) { out->Add(value); }
 
 // Whether every data page of the chunk is dictionary-encoded, so its dictionary page holds every
 // value it has. Without encoding stats (old writers) we cannot tell: the chunk is read.
@@ -103,30 +185,76 @@ Result<std::shared_ptr<const Vocabulary>> Vocabulary::Make(std::vector<std::stri
                                                            const std::string& column) {
   auto out = std::make_shared<Vocabulary>();
   out->origin_ = origin;
+  out->values_ = std::move(values);
+  const std::vector<std::string>& kept = out->values_;
+  size_t capacity = 16;
+  while (capacity < 2 * kept.size()) capacity *= 2;
+  out->slots_.assign(capacity, Slot{});
+  const size_t mask = capacity - 1;
   Fnv1a hash;
   hash.Add("vocabulary-v1");
-  out->ids_.reserve(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (!out->ids_.emplace(values[i], static_cast<int64_t>(i) + 1).second) {
-      return MakeError(
-          ErrorKind::kInvalidOption,
-          "categories['" + column + "'] lists '" + values[i] + "' twice; each value gets one id");
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const size_t value_hash = std::hash<std::string_view>{}(kept[i]);
+    for (size_t at = value_hash & mask;; at = (at + 1) & mask) {
+      Slot& slot = out->slots_[at];
+      if (slot.id == 0) {
+        slot = {value_hash, static_cast<int64_t>(i) + 1};
+        break;
+      }
+      if (slot.hash == value_hash && kept[slot.id - 1] == kept[i]) {
+        return MakeError(
+            ErrorKind::kInvalidOption,
+            "categories['" + column + "'] lists '" + kept[i] + "' twice; each value gets one id");
+      }
     }
-    hash.AddInt(values[i].size());
-    hash.Add(values[i]);
+    hash.AddInt(kept[i].size());
+    hash.Add(kept[i]);
   }
   out->hash_ = hash.digest();
-  out->values_ = std::move(values);
   return std::shared_ptr<const Vocabulary>(std::move(out));
 }
 
 int64_t Vocabulary::Lookup(std::string_view value) const {
-  auto it = ids_.find(value);
-  return it == ids_.end() ? 0 : it->second;
+  if (slots_.empty()) return 0;
+  const size_t hash = std::hash<std::string_view>{}(value);
+  const size_t mask = slots_.size() - 1;
+  for (size_t at = hash & mask;; at = (at + 1) & mask) {
+    const Slot& slot = slots_[at];
+    if (slot.id == 0) return 0;
+    if (slot.hash == hash && values_[slot.id - 1] == value) return slot.id;
+  }
 }
 
-Result<std::shared_ptr<const Vocabulary>> BuildVocabulary(const Catalog& catalog,
-                                                          const std::string& field) {
+namespace {
+
+// A builder's Parquet readers, one per file, opened when first needed and kept for the row groups
+// and columns it builds next (30 columns of 8 row groups in 2 files: 2 opens, not 240). At most
+// kMaxOpen at a time (the first opened is closed first): a dataset of many files does not hold a
+// file descriptor per file per thread.
+class FileReaders {
+ public:
+  explicit FileReaders(size_t files) : readers_(files) {}
+
+  parquet::ParquetFileReader* Get(int file) const { return readers_[file].get(); }
+
+  parquet::ParquetFileReader* Put(int file, std::unique_ptr<parquet::ParquetFileReader> reader) {
+    if (open_.size() == kMaxOpen) {
+      readers_[open_.front()].reset();
+      open_.pop_front();
+    }
+    open_.push_back(file);
+    readers_[file] = std::move(reader);
+    return readers_[file].get();
+  }
+
+ private:
+  static constexpr size_t kMaxOpen = 16;
+  std::vector<std::unique_ptr<parquet::ParquetFileReader>> readers_;
+  std::deque<int> open_;  // the files with a reader, first opened first
+};
+
+Result<std::shared_ptr<const Vocabulary>> Build(const Catalog& catalog, const std::string& field,
+                                                FileReaders* readers) {
   ValueSet values;
   bool scanned = false;
   const auto& row_groups = catalog.row_groups();
@@ -134,30 +262,37 @@ Result<std::shared_ptr<const Vocabulary>> BuildVocabulary(const Catalog& catalog
     const RowGroupRef& rg = row_groups[index];
     const CatalogFile& file = catalog.files()[rg.file];
     const FieldLeaves& leaves = file.fields.at(field);
-    const std::string where = catalog.Where(rg);
     const int leaf = leaves.leaves.empty() ? -1 : leaves.leaves.front();
     bool done = false;
     if (leaves.leaves.size() == 1 &&
         AllPagesFromDictionary(*file.metadata->RowGroup(rg.row_group)->ColumnChunk(leaf))) {
       // The dictionary page alone: the chunk's first page.
-      STOKER_ASSIGN_OR_RAISE(auto input, file.Open());
+      parquet::ParquetFileReader* reader = readers->Get(rg.file);
+      std::shared_ptr<arrow::io::RandomAccessFile> input;
+      if (!reader) {
+        STOKER_ASSIGN_OR_RAISE(input, file.Open());
+      }
       Status failure;
       try {
-        auto reader = parquet::ParquetFileReader::Open(input, parquet::default_reader_properties(),
-                                                       file.metadata);
+        if (!reader) {
+          reader = readers->Put(
+              rg.file, parquet::ParquetFileReader::Open(input, parquet::default_reader_properties(),
+                                                        file.metadata));
+        }
         auto pages = reader->RowGroup(rg.row_group)->GetColumnPageReader(leaf);
         std::shared_ptr<parquet::Page> page = pages->NextPage();
         if (page && page->type() == parquet::PageType::DICTIONARY_PAGE) {
           const auto& dictionary = static_cast<const parquet::DictionaryPage&>(*page);
           if (dictionary.encoding() == parquet::Encoding::PLAIN ||
               dictionary.encoding() == parquet::Encoding::PLAIN_DICTIONARY) {
-            failure = ReadDictionaryPage(dictionary, where, &values);
+            failure = ReadDictionaryPage(dictionary, catalog.Where(rg), &values);
             done = failure.ok();
           }
         }
       } catch (const parquet::ParquetException& e) {
         failure = MakeError(ErrorKind::kCorruptFile, "cannot read the dictionary page of column '" +
-                                                         field + "' of " + where + ": " + e.what());
+                                                         field + "' of " + catalog.Where(rg) +
+                                                         ": " + e.what());
       }
       STOKER_RETURN_NOT_OK(failure);
     }
@@ -168,8 +303,36 @@ Result<std::shared_ptr<const Vocabulary>> BuildVocabulary(const Catalog& catalog
     for (const auto& chunk : table->column(0)->chunks()) CollectValues(*chunk, &values);
   }
   return Vocabulary::Make(
-      Sorted(std::move(values)),
+      values.Sorted(),
       scanned ? Vocabulary::Origin::kColumnScan : Vocabulary::Origin::kDictionaryPages, field);
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Vocabulary>> BuildVocabulary(const Catalog& catalog,
+                                                          const std::string& field) {
+  FileReaders readers(catalog.files().size());
+  return Build(catalog, field, &readers);
+}
+
+std::vector<Result<std::shared_ptr<const Vocabulary>>> BuildVocabularies(
+    const Catalog& catalog, const std::vector<std::string>& fields, int num_threads) {
+  std::vector<Result<std::shared_ptr<const Vocabulary>>> out(fields.size());
+  // Each field's vocabulary is built by one thread alone, from the same bytes whichever thread:
+  // the results do not depend on the thread count.
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    FileReaders readers(catalog.files().size());
+    for (size_t i = next++; i < fields.size(); i = next++) {
+      out[i] = Build(catalog, fields[i], &readers);
+    }
+  };
+  const int threads = std::max(1, std::min<int>(num_threads, static_cast<int>(fields.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& thread : pool) thread.join();
+  return out;
 }
 
 Result<std::shared_ptr<const Vocabulary>> BuildPartitionVocabulary(const Catalog& catalog,

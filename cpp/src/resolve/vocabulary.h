@@ -15,7 +15,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "catalog/catalog.h"
@@ -41,12 +40,15 @@ class Vocabulary {
   int64_t Lookup(std::string_view value) const;
 
  private:
-  struct TextHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+  // A slot of the id table: the value's hash and id (0: an empty slot).
+  struct Slot {
+    size_t hash = 0;
+    int64_t id = 0;
   };
   std::vector<std::string> values_;
-  std::unordered_map<std::string, int64_t, TextHash, std::equal_to<>> ids_;
+  // Open addressing with linear probing, a power of two of slots, at most half used: no node
+  // per value to allocate at open and free at close.
+  std::vector<Slot> slots_;
   Origin origin_ = Origin::kGiven;
   uint64_t hash_ = 0;
 };
@@ -55,6 +57,13 @@ class Vocabulary {
 /// dictionary<string> column): the sorted distinct non-null values over every row group.
 Result<std::shared_ptr<const Vocabulary>> BuildVocabulary(const Catalog& catalog,
                                                           const std::string& field);
+
+/// The "auto" vocabularies of file columns `fields` (each as BuildVocabulary gives it, error
+/// included), built on up to `num_threads` threads, one field per thread at a time: the results,
+/// in the order of `fields`, are the same whatever the thread count. Every file must have every
+/// field.
+std::vector<Result<std::shared_ptr<const Vocabulary>>> BuildVocabularies(
+    const Catalog& catalog, const std::vector<std::string>& fields, int num_threads);
 
 /// The "auto" vocabulary of hive partition column number `key` (in partition order): its sorted
 /// distinct values over the files.

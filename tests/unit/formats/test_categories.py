@@ -251,3 +251,72 @@ def test_outputs_of_transform_take_a_given_vocabulary(write_parquet):
         assert next(iter(loader))["c2"].tolist() == [1, 0, 2, 1]
     with pytest.raises(InvalidOptionError, match="give the vocabulary"):
         stoker.Loader(path, transform=_rename_city, categories={"c2": "auto"}, batch_size=4)
+
+
+def test_auto_vocabularies_of_many_columns_are_the_same_on_any_thread_count(tmp_path):
+    # Issue 26: the "auto" vocabularies of several columns are built together, on up to
+    # num_threads threads. Several columns of every kind an "auto" vocabulary is built from
+    # (dictionary pages, plain string, large_string, a dictionary that fell back to plain pages,
+    # pandas-like dictionary<string>, nulls), over two files of several row groups: the
+    # vocabularies, the ids and the fingerprint must not depend on the thread count.
+    rng = np.random.default_rng(26)
+    n = 900
+
+    def column(j, cardinality):
+        codes = rng.integers(0, cardinality, n)
+        return [f"c{j}_{c:05d}" for c in codes]
+
+    for part in range(2):
+        table = pa.table({
+            "a": column(0, 4),
+            "b": column(1, 50),
+            "c": pa.array(column(2, 700), pa.large_string()),
+            "d": pa.array(column(3, 30)).dictionary_encode(),
+            "e": [None if i % 7 == 0 else v for i, v in enumerate(column(4, 12))],
+            "f": column(5, 2000),
+            "label": np.arange(n, dtype=np.int64) + part * n,
+        })
+        pq.write_table(table, str(tmp_path / f"part-{part}.parquet"), row_group_size=200,
+                       dictionary_pagesize_limit=2048, data_page_size=1024)
+    # "f" falls back to plain pages part way (read whole), the others come from dictionary pages.
+    assert "PLAIN" in pq.ParquetFile(str(tmp_path / "part-0.parquet")).metadata.row_group(
+        0).column(5).encodings
+    names = ["a", "b", "c", "d", "e", "f"]
+
+    def run(threads):
+        with stoker.Loader(str(tmp_path), columns=names + ["label"], batch_size=128,
+                           categories={name: "auto" for name in names}, fill_null={"e": 0},
+                           seed=5, num_threads=threads) as loader:
+            vocabularies = {name: loader.vocabulary(name) for name in names}
+            batches = [b"".join(np.ascontiguousarray(batch[k]).tobytes() for k in sorted(batch))
+                       for batch in loader]
+            return vocabularies, batches, loader.state_dict()["fingerprint"]
+
+    reference = run(1)
+    vocabularies, batches, _ = reference
+    table = pq.read_table(str(tmp_path))
+    for name in names:
+        values = [v for v in table.column(name).to_pylist() if v is not None]
+        assert vocabularies[name] == sorted(set(values))
+    assert len(batches) >= 2 * n // 128 and all(batches)
+    assert run(2) == reference
+    assert run(4) == reference
+
+
+def test_auto_vocabularies_over_more_files_than_a_builder_keeps_open(tmp_path):
+    # A builder keeps at most 16 files' readers open: 20 files, two row groups each, make it close
+    # and reopen them column after column.
+    expected = {"a": set(), "b": set()}
+    for part in range(20):
+        a = [f"a{(part * 7 + i) % 31:02d}" for i in range(40)]
+        b = [f"b{part:02d}_{i % 3}" for i in range(40)]
+        expected["a"].update(a)
+        expected["b"].update(b)
+        pq.write_table(pa.table({"a": a, "b": b}), str(tmp_path / f"part-{part:02d}.parquet"),
+                       row_group_size=20)
+    for threads in (1, 2):
+        with stoker.Loader(str(tmp_path), categories={"a": "auto", "b": "auto"}, batch_size=100,
+                           num_threads=threads) as loader:
+            assert loader.vocabulary("a") == sorted(expected["a"])
+            assert loader.vocabulary("b") == sorted(expected["b"])
+            assert sum(len(batch["a"]) for batch in loader) == 800
