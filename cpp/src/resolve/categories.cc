@@ -29,9 +29,10 @@ BuiltVocabularies BuildAutoVocabularies(const Catalog& catalog, const ColumnsOpt
           IsStringType(type) ||
           (type.id() == arrow::Type::DICTIONARY &&
            IsStringType(*static_cast<const arrow::DictionaryType&>(type).value_type()));
+      const std::string& field = name;  // a lambda cannot capture a structured binding (clang)
       const bool everywhere =
           std::all_of(catalog.files().begin(), catalog.files().end(),
-                      [&](const CatalogFile& file) { return file.fields.contains(name); });
+                      [&](const CatalogFile& file) { return file.fields.contains(field); });
       if (text && everywhere) fields.push_back(name);
     }
   }
