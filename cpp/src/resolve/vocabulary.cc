@@ -23,22 +23,13 @@ namespace {
 // compares down the tree for every value of every dictionary page) were half of a 30-column
 // loader's start-up.
 // Looked up first: most values repeat in every row group's dictionary. A new value's bytes are
-// copied once, into an arena; an open-addressing table of (hash, index) and the sort hold views
-// (no string, no node allocation per value, no string swaps in the sort).
+// copied once, into an arena; the index (ViewIndex) and the sort hold views (no string, no node
+// allocation per value, no string swaps in the sort).
 class ValueSet {
  public:
   void Add(std::string_view value) {
-    if (2 * (views_.size() + 1) > slots_.size()) Grow();
-    const size_t hash = std::hash<std::string_view>{}(value);
-    const size_t mask = slots_.size() - 1;
-    for (size_t at = hash & mask;; at = (at + 1) & mask) {
-      Slot& slot = slots_[at];
-      if (slot.index == 0) {
-        views_.push_back(Store(value));
-        slot = {hash, views_.size()};
-        return;
-      }
-      if (slot.hash == hash && views_[slot.index - 1] == value) return;
+    if (index_.Insert(value, [&](int64_t i) { return views_[i]; }).second) {
+      views_.push_back(Store(value));
     }
   }
 
@@ -79,24 +70,6 @@ class ValueSet {
  private:
   static constexpr size_t kBlockBytes = 64 << 10;
 
-  struct Slot {
-    size_t hash = 0;
-    size_t index = 0;  // 1 + the value's index in views_; 0: empty
-  };
-
-  // Doubles the table (at least 64 slots), so that at most half its slots are used.
-  void Grow() {
-    std::vector<Slot> old = std::move(slots_);
-    slots_.assign(std::max<size_t>(64, 2 * old.size()), Slot{});
-    const size_t mask = slots_.size() - 1;
-    for (const Slot& slot : old) {
-      if (slot.index == 0) continue;
-      size_t at = slot.hash & mask;
-      while (slots_[at].index != 0) at = (at + 1) & mask;
-      slots_[at] = slot;
-    }
-  }
-
   std::string_view Store(std::string_view value) {
     if (value.empty()) return {};
     if (value.size() > free_) {
@@ -116,7 +89,7 @@ class ValueSet {
   char* next_ = nullptr;
   size_t free_ = 0;
   std::vector<std::string_view> views_;  // in the order first seen
-  std::vector<Slot> slots_;
+  ViewIndex index_;                      // positions in views_
 };
 
 void Add(std::string_view value, ValueSet* out) { out->Add(value); }
@@ -187,42 +160,24 @@ Result<std::shared_ptr<const Vocabulary>> Vocabulary::Make(std::vector<std::stri
   out->origin_ = origin;
   out->values_ = std::move(values);
   const std::vector<std::string>& kept = out->values_;
-  size_t capacity = 16;
-  while (capacity < 2 * kept.size()) capacity *= 2;
-  out->slots_.assign(capacity, Slot{});
-  const size_t mask = capacity - 1;
+  const auto view = [&](int64_t i) -> std::string_view { return kept[i]; };
+  out->ids_.Reserve(kept.size());
   Fnv1a hash;
   hash.Add("vocabulary-v1");
-  for (size_t i = 0; i < kept.size(); ++i) {
-    const size_t value_hash = std::hash<std::string_view>{}(kept[i]);
-    for (size_t at = value_hash & mask;; at = (at + 1) & mask) {
-      Slot& slot = out->slots_[at];
-      if (slot.id == 0) {
-        slot = {value_hash, static_cast<int64_t>(i) + 1};
-        break;
-      }
-      if (slot.hash == value_hash && kept[slot.id - 1] == kept[i]) {
-        return MakeError(
-            ErrorKind::kInvalidOption,
-            "categories['" + column + "'] lists '" + kept[i] + "' twice; each value gets one id");
-      }
+  for (const std::string& value : kept) {
+    if (!out->ids_.Insert(value, view).second) {
+      return MakeError(ErrorKind::kInvalidOption, "categories['" + column + "'] lists '" + value +
+                                                      "' twice; each value gets one id");
     }
-    hash.AddInt(kept[i].size());
-    hash.Add(kept[i]);
+    hash.AddInt(value.size());
+    hash.Add(value);
   }
   out->hash_ = hash.digest();
   return std::shared_ptr<const Vocabulary>(std::move(out));
 }
 
 int64_t Vocabulary::Lookup(std::string_view value) const {
-  if (slots_.empty()) return 0;
-  const size_t hash = std::hash<std::string_view>{}(value);
-  const size_t mask = slots_.size() - 1;
-  for (size_t at = hash & mask;; at = (at + 1) & mask) {
-    const Slot& slot = slots_[at];
-    if (slot.id == 0) return 0;
-    if (slot.hash == hash && values_[slot.id - 1] == value) return slot.id;
-  }
+  return 1 + ids_.Find(value, [&](int64_t i) -> std::string_view { return values_[i]; });
 }
 
 namespace {

@@ -19,6 +19,7 @@
 
 #include "catalog/catalog.h"
 #include "stoker/error.h"
+#include "util/view_index.h"
 
 namespace stoker {
 
@@ -40,15 +41,8 @@ class Vocabulary {
   int64_t Lookup(std::string_view value) const;
 
  private:
-  // A slot of the id table: the value's hash and id (0: an empty slot).
-  struct Slot {
-    size_t hash = 0;
-    int64_t id = 0;
-  };
   std::vector<std::string> values_;
-  // Open addressing with linear probing, a power of two of slots, at most half used: no node
-  // per value to allocate at open and free at close.
-  std::vector<Slot> slots_;
+  ViewIndex ids_;  // positions in values_ (id - 1)
   Origin origin_ = Origin::kGiven;
   uint64_t hash_ = 0;
 };
