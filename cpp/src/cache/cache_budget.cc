@@ -182,9 +182,14 @@ Status CacheBudget::CleanTemps(const FolderLock& lock) const {
 Result<int64_t> CacheBudget::FreeBytes() const {
   if (free_bytes_for_testing_) return free_bytes_for_testing_();
   struct statvfs fs;
-  if (statvfs(files_->dir().c_str(), &fs) != 0) {
-    return StorageError(files_->dir(), "cannot statvfs", errno);
+  int err = statvfs(files_->dir().c_str(), &fs) == 0 ? 0 : errno;
+  if (err == ENOENT) {
+    // The folder was removed after the lock was taken (the lock file went with it): make it
+    // again, as every other step does, instead of calling the cache unusable.
+    STOKER_RETURN_NOT_OK(files_->RecreateFolder());
+    err = statvfs(files_->dir().c_str(), &fs) == 0 ? 0 : errno;
   }
+  if (err != 0) return StorageError(files_->dir(), "cannot statvfs", err);
   return static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
 }
 

@@ -25,6 +25,8 @@
 #include <random>
 #include <thread>
 
+#include "cache/cache_budget.h"
+#include "cache/cache_files.h"
 #include "cache/write_backlog.h"
 #include "util/hash.h"
 #include "util/test_status_internal.h"
@@ -837,6 +839,22 @@ TEST_F(DiskCacheTest, ARemovedFolderIsRecreatedOnDemand) {
   int64_t counter = -1;  // the used-bytes counter in the recreated lock file agrees
   std::ifstream(dir_ + "/.lock", std::ios::binary).read(reinterpret_cast<char*>(&counter), 8);
   EXPECT_EQ(counter, used);
+}
+
+// The folder removed after the lock was taken and before the free space is read (a race CI hit
+// with two processes and `rm -rf`): the folder is made again, not reported unusable.
+TEST_F(DiskCacheTest, AFolderRemovedWhileTheLockIsHeldIsRecreatedForTheFreeSpace) {
+  DiskCacheCounters counters;
+  CacheFolderFiles files(dir_, &counters);
+  ASSERT_OK(files.RecreateFolder());
+  CacheBudget budget(&files, int64_t{1} << 30, /*min_free_bytes=*/0, nullptr, &counters);
+  FolderLock lock(&budget);
+  ASSERT_OK(lock.Acquire());
+  fs::remove_all(dir_);
+  ASSERT_OK_AND_ASSIGN(const bool fits, budget.Evict(lock, 100, 100));
+  EXPECT_TRUE(fits);
+  EXPECT_TRUE(fs::is_directory(dir_ + "/.tmp"));
+  EXPECT_GE(counters.recreated.load(), 1);
 }
 
 TEST_F(DiskCacheTest, ObjectsSharingAFolderAgreeOnTheRecreatedLockFile) {

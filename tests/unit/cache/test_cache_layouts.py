@@ -131,10 +131,13 @@ def test_a_flipped_byte_in_a_feature_block_is_detected(dataset, tmp_path):
             byte = f.read(1)
             f.seek(size // 2)
             f.write(bytes([byte[0] ^ 0x40]))
+    # A loaded machine may skip writes (write-behind): those entries miss too, uncorrupted.
+    never_written = filling.stats()["cache"]["misses"] - len(files)
     again = stoker.Loader(dataset, cache_dir=cache_dir, **options)
     assert digest(again) == reference
     stats = again.stats()["cache"]
-    assert stats["corrupt"] == 3 and stats["misses"] == 3
+    assert stats["corrupt"] == 3
+    assert stats["misses"] == 3 + never_written
 
 
 def test_entries_differ_by_feature_layout(dataset, tmp_path):
