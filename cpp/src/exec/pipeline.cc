@@ -30,6 +30,13 @@ constexpr double kStopWaitSeconds = 1.0;
 // taking small shares in turn even that out. Remotely one per worker: each task is one GET.
 int HeadTasks(int num_workers, bool remote) { return remote ? num_workers : 4 * num_workers; }
 
+// Windows, from the first this pipeline delivers (the head's included), whose segments are split
+// into at least one task per worker. A window after the head holds the rest of the head's row
+// group: decoded as one task, the second batch waited for one worker to decode most of a row
+// group while the consumer, fed one batch, idled (the overlap bench's stall after the first
+// batch). Later windows start while the first ones are consumed, so the pipeline is ahead.
+constexpr int kStartWindows = 3;
+
 void UpdatePeak(std::atomic<int64_t>* peak, int64_t value) {
   int64_t seen = peak->load();
   while (value > seen && !peak->compare_exchange_weak(seen, value)) {
@@ -62,16 +69,25 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
   const int first_segment = first_window_ < num_windows
                                 ? plan_->windows[first_window_].segment_begin
                                 : static_cast<int>(plan_->segments.size());
+  // The windows whose segments start() splits among the workers (see MinTasks).
+  const int start_windows_end =
+      first_window_ < num_windows ? std::min(num_windows, first_window_ + kStartWindows) : 0;
+  const int start_segments_end = start_windows_end > first_window_
+                                     ? plan_->windows[start_windows_end - 1].segment_end
+                                     : first_segment;
   for (int s = first_segment; s < static_cast<int>(plan_->segments.size()); ++s) {
     SegmentState& state = segments_[s];
     state.first_task = static_cast<int>(tasks_.size());
-    // The head (the first batch's rows) is split among the workers, so the first batch waits for
-    // a share of a row group's columns. Not with a tensor cache: there the head stores the whole
-    // row group's entries, grouped as every other segment of it (their keys).
-    const bool split = plan_->segments[s].head && !cached_decoder_;
-    for (auto& task :
-         decoder_->MakeTasks(*plan_, s, options_.task_bytes,
-                             split ? HeadTasks(options_.num_workers, any_remote_) : 1)) {
+    // The head (the first batch's rows) and the next windows are split among the workers, so the
+    // first batches wait for a share of a row group's columns each. Not with a tensor cache:
+    // there every segment stores its row group's entries, grouped alike (their keys).
+    int min_tasks = 1;
+    if (!cached_decoder_ && plan_->segments[s].head) {
+      min_tasks = HeadTasks(options_.num_workers, any_remote_);
+    } else if (!cached_decoder_ && s < start_segments_end) {
+      min_tasks = options_.num_workers;
+    }
+    for (auto& task : decoder_->MakeTasks(*plan_, s, options_.task_bytes, min_tasks)) {
       tasks_.push_back(std::move(task));
       task_segment_.push_back(s);
     }

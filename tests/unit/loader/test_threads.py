@@ -339,3 +339,28 @@ def test_the_batch_waited_for_is_assembled_while_every_worker_is_busy(tmp_path):
     assert not timed_out, "the first batch waited for the worker"
     np.testing.assert_array_equal(first["id2"], np.arange(100) * 2)
     np.testing.assert_array_equal(np.concatenate(rest), np.arange(100, 2000) * 2)
+
+
+def test_the_windows_after_the_head_are_split_among_the_workers(tmp_path):
+    """The window after the head holds the rest of the head's row group: decoded as one task, the
+    second batch waited for one worker to decode most of a row group while the consumer idled.
+    The head is split into 4 tasks per worker (at most one per column); the next two windows'
+    segments into one per worker; later row groups (under task_bytes) are one task each. The
+    decode stage counts tasks."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = str(tmp_path / "eight.parquet")
+    rng = np.random.default_rng(5)
+    pq.write_table(pa.table({f"f{i}": rng.random(6000).astype(np.float32) for i in range(8)}),
+                   path, row_group_size=1000)
+    digests = set()
+    for threads in (1, 2, 3):
+        with stoker.Loader(path, batch_size=100, num_threads=threads, seed=1) as loader:
+            batches = list(loader)
+            decode = next(s for s in loader.stats()["stages"] if s["name"] == "decode")
+        digests.add(b"".join(np.asarray(b[f"f{i}"]).tobytes() for b in batches for i in range(8)))
+        # Windows: the head (100 rows), the rest of its row group, the next row group, then four
+        # row groups of one task each.
+        assert decode["items"] == min(8, 4 * threads) + 2 * threads + 4, (threads, decode)
+    assert len(digests) == 1  # the split does not change the batches
