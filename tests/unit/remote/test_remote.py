@@ -465,3 +465,63 @@ def test_s3_is_finalised_at_exit(proxy):
                             timeout=60, env=env)
     assert result.returncode == 0
     assert "FinalizeS3 was not called" not in result.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("credentials", ["keys", "anonymous"])
+def test_explicit_credentials_never_ask_the_instance_metadata_service(moto, credentials):
+    """Without user info in the URI, Arrow's S3Options::FromUri built the AWS SDK's default
+    credentials chain, which asked the instance-metadata service for credentials and the region
+    (7 requests; 14.5 s where a listener never answers) before the storage_options' credentials
+    replaced it. A fake metadata service on loopback (AWS_EC2_METADATA_SERVICE_ENDPOINT, the
+    probe not disabled) counts the requests of a fresh process: none with explicit credentials;
+    pyarrow's own from_uri in the same setting shows the fake service is asked (the test's check
+    of itself)."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    asked = []
+
+    def serve():
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            with client:
+                asked.append(client.recv(4096).split(b"\r\n")[0])
+                client.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+                               b"Connection: close\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if k != "AWS_EC2_METADATA_DISABLED"}
+    env["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = f"http://127.0.0.1:{server.getsockname()[1]}"
+    options = s3_options(moto)
+    if credentials == "anonymous":
+        options = {k: v for k, v in options.items() if k not in ("access_key", "secret_key")}
+        options["anonymous"] = True
+    # moto refuses anonymous reads: that loader stops at the first footer, after S3's set-up.
+    read = textwrap.dedent(f"""
+        import stoker
+        try:
+            loader = stoker.Loader({source()!r}, storage_options={options!r}, batch_size=100)
+            print(sum(len(b["id"]) for b in loader))
+        except stoker.errors.StorageError as error:
+            assert "access denied" in str(error), error
+            print(-1)
+    """)
+    try:
+        out = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True,
+                             text=True, timeout=100)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert int(out.stdout) == (sum(FILE_ROWS) if credentials == "keys" else -1)
+        assert asked == []
+        probe = ("import pyarrow.fs as fs; fs.FileSystem.from_uri("
+                 f"'s3://{BUCKET}/?region={REGION}&endpoint_override={moto.endpoint}&scheme=http')")
+        subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, timeout=100)
+        assert asked, "the fake metadata service was never asked: the test proves nothing"
+    finally:
+        server.close()
