@@ -31,9 +31,9 @@ constexpr double kStopWaitSeconds = 1.0;
 int HeadTasks(int num_workers, bool remote) { return remote ? num_workers : 4 * num_workers; }
 
 // Windows, from the first this pipeline delivers (the head's included), whose segments are split
-// into at least one task per worker. A window after the head holds the rest of the head's row
-// group: decoded as one task, the second batch waited for one worker to decode most of a row
-// group while the consumer, fed one batch, idled (the overlap bench's stall after the first
+// into at least one task per worker (local files). A window after the head holds the rest of the
+// head's row group: decoded as one task, the second batch waited for one worker to decode most of a
+// row group while the consumer, fed one batch, idled (the overlap bench's stall after the first
 // batch). Later windows start while the first ones are consumed, so the pipeline is ahead.
 constexpr int kStartWindows = 3;
 
@@ -69,7 +69,12 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
   const int first_segment = first_window_ < num_windows
                                 ? plan_->windows[first_window_].segment_begin
                                 : static_cast<int>(plan_->segments.size());
-  // The windows whose segments start() splits among the workers (see MinTasks).
+  // The windows whose segments are split among the workers (kStartWindows). Local files only:
+  // from a remote store each task is a GET of its own, and the link, not decoding, sets the pace.
+  bool remote_source = false;
+  if (options_.catalog) {
+    for (const auto& file : options_.catalog->files()) remote_source |= IsRemote(*file.fs);
+  }
   const int start_windows_end =
       first_window_ < num_windows ? std::min(num_windows, first_window_ + kStartWindows) : 0;
   const int start_segments_end = start_windows_end > first_window_
@@ -84,7 +89,7 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
     int min_tasks = 1;
     if (!cached_decoder_ && plan_->segments[s].head) {
       min_tasks = HeadTasks(options_.num_workers, any_remote_);
-    } else if (!cached_decoder_ && s < start_segments_end) {
+    } else if (!cached_decoder_ && !remote_source && s < start_segments_end) {
       min_tasks = options_.num_workers;
     }
     for (auto& task : decoder_->MakeTasks(*plan_, s, options_.task_bytes, min_tasks)) {
