@@ -501,7 +501,10 @@ Status ReadFooter(const ListedFile& listed, std::shared_ptr<DiskCache> block_cac
   STOKER_RETURN_NOT_OK(CaptureIdentity(listed, block_cache != nullptr, out));
   // A replaced object is told apart by its identity only: without one, no block is cached.
   if (IsRemote(*listed.fs) && out->identity_trusted) out->block_cache = std::move(block_cache);
-  auto input = out->Open();
+  // The footer's own bytes, cached as they are read: fetched as the file's last 4 MiB blocks,
+  // a cold open downloaded up to 8 MiB per file before the first batch could start
+  // (bench.remote: Loader() 0.9-1.35 s with cache_dir, 0.12-0.3 s without).
+  auto input = out->Open(/*exact_ranges=*/true);
   if (!input.ok()) {
     return MakeError(ErrorKind::kStorage,
                      "cannot open '" + listed.display + "': " + input.status().message());
@@ -654,13 +657,13 @@ std::shared_ptr<arrow::DataType> UnifyTypes(const std::shared_ptr<arrow::DataTyp
   return nullptr;
 }
 
-Result<std::shared_ptr<arrow::io::RandomAccessFile>> CatalogFile::Open() const {
+Result<std::shared_ptr<arrow::io::RandomAccessFile>> CatalogFile::Open(bool exact_ranges) const {
   // The pipeline's fetch stage already requested this task's bytes (io/prefetched_file.h).
   if (auto prefetched = ScopedPrefetchedFile(this)) return prefetched;
   ARROW_ASSIGN_OR_RAISE(auto file, fs->OpenInputFile(path));
   if (!block_cache) return file;
   return MakeBlockCachedFile(std::move(file), block_cache, display_path + '\n' + identity, size,
-                             version_check);
+                             version_check, kCacheBlockBytes, exact_ranges);
 }
 
 Status CatalogFile::CheckUnchanged() const {

@@ -76,8 +76,9 @@ struct CatalogFile {
   /// Hive partition values, in the order of Catalog::partition_fields().
   std::vector<std::string> partition_values;
 
-  /// Opens the file for reading (through the block cache when there is one).
-  Result<std::shared_ptr<arrow::io::RandomAccessFile>> Open() const;
+  /// Opens the file for reading (through the block cache when there is one; with
+  /// `exact_ranges`, caching each read as it is asked rather than whole blocks).
+  Result<std::shared_ptr<arrow::io::RandomAccessFile>> Open(bool exact_ranges = false) const;
 
   /// Ok while the file still has `identity`: a local file is stat()ed, a remote one asked again
   /// (a HEAD). kStorage naming the file when it changed or vanished since the catalog opened it.

@@ -26,13 +26,15 @@ class BlockCachedFile : public arrow::io::RandomAccessFile {
  public:
   BlockCachedFile(std::shared_ptr<arrow::io::RandomAccessFile> base,
                   std::shared_ptr<DiskCache> cache, std::string identity, int64_t size,
-                  std::shared_ptr<VersionCheck> version_check, int64_t block_bytes)
+                  std::shared_ptr<VersionCheck> version_check, int64_t block_bytes,
+                  bool exact_ranges)
       : base_(std::move(base)),
         cache_(std::move(cache)),
         identity_(std::move(identity)),
         size_(size),
         version_check_(std::move(version_check)),
-        block_bytes_(block_bytes) {}
+        block_bytes_(block_bytes),
+        exact_ranges_(exact_ranges) {}
 
   Status Close() override {
     closed_ = true;
@@ -65,6 +67,12 @@ class BlockCachedFile : public arrow::io::RandomAccessFile {
   Result<int64_t> ReadAt(int64_t position, int64_t nbytes, void* out) override {
     nbytes = Clamp(position, nbytes);
     auto* dest = static_cast<uint8_t*>(out);
+    if (ExactRange(position, nbytes)) {
+      ARROW_ASSIGN_OR_RAISE(auto entry, Range(position, nbytes));
+      if (entry->size() != nbytes) return Status::IOError("cached range shorter than expected");
+      std::memcpy(dest, entry->data(), nbytes);
+      return nbytes;
+    }
     int64_t done = 0;
     while (done < nbytes) {
       const int64_t at = position + done;
@@ -81,6 +89,11 @@ class BlockCachedFile : public arrow::io::RandomAccessFile {
 
   Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override {
     nbytes = Clamp(position, nbytes);
+    if (ExactRange(position, nbytes)) {
+      ARROW_ASSIGN_OR_RAISE(auto entry, Range(position, nbytes));
+      if (entry->size() != nbytes) return Status::IOError("cached range shorter than expected");
+      return std::make_shared<EntrySlice>(std::move(entry), 0, nbytes);
+    }
     const int64_t first = position / block_bytes_;
     if (nbytes > 0 && (position + nbytes - 1) / block_bytes_ == first) {
       // Inside one block: a zero-copy view of the cached block.
@@ -103,13 +116,36 @@ class BlockCachedFile : public arrow::io::RandomAccessFile {
     return std::max<int64_t>(0, std::min(nbytes, size_ - position));
   }
 
+  // Whether [position, position + nbytes) is cached as an exact range: with exact_ranges_, when
+  // it is under a quarter of the blocks it touches (a whole small file stays one block, not a
+  // block and a range of the same bytes).
+  bool ExactRange(int64_t position, int64_t nbytes) const {
+    if (!exact_ranges_ || nbytes <= 0) return false;
+    const int64_t begin = position / block_bytes_ * block_bytes_;
+    const int64_t end =
+        std::min(size_, ((position + nbytes - 1) / block_bytes_ + 1) * block_bytes_);
+    return 4 * nbytes < end - begin;
+  }
+
+  // An exact read as an entry of its own: a footer is read at the same offsets by every
+  // process, and its file's last blocks need not come with it.
+  Result<std::shared_ptr<CacheEntry>> Range(int64_t position, int64_t nbytes) {
+    const std::string key = "stoker-ranges-v1\n" + identity_ + '\n' + std::to_string(position) +
+                            '\n' + std::to_string(nbytes);
+    return Fill(key, position, nbytes);
+  }
+
   Result<std::shared_ptr<CacheEntry>> Block(int64_t index) {
     const std::string key = "stoker-blocks-v1\n" + identity_ + '\n' + std::to_string(block_bytes_) +
                             '\n' + std::to_string(index);
+    const int64_t begin = index * block_bytes_;
+    return Fill(key, begin, std::min(block_bytes_, size_ - begin));
+  }
+
+  // The entry `key`, or on a miss [begin, begin + length) of the base file, stored under `key`.
+  Result<std::shared_ptr<CacheEntry>> Fill(const std::string& key, int64_t begin, int64_t length) {
     return cache_->GetOrFill(
         kNamespace, key, [&](DiskCache::Parts* parts, std::shared_ptr<void>* keep_alive) {
-          const int64_t begin = index * block_bytes_;
-          const int64_t length = std::min(block_bytes_, size_ - begin);
           ARROW_ASSIGN_OR_RAISE(auto data, base_->ReadAt(begin, length));
           if (data->size() != length) {
             return Status::IOError("short read of ", length, " bytes at offset ", begin);
@@ -130,6 +166,7 @@ class BlockCachedFile : public arrow::io::RandomAccessFile {
   int64_t size_;
   std::shared_ptr<VersionCheck> version_check_;
   int64_t block_bytes_;
+  bool exact_ranges_;
   bool closed_ = false;
   mutable std::mutex position_mutex_;
   int64_t position_ = 0;  // GUARDED_BY(position_mutex_)
@@ -168,9 +205,10 @@ Status VersionCheck::ConfirmAfter(Clock::time_point read_end) {
 std::shared_ptr<arrow::io::RandomAccessFile> MakeBlockCachedFile(
     std::shared_ptr<arrow::io::RandomAccessFile> base, std::shared_ptr<DiskCache> cache,
     std::string identity, int64_t size, std::shared_ptr<VersionCheck> version_check,
-    int64_t block_bytes) {
+    int64_t block_bytes, bool exact_ranges) {
   return std::make_shared<BlockCachedFile>(std::move(base), std::move(cache), std::move(identity),
-                                           size, std::move(version_check), block_bytes);
+                                           size, std::move(version_check), block_bytes,
+                                           exact_ranges);
 }
 
 }  // namespace stoker

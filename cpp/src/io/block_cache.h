@@ -56,10 +56,12 @@ class VersionCheck {
 };
 
 /// `identity` must change whenever the object's content does (see CatalogFile::identity);
-/// `version_check`, when given, confirms it after every block read from `base`.
+/// `version_check`, when given, confirms it after every block read from `base`. With
+/// `exact_ranges`, each read is an entry of its own (its offset and length in the key), fetched
+/// as asked rather than as whole blocks: for reads that recur as they are, such as a footer's.
 std::shared_ptr<arrow::io::RandomAccessFile> MakeBlockCachedFile(
     std::shared_ptr<arrow::io::RandomAccessFile> base, std::shared_ptr<DiskCache> cache,
     std::string identity, int64_t size, std::shared_ptr<VersionCheck> version_check,
-    int64_t block_bytes = kCacheBlockBytes);
+    int64_t block_bytes = kCacheBlockBytes, bool exact_ranges = false);
 
 }  // namespace stoker

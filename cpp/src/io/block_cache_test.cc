@@ -5,13 +5,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <thread>
 #include <vector>
 
 #include "io/test_file_internal.h"
+#include "util/test_status_internal.h"
 
 namespace stoker {
 namespace {
@@ -22,9 +25,11 @@ class CountingFile : public test_file::BufferFile {
   using BufferFile::BufferFile;
   Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override {
     ++reads;
+    bytes += nbytes;
     return BufferFile::ReadAt(position, nbytes);
   }
   std::atomic<int> reads{0};
+  std::atomic<int64_t> bytes{0};
 };
 
 class BlockCacheTest : public ::testing::Test {
@@ -79,6 +84,33 @@ TEST_F(BlockCacheTest, ReadsMatchTheBaseAndEachBlockIsFetchedOnce) {
   EXPECT_EQ(*n, 10000);
   EXPECT_EQ(all, bytes_);
   EXPECT_EQ(second_base->reads.load(), 0);
+}
+
+// A footer's reads, cached as they are asked: a cold open fetched the file's last blocks whole
+// (up to 8 MiB per file on S3) before the first batch could start.
+TEST_F(BlockCacheTest, ExactRangesFetchOnlyTheBytesAskedAndServeTheNextOpen) {
+  auto base = Base();
+  auto file = MakeBlockCachedFile(base, cache_, "obj|10000|1", 10000, nullptr, 4096,
+                                  /*exact_ranges=*/true);
+  std::vector<uint8_t> tail(100);
+  ASSERT_OK_AND_ASSIGN(const int64_t n, file->ReadAt(9900, 100, tail.data()));
+  EXPECT_EQ(n, 100);
+  EXPECT_TRUE(std::equal(tail.begin(), tail.end(), bytes_.begin() + 9900));
+  ASSERT_OK_AND_ASSIGN(auto view, file->ReadAt(9950, 50));  // (the zero-copy overload)
+  EXPECT_EQ(std::memcmp(view->data(), bytes_.data() + 9950, 50), 0);
+  EXPECT_EQ(base->reads.load(), 2);
+  EXPECT_EQ(base->bytes.load(), 150);  // not the last block's 1,808 bytes
+  // A read of more than a quarter of the blocks it touches is read as blocks.
+  ASSERT_OK_AND_ASSIGN(auto most, file->ReadAt(8192, 1000));
+  EXPECT_EQ(std::memcmp(most->data(), bytes_.data() + 8192, 1000), 0);
+  EXPECT_EQ(base->bytes.load(), 150 + 1808);
+  // The next open (another process alike) reads the same ranges from the cache only.
+  auto again_base = Base();
+  auto again = MakeBlockCachedFile(again_base, cache_, "obj|10000|1", 10000, nullptr, 4096,
+                                   /*exact_ranges=*/true);
+  ASSERT_TRUE(again->ReadAt(9900, 100, tail.data()).ok());
+  ASSERT_TRUE(again->ReadAt(9950, 50).ok());
+  EXPECT_EQ(again_base->reads.load(), 0);
 }
 
 TEST_F(BlockCacheTest, AnotherIdentityIsAnotherObject) {
