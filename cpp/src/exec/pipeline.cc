@@ -99,6 +99,7 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
     state.num_tasks = static_cast<int>(tasks_.size()) - state.first_task;
     if (s == first_segment && plan_->segments[s].head) {
       head_tasks_end_ = head_tasks_left_ = tasks_.size();
+      head_landed_.assign(head_tasks_end_, false);
     }
     state.parts.resize(state.num_tasks);
   }
@@ -262,7 +263,7 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
   prefetched.reset();  // the fetched bytes are free once decoded
   if (task_index < head_tasks_end_) {
     std::lock_guard<std::mutex> guard(*lock->mutex());
-    if (--head_tasks_left_ == 0) fetch_cv_.notify_all();
+    HeadTaskLandedLocked(task_index);
   }
   if (!decoded.ok()) {
     FailSegment(segment, task_index, decoded.status());
@@ -320,6 +321,12 @@ bool Pipeline::FetchAdmissible() {
   return FitsBudget(next_fetch_);
 }
 
+void Pipeline::HeadTaskLandedLocked(size_t t) {
+  if (t >= head_tasks_end_ || head_landed_[t]) return;
+  head_landed_[t] = true;
+  if (--head_tasks_left_ == 0) fetch_cv_.notify_all();
+}
+
 bool Pipeline::FitsBudget(size_t task) const {
   // The tasks of the segment the sequencer waits for are always admitted (tasks go in plan
   // order, so all in flight then belong to it): a task, or a segment of several tasks, larger
@@ -361,6 +368,7 @@ void Pipeline::FetchLoop() {
         {
           std::lock_guard<std::mutex> guard(mutex_);
           arrived_[t] = true;
+          HeadTaskLandedLocked(t);
         }
         work_cv_.notify_all();
       };

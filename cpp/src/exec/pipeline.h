@@ -199,9 +199,12 @@ class Pipeline {
   std::vector<bool> reserved_;           // GUARDED_BY(mutex_) bytes counted by the fetcher
   std::vector<bool> arrived_;            // GUARDED_BY(mutex_) every request of the task done
   // Tasks [0, head_tasks_end_) are the epoch's head; the fetcher issues nothing after them until
-  // they are decoded (head_tasks_left_ are not), whether fetched or read by a worker directly.
+  // their bytes are in (head_tasks_left_ are not): fetched, or read by a worker directly.
   size_t head_tasks_end_ = 0;
-  size_t head_tasks_left_ = 0;  // GUARDED_BY(mutex_)
+  size_t head_tasks_left_ = 0;     // GUARDED_BY(mutex_)
+  std::vector<bool> head_landed_;  // GUARDED_BY(mutex_) per head task
+  // Counts head task `t` as in (once); needs mutex_.
+  void HeadTaskLandedLocked(size_t t);
   // Request callbacks may outlive the pipeline: they touch it only while `alive` holds.
   struct Liveness {
     std::mutex mutex;
