@@ -6,7 +6,6 @@ columns (dictionary<string>), plain and large strings, and a hive-partitioned fo
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pyarrow as pa
@@ -14,8 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import stoker
-from stoker.errors import (InvalidOptionError, LossyCastError, NullValueError,
-                           UnsupportedTypeError)
+from stoker.errors import InvalidOptionError, NullValueError, UnsupportedTypeError
 
 CITIES = ["paris", "oslo", "lima", "kyiv", "baku", "rome"]
 
