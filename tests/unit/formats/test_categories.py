@@ -6,7 +6,6 @@ columns (dictionary<string>), plain and large strings, and a hive-partitioned fo
 
 from __future__ import annotations
 
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
