@@ -88,7 +88,7 @@ class Converter:
         import pyarrow as pa
 
         self.shape = shape
-        self.vocab = {n: pa.array(v, pa.string()) for n, v in vocab.items()}
+        self.vocab = getattr(vocab, "arrow", None) or {n: pa.array(v, pa.string()) for n, v in vocab.items()}
         self.decode = DECODERS[decoder]
         self.pool = pool
         self.threads = threads
@@ -290,8 +290,20 @@ def reader_available(name: str) -> Optional[str]:
     return None
 
 
+class Vocab(dict):
+    """The vocabularies (name -> sorted values), with their Arrow arrays made once: `read` makes
+    them before it returns, so before the clock (a reader is given the vocabulary)."""
+
+    def __init__(self, vocab: Dict[str, List[str]]):
+        import pyarrow as pa
+
+        super().__init__(vocab)
+        self.arrow = {n: pa.array(v, pa.string()) for n, v in vocab.items()}
+
+
 def read(name: str, shape: ms.Shape, paths: List[str], threads: int, vocab) -> Iterator:
     base, _, decoder = name.partition("+")
+    vocab = vocab if isinstance(vocab, Vocab) else Vocab(vocab)
     return _READ[base](shape, paths, threads, vocab, decoder or "pil")
 
 
@@ -330,6 +342,26 @@ def _ragged_take(values, offsets, idx, out_values, torch_mode=False):
     return out_values[:total], new
 
 
+_ARANGE: Dict[int, np.ndarray] = {}
+
+
+def _ragged_take_lean(values, offsets, idx, out_values):
+    """The vectorised ragged gather with one pass fewer: the source positions are the rows'
+    starts repeated, plus a reused ``arange`` added in place, then one take."""
+    starts = offsets[idx]
+    lengths = offsets[idx + 1] - starts
+    new = np.zeros(len(idx) + 1, np.int64)
+    np.cumsum(lengths, out=new[1:])
+    total = int(new[-1])
+    ramp = _ARANGE.get(len(out_values))
+    if ramp is None:
+        ramp = _ARANGE.setdefault(len(out_values), np.arange(len(out_values), dtype=np.int64))
+    src = np.repeat(starts - new[:-1], lengths)
+    np.add(src, ramp[:total], out=src)
+    np.take(values, src, out=out_values[:total])
+    return out_values[:total], new
+
+
 def _ragged_loop(values, offsets, idx, out_values):
     new = np.zeros(len(idx) + 1, np.int64)
     pos = 0
@@ -353,7 +385,7 @@ def _buffers(arrays, batch_size):
 def _gather_into(kind, arrays, idx, buf):
     out = {}
     dense = _dense(arrays)
-    if kind == "batch-torch-sorted":
+    if kind in ("batch-torch-sorted", "window-torch"):
         import torch
 
         for n, a in dense.items():
@@ -370,18 +402,63 @@ def _gather_into(kind, arrays, idx, buf):
         for n, a in dense.items():
             out[n] = np.take(a, idx, axis=0, out=buf[n][:len(idx)])
     for n in _ragged(arrays):
-        fn = _ragged_loop if kind == "batch-copy-loop" else _ragged_take
+        fn = {"batch-copy-loop": _ragged_loop, "window-take": _ragged_take_lean,
+              "window-torch": _ragged_take_lean}.get(kind, _ragged_take)
         out[n], out[f"{n}_offsets"] = fn(arrays[n], arrays[f"{n}_offsets"], idx, buf[n])
     return out
 
 
+def row_groups(paths: List[str]) -> List[int]:
+    """The rows of every row group, in file order (the window order's segments)."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for path in paths:
+        md = pq.ParquetFile(path).metadata
+        out += [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+    return out
+
+
+def window_order(groups: List[int], batch_size: int, window: int, seed: int) -> np.ndarray:
+    """A row order built as stoker's planner builds a shuffled epoch's (docs/user-guide.md, "How
+    the order is built"), with NumPy's generator instead of Philox: row groups in a random order,
+    the first one's first batch a segment of its own (the head), consecutive segments grouped into
+    windows of whole segments until a window holds its target (one batch, doubling up to
+    `window` rows), the rows of each window permuted. Every batch then reads rows of a few row
+    groups, as stoker's do, not of the whole dataset."""
+    rng = np.random.default_rng(seed)
+    first = np.concatenate([[0], np.cumsum(groups)[:-1]]).astype(np.int64)
+    segments = [(int(first[g]), int(groups[g])) for g in rng.permutation(len(groups))]
+    if segments and segments[0][1] > batch_size:
+        lo, n = segments[0]
+        segments[0:1] = [(lo, batch_size), (lo + batch_size, n - batch_size)]
+    parts, pending, held, target = [], [], 0, min(batch_size, window)
+    for lo, n in segments:
+        pending.append(np.arange(lo, lo + n, dtype=np.int64))
+        held += n
+        if held >= target:
+            parts.append(rng.permutation(np.concatenate(pending)))
+            pending, held, target = [], 0, min(2 * target, window)
+    if pending:
+        parts.append(rng.permutation(np.concatenate(pending)))
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+SHUFFLE_WINDOW = 65_536  # stoker's default shuffle_window (the matrix does not set it)
+
+
 def gather(kind: str, arrays: Dict[str, np.ndarray], batch_size: int, threads: int, seed: int,
-           with_index: bool = False) -> Iterator[Tuple]:
-    """One epoch of batches by a seeded permutation; yields (rows, outputs[, index used])."""
+           with_index: bool = False, groups: Optional[List[int]] = None) -> Iterator[Tuple]:
+    """One epoch of batches by a seeded permutation (the ``window-`` gathers: by `window_order`
+    over the row groups `groups`, one group of all rows when not given); yields
+    (rows, outputs[, index used])."""
     rows = len(next(iter(_dense(arrays).values())))
-    order = np.random.default_rng(seed).permutation(rows)
+    if kind.startswith("window-"):
+        order = window_order(groups or [rows], batch_size, SHUFFLE_WINDOW, seed)
+    else:
+        order = np.random.default_rng(seed).permutation(rows)
     starts = list(range(0, rows, batch_size))
-    if kind == "batch-torch-sorted":
+    if kind in ("batch-torch-sorted", "window-torch"):
         import torch
 
         torch.set_num_threads(1)
@@ -432,13 +509,13 @@ def gather(kind: str, arrays: Dict[str, np.ndarray], batch_size: int, threads: i
 
 
 GATHERS = ["split-take-fresh", "batch-take", "batch-take-sorted", "batch-torch-sorted",
-           "batch-copy-loop"]
+           "window-take", "window-torch", "batch-copy-loop"]
 
 
 def gathers_for(arrays: Dict[str, np.ndarray]) -> List[str]:
     rows = len(next(iter(_dense(arrays).values())))
     if rows * len(arrays) > COPY_LOOP_MAX:
-        return GATHERS[:-1]
+        return [g for g in GATHERS if g != "batch-copy-loop"]
     return list(GATHERS)
 
 
@@ -474,10 +551,18 @@ def check_reader(name, shape, paths, threads, vocab, ref) -> Tuple[bool, str]:
     return True, "values equal to the reference"
 
 
-def check_gather(kind, arrays, batch_size, threads, seed, batches=3) -> Tuple[bool, str]:
-    """The first batches of gather `kind` against fancy indexing of the same arrays."""
+def check_gather(kind, arrays, batch_size, threads, seed, batches=3,
+                 groups: Optional[List[int]] = None) -> Tuple[bool, str]:
+    """The first batches of gather `kind` against fancy indexing of the same arrays (and, for a
+    ``window-`` gather, that its order is a permutation of all rows)."""
     try:
-        for b, (n, out, idx) in enumerate(gather(kind, arrays, batch_size, threads, seed, with_index=True)):
+        if kind.startswith("window-"):
+            rows = len(next(iter(_dense(arrays).values())))
+            order = window_order(groups or [rows], batch_size, SHUFFLE_WINDOW, seed)
+            if not np.array_equal(np.sort(order), np.arange(rows)):
+                return False, "the window order is not a permutation of the rows"
+        for b, (n, out, idx) in enumerate(gather(kind, arrays, batch_size, threads, seed, with_index=True,
+                                                 groups=groups)):
             for key, a in _dense(arrays).items():
                 if not same(out[key], a[idx]):
                     return False, f"{key} differs in batch {b}"
