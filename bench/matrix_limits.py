@@ -28,7 +28,15 @@ permutation, ``threads`` threads:
 - ``batch-torch-sorted``: ``torch.index_select(out=)`` (one intra-op thread per call), whole batches,
   sorted, reused buffers;
 - ``batch-copy-loop``: a plain per-row copy loop (``out[k] = a[i]``), whole batches, sorted, reused
-  buffers; only where the dataset has at most ``COPY_LOOP_MAX`` row-arrays (it is a Python loop).
+  buffers; only where the dataset has at most ``COPY_LOOP_MAX`` row-arrays (it is a Python loop);
+- ``window-take`` / ``window-torch``: ``np.take(out=)`` / ``torch.index_select(out=)``, whole
+  batches, reused buffers, in stoker's windowed order (``window_order``: rows permuted inside
+  windows of whole row groups, as the planner does), so each batch touches a window's rows, as
+  stoker's do, not the whole dataset's; a ragged list by ``_ragged_take_lean``.
+
+Libraries a reader would import on its first call (pandas, through pyarrow's ``to_numpy``) are
+imported before the clock (``bench.matrix._preimport``), as is the vocabulary's Arrow form
+(``Vocab``, made by ``read``).
 """
 
 from __future__ import annotations
@@ -362,6 +370,96 @@ def _ragged_take_lean(values, offsets, idx, out_values):
     return out_values[:total], new
 
 
+# A per-row copy loop compiled at first use (gcc through ctypes, which releases the GIL during the
+# call): what a native gather does, without Python per row or per value. Unavailable (and left
+# out of `gathers_for`) where no C compiler is found.
+_C_SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+void gather_rows(const char* src, int64_t w, const int64_t* idx, int64_t n, char* dst) {
+  if (w == 8) {
+    for (int64_t k = 0; k < n; ++k) memcpy(dst + 8 * k, src + 8 * idx[k], 8);
+  } else if (w == 4) {
+    for (int64_t k = 0; k < n; ++k) memcpy(dst + 4 * k, src + 4 * idx[k], 4);
+  } else {
+    for (int64_t k = 0; k < n; ++k) memcpy(dst + w * k, src + w * idx[k], (size_t)w);
+  }
+}
+int64_t gather_ragged(const char* values, int64_t w, const int64_t* off, const int64_t* idx,
+                      int64_t n, char* dst, int64_t* new_off) {
+  int64_t pos = 0;
+  new_off[0] = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t lo = off[idx[k]], len = off[idx[k] + 1] - lo;
+    memcpy(dst + w * pos, values + w * lo, (size_t)(w * len));
+    pos += len;
+    new_off[k + 1] = pos;
+  }
+  return pos;
+}
+"""
+_C_LIB: list = []
+_C_LOCK = threading.Lock()
+
+
+def _c_lib():
+    """The compiled gather (cached in the temp folder by the source's hash), or None."""
+    with _C_LOCK:
+        if not _C_LIB:
+            _C_LIB.append(_c_build())
+        return _C_LIB[0]
+
+
+def _c_build():
+    import ctypes
+    import hashlib
+    import shutil
+    import subprocess
+    import tempfile
+
+    lib = None
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc:
+        tag = hashlib.sha1(_C_SOURCE.encode()).hexdigest()[:12]
+        so = os.path.join(tempfile.gettempdir(), f"stoker-bench-gather-{tag}-{os.getuid()}.so")
+        try:
+            if not os.path.exists(so):
+                src = so[:-3] + f".{os.getpid()}.c"
+                with open(src, "w") as f:
+                    f.write(_C_SOURCE)
+                tmp = so + f".{os.getpid()}"
+                subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", tmp, src], check=True,
+                               capture_output=True, timeout=60)
+                os.replace(tmp, so)
+                os.unlink(src)
+            lib = ctypes.CDLL(so)
+            p, i64 = ctypes.c_void_p, ctypes.c_int64
+            lib.gather_rows.argtypes = [p, i64, p, i64, p]
+            lib.gather_rows.restype = None
+            lib.gather_ragged.argtypes = [p, i64, p, p, i64, p, p]
+            lib.gather_ragged.restype = i64
+        except (OSError, subprocess.SubprocessError):
+            lib = None
+    return lib
+
+
+def _c_gather(arrays, idx, buf):
+    lib = _c_lib()
+    idx = np.ascontiguousarray(idx, np.int64)
+    out = {}
+    for n, a in _dense(arrays).items():
+        o = buf[n][:len(idx)]
+        lib.gather_rows(a.ctypes.data, a.strides[0], idx.ctypes.data, len(idx), o.ctypes.data)
+        out[n] = o
+    for n in _ragged(arrays):
+        values, off = arrays[n], arrays[f"{n}_offsets"]
+        new = np.empty(len(idx) + 1, np.int64)
+        total = lib.gather_ragged(values.ctypes.data, values.itemsize, off.ctypes.data, idx.ctypes.data,
+                                  len(idx), buf[n].ctypes.data, new.ctypes.data)
+        out[n], out[f"{n}_offsets"] = buf[n][:total], new
+    return out
+
+
 def _ragged_loop(values, offsets, idx, out_values):
     new = np.zeros(len(idx) + 1, np.int64)
     pos = 0
@@ -373,16 +471,25 @@ def _ragged_loop(values, offsets, idx, out_values):
     return out_values[:pos], new
 
 
-def _buffers(arrays, batch_size):
-    out = {n: np.empty((batch_size,) + a.shape[1:], a.dtype) for n, a in _dense(arrays).items()}
+def _buffers(arrays, batch_size, count=1):
+    """`count` sets of output buffers; a ragged one holds the `batch_size` longest rows (sized once:
+    sorting every length per set cost ~10 ms each, inside the clock, of a 0.1 s epoch)."""
+    most = {}
     for n in _ragged(arrays):
         lengths = np.diff(arrays[f"{n}_offsets"])
-        most = int(np.sort(lengths)[-batch_size:].sum()) if len(lengths) else 0
-        out[n] = np.empty(most, arrays[n].dtype)
-    return out
+        k = min(batch_size, len(lengths))
+        most[n] = int(np.partition(lengths, len(lengths) - k)[len(lengths) - k:].sum()) if k else 0
+    sets = []
+    for _ in range(count):
+        out = {n: np.empty((batch_size,) + a.shape[1:], a.dtype) for n, a in _dense(arrays).items()}
+        out.update({n: np.empty(m, arrays[n].dtype) for n, m in most.items()})
+        sets.append(out)
+    return sets
 
 
 def _gather_into(kind, arrays, idx, buf):
+    if kind == "window-c-memcpy":
+        return _c_gather(arrays, idx, buf)
     out = {}
     dense = _dense(arrays)
     if kind in ("batch-torch-sorted", "window-torch"):
@@ -486,7 +593,7 @@ def gather(kind: str, arrays: Dict[str, np.ndarray], batch_size: int, threads: i
         return
     sort = kind.endswith("sorted") or kind == "batch-copy-loop"
     ring = threads + 1  # a batch's buffers are reused only after the consumer moved past it
-    bufs = [_buffers(arrays, batch_size) for _ in range(ring)]
+    bufs = _buffers(arrays, batch_size, ring)
 
     def task(k):
         idx = order[starts[k]:starts[k] + batch_size]
@@ -509,14 +616,17 @@ def gather(kind: str, arrays: Dict[str, np.ndarray], batch_size: int, threads: i
 
 
 GATHERS = ["split-take-fresh", "batch-take", "batch-take-sorted", "batch-torch-sorted",
-           "window-take", "window-torch", "batch-copy-loop"]
+           "window-take", "window-torch", "window-c-memcpy", "batch-copy-loop"]
 
 
 def gathers_for(arrays: Dict[str, np.ndarray]) -> List[str]:
     rows = len(next(iter(_dense(arrays).values())))
+    out = list(GATHERS)
     if rows * len(arrays) > COPY_LOOP_MAX:
-        return [g for g in GATHERS if g != "batch-copy-loop"]
-    return list(GATHERS)
+        out.remove("batch-copy-loop")
+    if _c_lib() is None or not all(a.flags.c_contiguous for a in arrays.values()):
+        out.remove("window-c-memcpy")
+    return out
 
 
 # ------------------------------------------------------------------------------ checking
