@@ -104,8 +104,8 @@ def _preimport(names):
     import pyarrow.parquet  # noqa: F401
     from PIL import Image
 
-    try:  # pyarrow's Array.to_numpy() imports pandas on its first call (~1 s of CPU under load,
-        import pandas  # noqa: F401  # all of it inside a reader's clock); stoker never imports it
+    try:  # pyarrow imports pandas on the first Array.to_numpy() or pa.array(list): ~1 s of CPU
+        import pandas  # noqa: F401  # inside a reader's clock otherwise; stoker never imports it
     except ImportError:
         pass
 
