@@ -104,6 +104,11 @@ def _preimport(names):
     import pyarrow.parquet  # noqa: F401
     from PIL import Image
 
+    try:  # pyarrow imports pandas on the first Array.to_numpy() or pa.array(list): ~1 s of CPU
+        import pandas  # noqa: F401  # inside a reader's clock otherwise; stoker never imports it
+    except ImportError:
+        pass
+
     Image.preinit()
     Image.init()
     for name in names:
@@ -176,9 +181,11 @@ def run(job: dict) -> dict:
         kinds = ml.gathers_for(arrays)
         _preimport(kinds)
         rot = job.get("rotate", 0) % len(kinds)
+        groups = ml.row_groups(paths)
         results = {}
         for kind in kinds[rot:] + kinds[:rot]:
-            r = metrics.consume(ml.gather(kind, arrays, shape.batch_size, job["threads"], job["seed"]))
+            r = metrics.consume(ml.gather(kind, arrays, shape.batch_size, job["threads"], job["seed"],
+                                          groups=groups))
             results[kind] = r
         return {"status": "ok", "gathers": results, "rows": len(arrays[shape.count])}
     raise ValueError(job["kind"])
@@ -257,8 +264,9 @@ def run_shape(shape: ms.Shape, data_root: str, threads: int, repeats: int, full:
         reason = ml.reader_available(name)
         checks[name] = (False, reason) if reason else ml.check_reader(name, shape, paths, threads, vocab, ref)
     arrays = ml.memory_arrays(ref, shape)
+    groups = ml.row_groups(paths)
     for kind in ml.gathers_for(arrays):
-        checks[kind] = ml.check_gather(kind, arrays, shape.batch_size, threads, seed)
+        checks[kind] = ml.check_gather(kind, arrays, shape.batch_size, threads, seed, groups=groups)
     del arrays, ref
     out["checks"] = {k: {"equal": ok, "detail": why} for k, (ok, why) in checks.items()}
     for k, (ok, why) in checks.items():

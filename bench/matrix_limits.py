@@ -28,7 +28,15 @@ permutation, ``threads`` threads:
 - ``batch-torch-sorted``: ``torch.index_select(out=)`` (one intra-op thread per call), whole batches,
   sorted, reused buffers;
 - ``batch-copy-loop``: a plain per-row copy loop (``out[k] = a[i]``), whole batches, sorted, reused
-  buffers; only where the dataset has at most ``COPY_LOOP_MAX`` row-arrays (it is a Python loop).
+  buffers; only where the dataset has at most ``COPY_LOOP_MAX`` row-arrays (it is a Python loop);
+- ``window-take`` / ``window-torch``: ``np.take(out=)`` / ``torch.index_select(out=)``, whole
+  batches, reused buffers, in stoker's windowed order (``window_order``: rows permuted inside
+  windows of whole row groups, as the planner does), so each batch touches a window's rows, as
+  stoker's do, not the whole dataset's; a ragged list by ``_ragged_take_lean``.
+
+Libraries a reader would import on its first call (pandas, through pyarrow's ``to_numpy``) are
+imported before the clock (``bench.matrix._preimport``), as is the vocabulary's Arrow form
+(``Vocab``, made by ``read``).
 """
 
 from __future__ import annotations
@@ -88,7 +96,7 @@ class Converter:
         import pyarrow as pa
 
         self.shape = shape
-        self.vocab = {n: pa.array(v, pa.string()) for n, v in vocab.items()}
+        self.vocab = getattr(vocab, "arrow", None) or {n: pa.array(v, pa.string()) for n, v in vocab.items()}
         self.decode = DECODERS[decoder]
         self.pool = pool
         self.threads = threads
@@ -290,8 +298,20 @@ def reader_available(name: str) -> Optional[str]:
     return None
 
 
+class Vocab(dict):
+    """The vocabularies (name -> sorted values), with their Arrow arrays made once: `read` makes
+    them before it returns, so before the clock (a reader is given the vocabulary)."""
+
+    def __init__(self, vocab: Dict[str, List[str]]):
+        import pyarrow as pa
+
+        super().__init__(vocab)
+        self.arrow = {n: pa.array(v, pa.string()) for n, v in vocab.items()}
+
+
 def read(name: str, shape: ms.Shape, paths: List[str], threads: int, vocab) -> Iterator:
     base, _, decoder = name.partition("+")
+    vocab = vocab if isinstance(vocab, Vocab) else Vocab(vocab)
     return _READ[base](shape, paths, threads, vocab, decoder or "pil")
 
 
@@ -330,6 +350,116 @@ def _ragged_take(values, offsets, idx, out_values, torch_mode=False):
     return out_values[:total], new
 
 
+_ARANGE: Dict[int, np.ndarray] = {}
+
+
+def _ragged_take_lean(values, offsets, idx, out_values):
+    """The vectorised ragged gather with one pass fewer: the source positions are the rows'
+    starts repeated, plus a reused ``arange`` added in place, then one take."""
+    starts = offsets[idx]
+    lengths = offsets[idx + 1] - starts
+    new = np.zeros(len(idx) + 1, np.int64)
+    np.cumsum(lengths, out=new[1:])
+    total = int(new[-1])
+    ramp = _ARANGE.get(len(out_values))
+    if ramp is None:
+        ramp = _ARANGE.setdefault(len(out_values), np.arange(len(out_values), dtype=np.int64))
+    src = np.repeat(starts - new[:-1], lengths)
+    np.add(src, ramp[:total], out=src)
+    np.take(values, src, out=out_values[:total])
+    return out_values[:total], new
+
+
+# A per-row copy loop compiled at first use (gcc through ctypes, which releases the GIL during the
+# call): what a native gather does, without Python per row or per value. Unavailable (and left
+# out of `gathers_for`) where no C compiler is found.
+_C_SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+void gather_rows(const char* src, int64_t w, const int64_t* idx, int64_t n, char* dst) {
+  if (w == 8) {
+    for (int64_t k = 0; k < n; ++k) memcpy(dst + 8 * k, src + 8 * idx[k], 8);
+  } else if (w == 4) {
+    for (int64_t k = 0; k < n; ++k) memcpy(dst + 4 * k, src + 4 * idx[k], 4);
+  } else {
+    for (int64_t k = 0; k < n; ++k) memcpy(dst + w * k, src + w * idx[k], (size_t)w);
+  }
+}
+int64_t gather_ragged(const char* values, int64_t w, const int64_t* off, const int64_t* idx,
+                      int64_t n, char* dst, int64_t* new_off) {
+  int64_t pos = 0;
+  new_off[0] = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t lo = off[idx[k]], len = off[idx[k] + 1] - lo;
+    memcpy(dst + w * pos, values + w * lo, (size_t)(w * len));
+    pos += len;
+    new_off[k + 1] = pos;
+  }
+  return pos;
+}
+"""
+_C_LIB: list = []
+_C_LOCK = threading.Lock()
+
+
+def _c_lib():
+    """The compiled gather (cached in the temp folder by the source's hash), or None."""
+    with _C_LOCK:
+        if not _C_LIB:
+            _C_LIB.append(_c_build())
+        return _C_LIB[0]
+
+
+def _c_build():
+    import ctypes
+    import hashlib
+    import shutil
+    import subprocess
+    import tempfile
+
+    lib = None
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc:
+        tag = hashlib.sha1(_C_SOURCE.encode()).hexdigest()[:12]
+        so = os.path.join(tempfile.gettempdir(), f"stoker-bench-gather-{tag}-{os.getuid()}.so")
+        try:
+            if not os.path.exists(so):
+                src = so[:-3] + f".{os.getpid()}.c"
+                with open(src, "w") as f:
+                    f.write(_C_SOURCE)
+                tmp = so + f".{os.getpid()}"
+                subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", tmp, src], check=True,
+                               capture_output=True, timeout=60)
+                os.replace(tmp, so)
+                os.unlink(src)
+            lib = ctypes.CDLL(so)
+            p, i64 = ctypes.c_void_p, ctypes.c_int64
+            lib.gather_rows.argtypes = [p, i64, p, i64, p]
+            lib.gather_rows.restype = None
+            lib.gather_ragged.argtypes = [p, i64, p, p, i64, p, p]
+            lib.gather_ragged.restype = i64
+        except (OSError, subprocess.SubprocessError):
+            lib = None
+    return lib
+
+
+def _c_gather(arrays, idx, buf):
+    lib = _c_lib()
+    idx = np.ascontiguousarray(idx, np.int64)
+    out = {}
+    for n, a in _dense(arrays).items():
+        o = buf[n][:len(idx)]
+        lib.gather_rows(a.ctypes.data, a.strides[0], idx.ctypes.data, len(idx), o.ctypes.data)
+        out[n] = o
+    for n in _ragged(arrays):
+        values, off = arrays[n], arrays[f"{n}_offsets"]
+        new = np.empty(len(idx) + 1, np.int64)
+        total = lib.gather_ragged(values.ctypes.data, values.itemsize, off.ctypes.data, idx.ctypes.data,
+                                  len(idx), buf[n].ctypes.data, new.ctypes.data)
+        out[n], out[f"{n}_offsets"] = buf[n][:total], new
+    return out
+
+
 def _ragged_loop(values, offsets, idx, out_values):
     new = np.zeros(len(idx) + 1, np.int64)
     pos = 0
@@ -341,19 +471,28 @@ def _ragged_loop(values, offsets, idx, out_values):
     return out_values[:pos], new
 
 
-def _buffers(arrays, batch_size):
-    out = {n: np.empty((batch_size,) + a.shape[1:], a.dtype) for n, a in _dense(arrays).items()}
+def _buffers(arrays, batch_size, count=1):
+    """`count` sets of output buffers; a ragged one holds the `batch_size` longest rows (sized once:
+    sorting every length per set cost ~10 ms each, inside the clock, of a 0.1 s epoch)."""
+    most = {}
     for n in _ragged(arrays):
         lengths = np.diff(arrays[f"{n}_offsets"])
-        most = int(np.sort(lengths)[-batch_size:].sum()) if len(lengths) else 0
-        out[n] = np.empty(most, arrays[n].dtype)
-    return out
+        k = min(batch_size, len(lengths))
+        most[n] = int(np.partition(lengths, len(lengths) - k)[len(lengths) - k:].sum()) if k else 0
+    sets = []
+    for _ in range(count):
+        out = {n: np.empty((batch_size,) + a.shape[1:], a.dtype) for n, a in _dense(arrays).items()}
+        out.update({n: np.empty(m, arrays[n].dtype) for n, m in most.items()})
+        sets.append(out)
+    return sets
 
 
 def _gather_into(kind, arrays, idx, buf):
+    if kind == "window-c-memcpy":
+        return _c_gather(arrays, idx, buf)
     out = {}
     dense = _dense(arrays)
-    if kind == "batch-torch-sorted":
+    if kind in ("batch-torch-sorted", "window-torch"):
         import torch
 
         for n, a in dense.items():
@@ -370,18 +509,63 @@ def _gather_into(kind, arrays, idx, buf):
         for n, a in dense.items():
             out[n] = np.take(a, idx, axis=0, out=buf[n][:len(idx)])
     for n in _ragged(arrays):
-        fn = _ragged_loop if kind == "batch-copy-loop" else _ragged_take
+        fn = {"batch-copy-loop": _ragged_loop, "window-take": _ragged_take_lean,
+              "window-torch": _ragged_take_lean}.get(kind, _ragged_take)
         out[n], out[f"{n}_offsets"] = fn(arrays[n], arrays[f"{n}_offsets"], idx, buf[n])
     return out
 
 
+def row_groups(paths: List[str]) -> List[int]:
+    """The rows of every row group, in file order (the window order's segments)."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for path in paths:
+        md = pq.ParquetFile(path).metadata
+        out += [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+    return out
+
+
+def window_order(groups: List[int], batch_size: int, window: int, seed: int) -> np.ndarray:
+    """A row order built as stoker's planner builds a shuffled epoch's (docs/user-guide.md, "How
+    the order is built"), with NumPy's generator instead of Philox: row groups in a random order,
+    the first one's first batch a segment of its own (the head), consecutive segments grouped into
+    windows of whole segments until a window holds its target (one batch, doubling up to
+    `window` rows), the rows of each window permuted. Every batch then reads rows of a few row
+    groups, as stoker's do, not of the whole dataset."""
+    rng = np.random.default_rng(seed)
+    first = np.concatenate([[0], np.cumsum(groups)[:-1]]).astype(np.int64)
+    segments = [(int(first[g]), int(groups[g])) for g in rng.permutation(len(groups))]
+    if segments and segments[0][1] > batch_size:
+        lo, n = segments[0]
+        segments[0:1] = [(lo, batch_size), (lo + batch_size, n - batch_size)]
+    parts, pending, held, target = [], [], 0, min(batch_size, window)
+    for lo, n in segments:
+        pending.append(np.arange(lo, lo + n, dtype=np.int64))
+        held += n
+        if held >= target:
+            parts.append(rng.permutation(np.concatenate(pending)))
+            pending, held, target = [], 0, min(2 * target, window)
+    if pending:
+        parts.append(rng.permutation(np.concatenate(pending)))
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+SHUFFLE_WINDOW = 65_536  # stoker's default shuffle_window (the matrix does not set it)
+
+
 def gather(kind: str, arrays: Dict[str, np.ndarray], batch_size: int, threads: int, seed: int,
-           with_index: bool = False) -> Iterator[Tuple]:
-    """One epoch of batches by a seeded permutation; yields (rows, outputs[, index used])."""
+           with_index: bool = False, groups: Optional[List[int]] = None) -> Iterator[Tuple]:
+    """One epoch of batches by a seeded permutation (the ``window-`` gathers: by `window_order`
+    over the row groups `groups`, one group of all rows when not given); yields
+    (rows, outputs[, index used])."""
     rows = len(next(iter(_dense(arrays).values())))
-    order = np.random.default_rng(seed).permutation(rows)
+    if kind.startswith("window-"):
+        order = window_order(groups or [rows], batch_size, SHUFFLE_WINDOW, seed)
+    else:
+        order = np.random.default_rng(seed).permutation(rows)
     starts = list(range(0, rows, batch_size))
-    if kind == "batch-torch-sorted":
+    if kind in ("batch-torch-sorted", "window-torch"):
         import torch
 
         torch.set_num_threads(1)
@@ -409,7 +593,7 @@ def gather(kind: str, arrays: Dict[str, np.ndarray], batch_size: int, threads: i
         return
     sort = kind.endswith("sorted") or kind == "batch-copy-loop"
     ring = threads + 1  # a batch's buffers are reused only after the consumer moved past it
-    bufs = [_buffers(arrays, batch_size) for _ in range(ring)]
+    bufs = _buffers(arrays, batch_size, ring)
 
     def task(k):
         idx = order[starts[k]:starts[k] + batch_size]
@@ -432,14 +616,17 @@ def gather(kind: str, arrays: Dict[str, np.ndarray], batch_size: int, threads: i
 
 
 GATHERS = ["split-take-fresh", "batch-take", "batch-take-sorted", "batch-torch-sorted",
-           "batch-copy-loop"]
+           "window-take", "window-torch", "window-c-memcpy", "batch-copy-loop"]
 
 
 def gathers_for(arrays: Dict[str, np.ndarray]) -> List[str]:
     rows = len(next(iter(_dense(arrays).values())))
+    out = list(GATHERS)
     if rows * len(arrays) > COPY_LOOP_MAX:
-        return GATHERS[:-1]
-    return list(GATHERS)
+        out.remove("batch-copy-loop")
+    if _c_lib() is None or not all(a.flags.c_contiguous for a in arrays.values()):
+        out.remove("window-c-memcpy")
+    return out
 
 
 # ------------------------------------------------------------------------------ checking
@@ -474,10 +661,18 @@ def check_reader(name, shape, paths, threads, vocab, ref) -> Tuple[bool, str]:
     return True, "values equal to the reference"
 
 
-def check_gather(kind, arrays, batch_size, threads, seed, batches=3) -> Tuple[bool, str]:
-    """The first batches of gather `kind` against fancy indexing of the same arrays."""
+def check_gather(kind, arrays, batch_size, threads, seed, batches=3,
+                 groups: Optional[List[int]] = None) -> Tuple[bool, str]:
+    """The first batches of gather `kind` against fancy indexing of the same arrays (and, for a
+    ``window-`` gather, that its order is a permutation of all rows)."""
     try:
-        for b, (n, out, idx) in enumerate(gather(kind, arrays, batch_size, threads, seed, with_index=True)):
+        if kind.startswith("window-"):
+            rows = len(next(iter(_dense(arrays).values())))
+            order = window_order(groups or [rows], batch_size, SHUFFLE_WINDOW, seed)
+            if not np.array_equal(np.sort(order), np.arange(rows)):
+                return False, "the window order is not a permutation of the rows"
+        for b, (n, out, idx) in enumerate(gather(kind, arrays, batch_size, threads, seed, with_index=True,
+                                                 groups=groups)):
             for key, a in _dense(arrays).items():
                 if not same(out[key], a[idx]):
                     return False, f"{key} differs in batch {b}"

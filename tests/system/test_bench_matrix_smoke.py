@@ -41,7 +41,7 @@ def test_matrix_table_rows_and_checked_limits(tmp_path):
         assert f"| {s['title']} | 3,000 |" in md
         # Every candidate limit ran its check against the reference, and every one is equal.
         assert {"pyarrow-rg", "pyarrow-rg-pool", "pyarrow-table", "batch-take",
-                "split-take-fresh"} <= set(s["checks"])
+                "split-take-fresh", "window-take", "window-torch"} <= set(s["checks"])
         for cand, check in s["checks"].items():
             if "not installed" in check["detail"]:
                 continue
@@ -83,3 +83,30 @@ def test_limits_equal_the_reference_and_a_wrong_one_is_caught(tmp_path):
     arrays = ml.memory_arrays(ref, shape)
     for kind in ml.gathers_for(arrays):
         assert ml.check_gather(kind, arrays, 256, 2, 7)[0], kind
+    groups = ml.row_groups(paths)
+    assert sum(groups) == 1500 and len(groups) > 2
+    windowed = [k for k in ml.gathers_for(arrays) if k.startswith("window-")]
+    assert {"window-take", "window-torch"} <= set(windowed)
+    for kind in windowed:
+        assert ml.check_gather(kind, arrays, 256, 2, 7, groups=groups)[0], kind
+
+
+def test_window_order_keeps_batches_inside_few_row_groups():
+    """The window gathers' order: every row once, the head one batch of one row group, and each
+    batch's rows from the row groups of at most two consecutive windows (a global permutation
+    would draw every batch from nearly all row groups)."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    import numpy as np
+
+    from bench import matrix_limits as ml
+
+    groups = [1000] * 40
+    order = ml.window_order(groups, 256, 4096, seed=3)
+    assert np.array_equal(np.sort(order), np.arange(40_000))
+    assert len(np.unique(order[:256] // 1000)) == 1  # the head
+    spans = [len(np.unique(order[lo:lo + 256] // 1000)) for lo in range(0, 40_000, 256)]
+    assert max(spans) <= 10 and np.median(spans) <= 5, spans
+    glob = np.random.default_rng(3).permutation(40_000)
+    assert np.median([len(np.unique(glob[lo:lo + 256] // 1000)) for lo in range(0, 40_000, 256)]) > 30
+    assert not np.array_equal(order, ml.window_order(groups, 256, 4096, seed=4))
