@@ -143,6 +143,9 @@ class ItemSources {
     }
     for (size_t k = 0; k < count; ++k) sources_[k] = &rows.items[k]->sources[slot];
   }
+  // Not copyable: sources_ may point into this object's own inline_.
+  ItemSources(const ItemSources&) = delete;
+  ItemSources& operator=(const ItemSources&) = delete;
   const ColumnSource& operator[](uint32_t item) const { return *sources_[item]; }
 
  private:
