@@ -42,7 +42,7 @@ def _log(msg: str) -> None:
 def _stoker_batches(job, shape):
     """The measured epoch. cold and fill construct the loader inside the clock (start-up counts,
     as in the suite); warm constructs it and fills its cache_dir before the clock, until an epoch
-    skips no write (as the stoker_warm runner)."""
+    skips no write, then flushes the write-behind queue (as the stoker_warm runner)."""
     import tempfile
 
     import stoker
@@ -62,6 +62,9 @@ def _stoker_batches(job, shape):
             epoch += 1
             if loader.stats()["cache"]["write_skipped"] == skipped or epoch >= 5:
                 break
+        # An epoch ends before the write-behind queue does: without this the measured epoch
+        # shared the cores with the writer storing the last entries (served from its queue).
+        loader.flush_cache()
         job["_fill_epochs"] = epoch
         loader.set_epoch(epoch)
 

@@ -1,8 +1,8 @@
 """stoker reading from a warm ready-tensor cache: epochs fill a fresh ``cache_dir`` before the
 clock starts (until one skips no write: on a saturated machine the write-behind writer skips entries
-it cannot keep up with, and a later epoch stores them), then the measured epoch (another order)
-reads every row group from the cache. Everything else as in the ``stoker`` runner. Compared with
-``memory_limit``."""
+it cannot keep up with, and a later epoch stores them) and the write-behind queue is flushed, then
+the measured epoch (another order) reads every row group from the cache. Everything else as in the
+``stoker`` runner. Compared with ``memory_limit``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ def prepare(job):
         epoch += 1
         if loader.stats()["cache"]["write_skipped"] == skipped or epoch >= 5:
             break  # every entry this epoch missed was stored: the next epoch only hits
+    # An epoch ends before the write-behind queue does: without this the measured epoch shared
+    # the cores with the writer storing the last entries (served from its queue meanwhile).
+    loader.flush_cache()
     job["_fill_epochs"] = epoch
     loader.set_epoch(epoch)
 

@@ -4,6 +4,7 @@
 #include <arrow/buffer.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -224,6 +225,129 @@ TEST(PaddedWriter, AllEmptyRowsGiveZeroWidth) {
   const Written out = Write(writer, {{&items.a, 1}, {&items.a, 3}});
   EXPECT_EQ(out.column.values.shape, (std::vector<int64_t>{2, 0}));
   EXPECT_EQ(Values<int64_t>(out.column.lengths), (std::vector<int64_t>{0, 0}));
+}
+
+// Two items of list<float> rows longer than the writers' prefetch distance: a (offsets32,
+// every fifth row null) and b (offsets64, no nulls), and a shuffled batch of rows of both.
+struct ManyListRows {
+  DecodedItem a, b;
+  std::vector<float> a_values, b_values;
+  std::vector<int32_t> a_offsets{0};
+  std::vector<int64_t> b_offsets{0};
+  std::vector<uint8_t> a_valid;
+  std::vector<RowRef> refs;
+  // The rows as the writers should deliver them (null rows empty).
+  std::vector<std::vector<float>> expected;
+
+  ManyListRows() {
+    std::vector<int> valid;
+    for (int r = 0; r < 30; ++r) {
+      valid.push_back(r % 5 != 3);
+      const int length = valid.back() ? r % 7 : 0;
+      for (int k = 0; k < length; ++k) a_values.push_back(1000.0f + r * 10 + k);
+      a_offsets.push_back(static_cast<int32_t>(a_values.size()));
+    }
+    for (int r = 0; r < 25; ++r) {
+      for (int k = 0; k < (r * 3) % 11; ++k) b_values.push_back(-2000.0f - r * 20 - k);
+      b_offsets.push_back(static_cast<int64_t>(b_values.size()));
+    }
+    a_valid = Bitmap(valid);
+    a.num_rows = 30;
+    b.num_rows = 25;
+    a.sources.resize(1);
+    b.sources.resize(1);
+    a.sources[0].values = reinterpret_cast<const uint8_t*>(a_values.data());
+    a.sources[0].offsets32 = a_offsets.data();
+    a.sources[0].validity = a_valid.data();
+    b.sources[0].values = reinterpret_cast<const uint8_t*>(b_values.data());
+    b.sources[0].offsets64 = b_offsets.data();
+    for (int k = 0; k < 40; ++k) {
+      const bool from_a = k % 3 != 1;
+      const int64_t row = from_a ? (k * 7) % 30 : (k * 11) % 25;
+      refs.push_back({from_a ? &a : &b, row});
+      const float* values = from_a ? a_values.data() : b_values.data();
+      const int64_t begin = from_a ? a_offsets[row] : b_offsets[row];
+      const int64_t end = from_a ? a_offsets[row + 1] : b_offsets[row + 1];
+      expected.emplace_back(values + begin, values + end);
+    }
+  }
+};
+
+TEST(PaddedWriter, ManyShuffledRowsMatchARowByRowCopyForEveryPad) {
+  const ManyListRows data;
+  // 0 pads with memset; -0.0 (a set sign bit) and 2.5 with the value itself.
+  for (const double pad : {0.0, -0.0, 2.5}) {
+    SCOPED_TRACE(pad);
+    ColumnSpec spec =
+        Spec("l", SourceLayout::kList, ColumnKind::kPadded, DType::kFloat32, DType::kFloat32);
+    spec.options.pad_value = pad;
+    const Written out = Write(PaddedWriter(spec, 0, 0), data.refs);
+    size_t longest = 0;
+    for (const auto& row : data.expected) longest = std::max(longest, row.size());
+    ASSERT_EQ(out.column.values.shape, (std::vector<int64_t>{40, static_cast<int64_t>(longest)}));
+    std::vector<float> want;
+    std::vector<int64_t> lengths;
+    for (const auto& row : data.expected) {
+      want.insert(want.end(), row.begin(), row.end());
+      want.resize(want.size() + longest - row.size(), static_cast<float>(pad));
+      lengths.push_back(static_cast<int64_t>(row.size()));
+    }
+    // Bytes, not values: -0.0 == 0.0 would pass for a pad written as 0.
+    ASSERT_EQ(static_cast<size_t>(out.column.values.num_elements()), want.size());
+    EXPECT_EQ(std::memcmp(out.column.values.data, want.data(), want.size() * sizeof(float)), 0);
+    EXPECT_EQ(Values<int64_t>(out.column.lengths), lengths);
+  }
+}
+
+TEST(OffsetsWriter, ManyShuffledRowsMatchARowByRowCopy) {
+  const ManyListRows data;
+  const Written out = Write(OffsetsWriter(Spec("r", SourceLayout::kList, ColumnKind::kRagged,
+                                               DType::kFloat32, DType::kFloat32),
+                                          0, 0),
+                            data.refs);
+  std::vector<float> want;
+  std::vector<int64_t> offsets{0};
+  for (const auto& row : data.expected) {
+    want.insert(want.end(), row.begin(), row.end());
+    offsets.push_back(static_cast<int64_t>(want.size()));
+  }
+  EXPECT_EQ(Values<float>(out.column.values), want);
+  EXPECT_EQ(Values<int64_t>(out.column.offsets), offsets);
+}
+
+TEST(PaddedWriter, BoolListsUnpackBitsAndPad) {
+  // 12 rows of lengths r % 4 from bit 3 of the bitmap: more rows than the prefetch distance.
+  DecodedItem item;
+  item.num_rows = 12;
+  item.sources.resize(1);
+  std::vector<int> bits = {1, 1, 1};  // before child 0
+  std::vector<int32_t> offsets{0};
+  for (int r = 0; r < 12; ++r) {
+    for (int k = 0; k < r % 4; ++k) bits.push_back((r + k) % 3 == 0);
+    offsets.push_back(static_cast<int32_t>(bits.size() - 3));
+  }
+  const std::vector<uint8_t> bitmap = Bitmap(bits);
+  item.sources[0].values = bitmap.data();
+  item.sources[0].bit_offset = 3;
+  item.sources[0].offsets32 = offsets.data();
+  std::vector<RowRef> refs;
+  for (int k = 0; k < 12; ++k) refs.push_back({&item, (k * 5) % 12});
+  for (const double pad : {0.0, 1.0}) {
+    SCOPED_TRACE(pad);
+    ColumnSpec spec =
+        Spec("b", SourceLayout::kList, ColumnKind::kPadded, DType::kBool, DType::kBool);
+    spec.options.pad_value = pad;
+    const Written out = Write(PaddedWriter(spec, 0, 0), refs);
+    ASSERT_EQ(out.column.values.shape, (std::vector<int64_t>{12, 3}));
+    std::vector<uint8_t> want;
+    for (const RowRef& ref : refs) {
+      const int length = static_cast<int>(ref.row % 4);
+      for (int k = 0; k < 3; ++k) {
+        want.push_back(k < length ? (ref.row + k) % 3 == 0 : static_cast<uint8_t>(pad));
+      }
+    }
+    EXPECT_EQ(Values<uint8_t>(out.column.values), want);
+  }
 }
 
 TEST(OffsetsWriter, ConcatenatesRaggedRows) {
