@@ -182,7 +182,7 @@ constexpr int64_t kPrefetchRows = 8;
   }
   if (bytes <= 0) return;
   // Every 64-byte line the row's values touch (the last one too when unaligned).
-  const uint8_t* first = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(from) & ~63);
+  const uint8_t* first = from - (reinterpret_cast<uintptr_t>(from) & 63);
   for (const uint8_t* line = first; line < from + bytes; line += 64) __builtin_prefetch(line);
 }
 
@@ -405,8 +405,10 @@ Status PaddedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
     using T = decltype(tag);
     const T pad = FromDouble<T>(spec_.options.pad_value);
     // All-zero pad bytes (0, and 0.0 but not -0.0): memset, as wide as the machine allows.
-    T zero{};
-    const bool zero_pad = std::memcmp(&pad, &zero, sizeof(T)) == 0;
+    unsigned char pad_bytes[sizeof(T)];
+    std::memcpy(pad_bytes, &pad, sizeof(T));
+    const bool zero_pad =
+        std::all_of(pad_bytes, pad_bytes + sizeof(T), [](unsigned char b) { return b == 0; });
     T* out = reinterpret_cast<T*>(column->values.data);
     for (int64_t i = 0; i < count; ++i) {
       if (i + kPrefetchRows < count) {
