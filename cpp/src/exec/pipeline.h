@@ -151,6 +151,8 @@ class Pipeline {
   bool FitsBudget(size_t task) const;  // REQUIRES(mutex_)
   /// Counts `task`'s estimated bytes in flight (and its segment's), once per task.
   void Reserve(size_t task);  // REQUIRES(mutex_)
+  // Counts head task `t` as in, once (its bytes fetched, or read directly). REQUIRES(mutex_)
+  void HeadTaskLandedLocked(size_t t);
   void RunDecodeTask(std::unique_lock<std::mutex>* lock);
   void RunAssemblyJob(std::unique_lock<std::mutex>* lock);
   void SequencerLoop();
@@ -203,8 +205,6 @@ class Pipeline {
   size_t head_tasks_end_ = 0;
   size_t head_tasks_left_ = 0;     // GUARDED_BY(mutex_)
   std::vector<bool> head_landed_;  // GUARDED_BY(mutex_) per head task
-  // Counts head task `t` as in (once); needs mutex_.
-  void HeadTaskLandedLocked(size_t t);
   // Request callbacks may outlive the pipeline: they touch it only while `alive` holds.
   struct Liveness {
     std::mutex mutex;
