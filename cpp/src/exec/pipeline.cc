@@ -60,21 +60,20 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
       counters_(std::move(counters)),
       io_context_(arrow::default_memory_pool(), fetch_stop_.token()),
       requests_(std::make_shared<RequestQueue>(options_.io_requests, io_context_)) {
-  if (options_.catalog && options_.fetch_ahead) {
-    for (const auto& file : options_.catalog->files()) any_remote_ |= IsRemote(*file.fs);
+  // The windows after the head are split among the workers from local files only (below): from
+  // a remote store each task is a GET of its own, and the link, not decoding, sets the pace.
+  bool remote_source = false;
+  if (options_.catalog) {
+    for (const auto& file : options_.catalog->files()) remote_source |= IsRemote(*file.fs);
   }
+  any_remote_ = remote_source && options_.fetch_ahead;
   const int64_t start_row = std::min(start_batch_ * plan_->options.batch_size, plan_->rank_rows);
   const int num_windows = static_cast<int>(plan_->windows.size());
   first_window_ = start_row >= plan_->rank_rows ? num_windows : FindWindow(*plan_, start_row);
   const int first_segment = first_window_ < num_windows
                                 ? plan_->windows[first_window_].segment_begin
                                 : static_cast<int>(plan_->segments.size());
-  // The windows whose segments are split among the workers (kStartWindows). Local files only:
-  // from a remote store each task is a GET of its own, and the link, not decoding, sets the pace.
-  bool remote_source = false;
-  if (options_.catalog) {
-    for (const auto& file : options_.catalog->files()) remote_source |= IsRemote(*file.fs);
-  }
+  // The windows whose segments are split among the workers (kStartWindows).
   const int start_windows_end =
       first_window_ < num_windows ? std::min(num_windows, first_window_ + kStartWindows) : 0;
   const int start_segments_end = start_windows_end > first_window_

@@ -68,9 +68,8 @@ class BlockCachedFile : public arrow::io::RandomAccessFile {
     nbytes = Clamp(position, nbytes);
     auto* dest = static_cast<uint8_t*>(out);
     if (ExactRange(position, nbytes)) {
-      ARROW_ASSIGN_OR_RAISE(auto entry, Range(position, nbytes));
-      if (entry->size() != nbytes) return Status::IOError("cached range shorter than expected");
-      std::memcpy(dest, entry->data(), nbytes);
+      ARROW_ASSIGN_OR_RAISE(auto view, RangeView(position, nbytes));
+      std::memcpy(dest, view->data(), nbytes);
       return nbytes;
     }
     int64_t done = 0;
@@ -89,11 +88,7 @@ class BlockCachedFile : public arrow::io::RandomAccessFile {
 
   Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override {
     nbytes = Clamp(position, nbytes);
-    if (ExactRange(position, nbytes)) {
-      ARROW_ASSIGN_OR_RAISE(auto entry, Range(position, nbytes));
-      if (entry->size() != nbytes) return Status::IOError("cached range shorter than expected");
-      return std::make_shared<EntrySlice>(std::move(entry), 0, nbytes);
-    }
+    if (ExactRange(position, nbytes)) return RangeView(position, nbytes);
     const int64_t first = position / block_bytes_;
     if (nbytes > 0 && (position + nbytes - 1) / block_bytes_ == first) {
       // Inside one block: a zero-copy view of the cached block.
@@ -129,10 +124,12 @@ class BlockCachedFile : public arrow::io::RandomAccessFile {
 
   // An exact read as an entry of its own: a footer is read at the same offsets by every
   // process, and its file's last blocks need not come with it.
-  Result<std::shared_ptr<CacheEntry>> Range(int64_t position, int64_t nbytes) {
+  Result<std::shared_ptr<arrow::Buffer>> RangeView(int64_t position, int64_t nbytes) {
     const std::string key = "stoker-ranges-v1\n" + identity_ + '\n' + std::to_string(position) +
                             '\n' + std::to_string(nbytes);
-    return Fill(key, position, nbytes);
+    ARROW_ASSIGN_OR_RAISE(auto entry, Fill(key, position, nbytes));
+    if (entry->size() != nbytes) return Status::IOError("cached range shorter than expected");
+    return std::make_shared<EntrySlice>(std::move(entry), 0, nbytes);
   }
 
   Result<std::shared_ptr<CacheEntry>> Block(int64_t index) {
