@@ -1,6 +1,7 @@
 #include "io/filesystem.h"
 
 #include <arrow/buffer.h>
+#include <arrow/filesystem/localfs.h>
 #include <arrow/filesystem/s3fs.h>
 #include <arrow/io/caching.h>
 #include <arrow/io/interfaces.h>
@@ -851,6 +852,12 @@ Result<std::shared_ptr<FileSystem>> OpenFileSystem(const std::string& uri_or_pat
                            RedactSecrets(result.status().message(), secrets));
     }
     fs = *result;
+    // An absolute path gets Arrow's LocalFileSystem with the default IOContext whatever the
+    // context given (FileSystemFromUriOrPath): without this, every local read was from mimalloc.
+    if (auto local = std::dynamic_pointer_cast<arrow::fs::LocalFileSystem>(fs);
+        local && local->io_context().pool() != io_context.pool()) {
+      fs = std::make_shared<arrow::fs::LocalFileSystem>(local->options(), io_context);
+    }
   }
   if (!IsRemote(*fs)) return fs;
   STOKER_ASSIGN_OR_RAISE(const int concurrency, ParseConcurrency(options.storage_options));

@@ -14,6 +14,7 @@
 #include <memory>
 #include <thread>
 
+#include "util/recycling_pool.h"
 #include "util/test_status_internal.h"
 
 namespace stoker {
@@ -335,6 +336,11 @@ TEST(OpenFileSystem, LocalPathsStayLocal) {
   StorageOptions options;
   std::string path;
   ASSERT_OK_AND_ASSIGN(auto fs, OpenFileSystem("/tmp", options, &path));
+  // Reads allocate from the recycling pool, for absolute paths too (Arrow gives those a
+  // LocalFileSystem with the default pool whatever context it is passed).
+  EXPECT_EQ(fs->io_context().pool(), RecyclingPool::Get());
+  ASSERT_OK_AND_ASSIGN(auto file_uri_fs, OpenFileSystem("file:///tmp", options, &path));
+  EXPECT_EQ(file_uri_fs->io_context().pool(), RecyclingPool::Get());
   EXPECT_EQ(fs->type_name(), "local");
   EXPECT_EQ(path, "/tmp");
   EXPECT_EQ(DisplayPrefix("/tmp", *fs), "");

@@ -105,11 +105,24 @@ arrow::Status RecyclingPool::Reallocate(int64_t old_size, int64_t new_size, int6
     if (new_size > old_size) total_ += new_size - old_size;
     return arrow::Status::OK();
   }
-  if (kept_old && kept_new && SizeClass(old_size) == SizeClass(new_size)) {
+  if (kept_old && kept_new) {
     std::lock_guard<std::mutex> lock(mutex_);
-    in_use_ += new_size - old_size;
-    if (new_size > old_size) total_ += new_size - old_size;
-    return arrow::Status::OK();  // the block already has room
+    auto it = shrunk_.find(*ptr);
+    const int64_t block = it != shrunk_.end() ? it->second : SizeClass(old_size);
+    // Within the block and down to half of it, it stays where it is, as malloc, jemalloc and
+    // mimalloc do: Parquet's readers reserve a power of two and trim each column's values to
+    // their count (ReleaseValues), and copying there was 5% of a cold epoch's decode on a set of
+    // 48 narrow columns. The block's size is remembered so that it is kept for its own class.
+    if (new_size <= block && new_size >= block / 2) {
+      in_use_ += new_size - old_size;
+      if (new_size > old_size) total_ += new_size - old_size;
+      if (SizeClass(new_size) == block) {
+        if (it != shrunk_.end()) shrunk_.erase(it);
+      } else if (it == shrunk_.end()) {
+        shrunk_.emplace(*ptr, block);
+      }
+      return arrow::Status::OK();
+    }
   }
   uint8_t* moved = nullptr;
   ARROW_RETURN_NOT_OK(Allocate(new_size, alignment, &moved));
@@ -126,10 +139,14 @@ void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
     in_use_ -= size;
     return;
   }
-  const int64_t size_class = SizeClass(size);
+  int64_t size_class = SizeClass(size);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     in_use_ -= size;
+    if (auto it = shrunk_.find(buffer); it != shrunk_.end()) {
+      size_class = it->second;
+      shrunk_.erase(it);
+    }
     if (cached_ + size_class <= budget_ / kBudgetShare) {
       free_[size_class].push_back(buffer);
       cached_ += size_class;

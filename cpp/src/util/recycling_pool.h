@@ -59,6 +59,7 @@ class RecyclingPool final : public arrow::MemoryPool {
   arrow::MemoryPool* const base_;
   mutable std::mutex mutex_;
   std::unordered_map<int64_t, std::vector<uint8_t*>> free_;  // by size class
+  std::unordered_map<uint8_t*, int64_t> shrunk_;  // live blocks trimmed in place: their class
   int64_t cached_ = 0;
   int64_t budget_ = 0;  // sum of the live Budgets
   int64_t in_use_ = 0;

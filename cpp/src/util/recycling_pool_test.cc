@@ -70,6 +70,43 @@ TEST(RecyclingPool, KeepsFreedBlocksOnlyWithinTheBudgets) {
   EXPECT_EQ(pool->bytes_allocated(), 0);
 }
 
+TEST(RecyclingPool, ShrinkingToHalfOrMoreKeepsTheBlockInPlace) {
+  RecyclingPool* pool = RecyclingPool::Get();
+  pool->ReleaseUnused();
+  RecyclingPool::Budget budget(16 << 20);
+  const int64_t in_use = pool->bytes_allocated();
+  uint8_t* block = nullptr;
+  // Parquet's readers reserve a power of two and trim to the values read.
+  ASSERT_TRUE(pool->Allocate(256 << 10, 64, &block).ok());
+  std::memset(block, 5, 200000);
+  uint8_t* first = block;
+  ASSERT_TRUE(pool->Reallocate(256 << 10, 200000, 64, &block).ok());
+  EXPECT_EQ(block, first);  // no copy
+  EXPECT_EQ(block[199999], 5);
+  EXPECT_EQ(pool->bytes_allocated(), in_use + 200000);
+  // Freed under its new size, the block is kept for its own class: the next reader's
+  // reservation gets it back.
+  pool->Free(block, 200000, 64);
+  ASSERT_TRUE(pool->Allocate(256 << 10, 64, &block).ok());
+  EXPECT_EQ(block, first);
+  ASSERT_TRUE(pool->Reallocate(256 << 10, 200000, 64, &block).ok());
+  EXPECT_EQ(block, first);
+  // Growing back within the block keeps it too.
+  ASSERT_TRUE(pool->Reallocate(200000, 250000, 64, &block).ok());
+  EXPECT_EQ(block, first);
+  std::memset(block, 6, 200000);
+  // Below half of it, the values move to a block of their size (memory is not held twice over).
+  ASSERT_TRUE(pool->Reallocate(250000, 40000, 64, &block).ok());
+  EXPECT_NE(block, first);
+  EXPECT_EQ(block[39999], 6);
+  pool->Free(block, 40000, 64);
+  ASSERT_TRUE(pool->Allocate(256 << 10, 64, &block).ok());  // the moved-from block, its class
+  EXPECT_EQ(block, first);
+  pool->Free(block, 256 << 10, 64);
+  EXPECT_EQ(pool->bytes_allocated(), in_use);
+  pool->ReleaseUnused();
+}
+
 TEST(RecyclingPool, ManyThreadsAllocateAndFree) {
   RecyclingPool* pool = RecyclingPool::Get();
   RecyclingPool::Budget budget(64 << 20);
