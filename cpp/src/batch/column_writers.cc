@@ -7,6 +7,10 @@
 #include <type_traits>
 #include <utility>
 
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
+
 #include "util/convert.h"
 #include "util/recycling_pool.h"
 
@@ -190,6 +194,31 @@ constexpr int64_t kPrefetchRows = 8;
 // every feature column writes into it (one pass per column over all rows would evict and
 // refetch each matrix line F times).
 constexpr int64_t kFeatureBlockRows = 64;
+
+// Rows [begin, end) of four 4-byte feature columns into matrix columns f..f+3 (`stride`
+// elements per matrix row). Four rows at a time are transposed in registers, so each row takes
+// one 16-byte store instead of four strided 4-byte ones: the scalar transpose was 12% of a cold
+// epoch of 300 float features. Shuffles move bits, so every value (NaN payloads too) is exact.
+void TransposeFour(const uint32_t* const columns[4], uint32_t* out, int64_t stride, int64_t begin,
+                   int64_t end) {
+  int64_t r = begin;
+#if defined(__SSE2__)
+  for (; r + 4 <= end; r += 4) {
+    __m128 a = _mm_loadu_ps(reinterpret_cast<const float*>(columns[0] + r));
+    __m128 b = _mm_loadu_ps(reinterpret_cast<const float*>(columns[1] + r));
+    __m128 c = _mm_loadu_ps(reinterpret_cast<const float*>(columns[2] + r));
+    __m128 d = _mm_loadu_ps(reinterpret_cast<const float*>(columns[3] + r));
+    _MM_TRANSPOSE4_PS(a, b, c, d);
+    _mm_storeu_ps(reinterpret_cast<float*>(out + r * stride), a);
+    _mm_storeu_ps(reinterpret_cast<float*>(out + (r + 1) * stride), b);
+    _mm_storeu_ps(reinterpret_cast<float*>(out + (r + 2) * stride), c);
+    _mm_storeu_ps(reinterpret_cast<float*>(out + (r + 3) * stride), d);
+  }
+#endif
+  for (; r < end; ++r) {
+    for (int k = 0; k < 4; ++k) out[r * stride + k] = columns[k][r];
+  }
+}
 
 }  // namespace
 
@@ -750,11 +779,27 @@ Status FeaturesWriter::Prepare(DecodedItem* item) const {
   for (int64_t r = 0; r < item->num_rows; ++r) refs[r] = {item, r};
   const BatchRows rows(refs);
   uint8_t* out = matrix->mutable_data();
+  // Features copied bit for bit (4 bytes, no cast, no nulls): four in a row take TransposeFour.
+  std::vector<bool> plain(num_features, false);
+  for (int64_t f = 0; f < num_features; ++f) {
+    plain[f] = width == 4 && !in_block[f] && features_[f].layout != SourceLayout::kBool &&
+               features_[f].source_dtype == dtype &&
+               item->sources[first_slot_ + f].validity == nullptr;
+  }
   // Blocked transpose: a block of rows of the matrix stays in cache while each column fills it.
   for (int64_t begin = 0; begin < item->num_rows; begin += kFeatureBlockRows) {
     const int64_t end = std::min(item->num_rows, begin + kFeatureBlockRows);
     for (int64_t f = 0; f < num_features; ++f) {
       if (in_block[f]) continue;
+      if (f + 4 <= num_features && plain[f] && plain[f + 1] && plain[f + 2] && plain[f + 3]) {
+        const uint32_t* columns[4];
+        for (int k = 0; k < 4; ++k) {
+          columns[k] = reinterpret_cast<const uint32_t*>(item->sources[first_slot_ + f + k].values);
+        }
+        TransposeFour(columns, reinterpret_cast<uint32_t*>(out) + f, num_features, begin, end);
+        f += 3;
+        continue;
+      }
       const ColumnSource& src = item->sources[first_slot_ + f];
       if (features_[f].layout == SourceLayout::kBool || src.validity != nullptr) {
         GatherFixedColumn(rows, first_slot_ + static_cast<int>(f), features_[f], dtype,

@@ -668,6 +668,45 @@ TEST(FeaturesWriter, PrepareTransposesThenFillCopiesRows) {
             (std::vector<float>{-2, 9.5, 10, 10.5, 11, 11.5, 69, 69.5, 0, 0.5}));
 }
 
+// Runs of four plain float features are transposed four rows at a time (TransposeFour); a
+// feature with nulls between them, and the rows past the last multiple of four, go one by one.
+TEST(FeaturesWriter, PrepareTransposesRunsOfFourFeaturesExactly) {
+  constexpr int kFeatures = 9;
+  DecodedItem item;
+  item.num_rows = 70;  // a block of 64 rows, then 6: four rows at a time and a tail of two
+  item.sources.resize(kFeatures);
+  std::vector<std::vector<float>> columns(kFeatures, std::vector<float>(item.num_rows));
+  for (int f = 0; f < kFeatures; ++f) {
+    for (int r = 0; r < item.num_rows; ++r) columns[f][r] = static_cast<float>(f * 1000 + r);
+    item.sources[f].values = reinterpret_cast<const uint8_t*>(columns[f].data());
+  }
+  // A NaN with a payload: moved bit for bit.
+  const uint32_t nan_bits = 0x7fc01234u;
+  std::memcpy(&columns[2][5], &nan_bits, 4);
+  std::vector<uint8_t> valid = Bitmap(std::vector<int>(item.num_rows, 1));
+  valid[0] &= ~(1u << 3);  // feature 4, row 3 is null
+  item.sources[4].validity = valid.data();
+  ColumnSpec f =
+      Spec("f", SourceLayout::kFixed, ColumnKind::kDense, DType::kFloat32, DType::kFloat32);
+  f.options.has_fill_null = true;
+  f.options.fill_null = -1;
+  const FeaturesWriter writer(std::vector<ColumnSpec>(kFeatures, f), 0, DType::kFloat32, "feats",
+                              0);
+  ASSERT_TRUE(writer.Prepare(&item).ok());
+  ASSERT_NE(item.feature_rows[0], nullptr);
+  const auto* matrix = reinterpret_cast<const uint32_t*>(item.feature_rows[0]->data());
+  for (int r = 0; r < item.num_rows; ++r) {
+    for (int k = 0; k < kFeatures; ++k) {
+      float expected = static_cast<float>(k * 1000 + r);
+      if (k == 4 && r == 3) expected = -1;
+      uint32_t bits;
+      std::memcpy(&bits, &expected, 4);
+      if (k == 2 && r == 5) bits = nan_bits;
+      ASSERT_EQ(matrix[r * kFeatures + k], bits) << "row " << r << ", feature " << k;
+    }
+  }
+}
+
 // Feature blocks (the ready-tensor cache's final layout): rows of `count` float features.
 FeatureBlock Block(int group, int64_t first, int64_t count, const std::vector<float>& rows) {
   FeatureBlock block;
