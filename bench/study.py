@@ -400,7 +400,7 @@ def markdown(report: dict) -> str:
         load = "/".join(f"{x:.1f}" for x in report.get("load_average_at_start") or [])
         load_end = "/".join(f"{x:.1f}" for x in report.get("load_average_at_end") or [])
         title = " (many separate outputs)"
-        what = (f"the shape matrix's many-separate-outputs set ({ms.MANY_INT} int64 + "
+        what = (f"The shape matrix's many-separate-outputs set ({ms.MANY_INT} int64 + "
                 f"{ms.MANY_FLOAT} float32 columns, snappy, {d['files']} files, {d['row_groups']} "
                 f"row groups, {d['uncompressed_bytes'] / 1e6:.0f} MB uncompressed), every column "
                 f"delivered as its own tensor by every system, {report['rows']:,} rows")
