@@ -5,6 +5,9 @@ row of a list column has the same length), so, as its documentation suggests, a 
 pads ``tags`` to the dataset's longest row (16) in the workers, on the pandas DataFrame, and adds
 ``tags_lengths``. The 220 feature columns arrive as separate tensors and are stacked into one
 [B, 220] float32 tensor in the consumer (Petastorm has no stacking of its own).
+
+The study's many-separate-outputs workload (``job["workload"] == "many"``, ``job["columns"]``):
+plain numeric columns, no TransformSpec, every column delivered as its own tensor.
 """
 
 from __future__ import annotations
@@ -57,8 +60,15 @@ def batches(job, reader_kwargs, loader_kwargs):
     from . import _petastorm_compat
 
     _petastorm_compat.apply()
-    feats = feature_names()
     url = "file://" + job["path"]
+    if job.get("workload") == "many":
+        columns, count = job["columns"], job["count"]
+        with make_batch_reader(url, schema_fields=columns, num_epochs=1, **reader_kwargs) as reader:
+            loader = BatchedDataLoader(reader, batch_size=job["batch_size"], **loader_kwargs)
+            for batch in loader:
+                yield len(batch[count]), {name: batch[name] for name in columns}
+        return
+    feats = feature_names()
     with make_batch_reader(url, schema_fields=all_tabular_columns(), num_epochs=1,
                            transform_spec=transform_spec(), **reader_kwargs) as reader:
         loader = BatchedDataLoader(reader, batch_size=job["batch_size"], **loader_kwargs)

@@ -4,7 +4,9 @@ Tabular: each worker takes every k-th row group of a seeded row-group order, rea
 ``ParquetFile.iter_batches(batch_size, columns)`` and builds numpy arrays (features stacked to
 [B, F] float32, embeddings [B, D], tags padded + lengths); the DataLoader turns them into tensors
 (``batch_size=None``: the dataset yields whole batches). Images: PIL decode, torchvision-style
-RandomResizedCrop(224) + horizontal flip, CHW uint8, collated in the workers.
+RandomResizedCrop(224) + horizontal flip, CHW uint8, collated in the workers. The study's
+many-separate-outputs workload (``job["workload"] == "many"``): ``job["columns"]``, each column
+its own tensor.
 """
 
 from __future__ import annotations
@@ -80,6 +82,26 @@ class _Tabular(_Sharded):
                 yield {k: torch.from_numpy(v) for k, v in out.items()}
 
 
+class _Many(_Sharded):
+    """Every column of ``columns`` as its own tensor (the study's many-separate-outputs set)."""
+
+    def __init__(self, paths, batch_size, seed, columns):
+        super().__init__(paths, batch_size, seed)
+        self.columns = columns
+
+    def __iter__(self):
+        import pyarrow.parquet as pq
+        import torch
+
+        _, mine = self._my_row_groups()
+        for path, g in mine:
+            pf = pq.ParquetFile(path)
+            for rb in pf.iter_batches(batch_size=self.batch_size, row_groups=[g],
+                                      columns=self.columns, use_threads=False):
+                yield {name: torch.from_numpy(rb.column(j).to_numpy(zero_copy_only=False))
+                       for j, name in enumerate(self.columns)}
+
+
 class _Images(_Sharded):
     def __iter__(self):
         import pyarrow.parquet as pq
@@ -104,9 +126,13 @@ def batches(job):
 
     # pyarrow's zero-copy arrays are read-only; the tensors are never written.
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-    cls = _Images if job["workload"] == "images" else _Tabular
-    dataset = cls(job["files"], job["batch_size"], job["seed"])
+    if job["workload"] == "many":
+        dataset = _Many(job["files"], job["batch_size"], job["seed"], job["columns"])
+    else:
+        cls = _Images if job["workload"] == "images" else _Tabular
+        dataset = cls(job["files"], job["batch_size"], job["seed"])
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=job["threads"],
                                          prefetch_factor=2 if job["threads"] > 0 else None)
+    count = job.get("count", "label")
     for batch in loader:
-        yield len(batch["label"]), batch
+        yield len(batch[count]), batch
