@@ -349,3 +349,21 @@ def test_round_trip_of_bfloat16_bits_is_exact():
     probes = probes[~np.isnan(probes)]  # the largest carry into NaN patterns
     want = torch.from_numpy(probes).to(torch.bfloat16).view(torch.int16).numpy()
     np.testing.assert_array_equal(_narrow_to_bfloat16(probes), want)
+
+
+def test_plain_dense_columns_take_the_short_route(dataset):
+    """host() reads only the name and values of a column delivered as one dense array with
+    nothing beside it (per column, each other attribute costs a trip through the bindings); every
+    other column (masks, lengths, ``_valid``, lists, strings, bfloat16) takes the full route. The
+    tests above show both routes give the plain batches; this pins which columns take which."""
+    with stoker.Loader(dataset, output="torch", **BF16_OPTIONS) as loader:
+        plain = loader._route.plain
+        columns = loader.columns
+        first = next(iter(loader))
+    for name, info in columns.items():
+        expected = (info.kind == "dense" and not info.added_keys
+                    and str(info.dtype) != "bfloat16")
+        assert (name in plain) == expected, name
+    assert {"f64", "u64", "i64"} <= plain
+    assert not {"f32", "bf", "pad", "rag"} & plain  # a mask, bfloat16, lengths, a list
+    assert first["u64"].dtype == torch.uint64 and first["f32_mask"].dtype == torch.bool
