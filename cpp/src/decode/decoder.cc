@@ -57,7 +57,9 @@ std::string Decoder::CacheName(const std::string& field) const {
     char hash[17];
     std::snprintf(hash, sizeof(hash), "%016llx",
                   static_cast<unsigned long long>(vocabulary->second->hash()));
-    return base + "|vocabulary=" + hash;
+    // The ids' width is part of the entry: entries of int64 ids (before ids were narrowed) are
+    // never read as narrow ones.
+    return base + "|vocabulary=" + hash + "|ids=" + DTypeName(vocabulary->second->IdDType());
   }
   const ColumnSpec* column = ChainedColumn(field);
   if (column == nullptr || column->cached_ops == 0) return base;

@@ -11,20 +11,20 @@
 namespace stoker {
 namespace {
 
-template <typename StringArray>
-void LookupAll(const Vocabulary& vocabulary, const StringArray& array, int64_t* out,
-               uint8_t* valid) {
+// `Id` holds every id of the vocabulary (Vocabulary::IdDType), so the casts below are exact.
+template <typename Id, typename StringArray>
+void LookupAll(const Vocabulary& vocabulary, const StringArray& array, Id* out, uint8_t* valid) {
   for (int64_t i = 0; i < array.length(); ++i) {
     valid[i] = array.IsValid(i);
-    out[i] = valid[i] ? vocabulary.Lookup(array.GetView(i)) : 0;
+    out[i] = valid[i] ? static_cast<Id>(vocabulary.Lookup(array.GetView(i))) : 0;
   }
 }
 
 // The ids of one chunk's values, and whether each row is valid (one byte per row). A row whose
 // dictionary index points at a null entry is null, as MaterializeDictionary makes it.
+template <typename Id>
 Status LookupChunk(const Vocabulary& vocabulary, const arrow::Array& chunk,
-                   const std::string& field, const std::string& where, int64_t* out,
-                   uint8_t* valid) {
+                   const std::string& field, const std::string& where, Id* out, uint8_t* valid) {
   switch (chunk.type_id()) {
     case arrow::Type::STRING:
     case arrow::Type::BINARY:
@@ -38,7 +38,7 @@ Status LookupChunk(const Vocabulary& vocabulary, const arrow::Array& chunk,
       // Each dictionary entry is looked up once; rows then only index.
       const auto& dict = static_cast<const arrow::DictionaryArray&>(chunk);
       const int64_t entries = dict.dictionary()->length();
-      std::vector<int64_t> ids(entries);
+      std::vector<Id> ids(entries);
       std::vector<uint8_t> entry_valid(entries);
       STOKER_RETURN_NOT_OK(LookupChunk(vocabulary, *dict.dictionary(), field, where, ids.data(),
                                        entry_valid.data()));
@@ -65,18 +65,17 @@ Status LookupChunk(const Vocabulary& vocabulary, const arrow::Array& chunk,
   }
 }
 
-}  // namespace
-
-Result<std::shared_ptr<arrow::Array>> ApplyVocabulary(const Vocabulary& vocabulary,
-                                                      const arrow::ChunkedArray& column,
-                                                      const std::string& field,
-                                                      const std::string& where) {
+template <typename ArrowType>
+Result<std::shared_ptr<arrow::Array>> ApplyAs(const Vocabulary& vocabulary,
+                                              const arrow::ChunkedArray& column,
+                                              const std::string& field, const std::string& where) {
+  using Id = typename ArrowType::c_type;
   const int64_t rows = column.length();
   ARROW_ASSIGN_OR_RAISE(
       std::shared_ptr<arrow::Buffer> ids,
-      arrow::AllocateBuffer(rows * static_cast<int64_t>(sizeof(int64_t)), RecyclingPool::Get()));
+      arrow::AllocateBuffer(rows * static_cast<int64_t>(sizeof(Id)), RecyclingPool::Get()));
   std::vector<uint8_t> valid(rows);
-  auto* out = reinterpret_cast<int64_t*>(ids->mutable_data());
+  auto* out = reinterpret_cast<Id*>(ids->mutable_data());
   int64_t at = 0;
   for (const auto& chunk : column.chunks()) {
     STOKER_RETURN_NOT_OK(LookupChunk(vocabulary, *chunk, field, where, out + at, &valid[at]));
@@ -92,7 +91,25 @@ Result<std::shared_ptr<arrow::Array>> ApplyVocabulary(const Vocabulary& vocabula
     }
   }
   return std::static_pointer_cast<arrow::Array>(
-      std::make_shared<arrow::Int64Array>(rows, ids, validity, nulls));
+      std::make_shared<arrow::NumericArray<ArrowType>>(rows, ids, validity, nulls));
+}
+
+}  // namespace
+
+Result<std::shared_ptr<arrow::Array>> ApplyVocabulary(const Vocabulary& vocabulary,
+                                                      const arrow::ChunkedArray& column,
+                                                      const std::string& field,
+                                                      const std::string& where) {
+  switch (vocabulary.IdDType()) {
+    case DType::kUInt8:
+      return ApplyAs<arrow::UInt8Type>(vocabulary, column, field, where);
+    case DType::kUInt16:
+      return ApplyAs<arrow::UInt16Type>(vocabulary, column, field, where);
+    case DType::kUInt32:
+      return ApplyAs<arrow::UInt32Type>(vocabulary, column, field, where);
+    default:
+      return ApplyAs<arrow::Int64Type>(vocabulary, column, field, where);
+  }
 }
 
 }  // namespace stoker

@@ -14,8 +14,10 @@
 
 namespace stoker {
 
-/// The ids of `column`'s values (string, large_string or dictionary<string> chunks): an int64
-/// array with the same nulls (a null row holds 0). `field` and `where` name it in errors.
+/// The ids of `column`'s values (string, large_string or dictionary<string> chunks): an array of
+/// vocabulary.IdDType() (uint8 up to 255 values, uint16 up to 65,535...) with the same nulls (a
+/// null row holds 0). Narrow ids keep the decoded and cached bytes small; the column writers
+/// widen them to the delivered int64. `field` and `where` name it in errors.
 Result<std::shared_ptr<arrow::Array>> ApplyVocabulary(const Vocabulary& vocabulary,
                                                       const arrow::ChunkedArray& column,
                                                       const std::string& field,

@@ -5,6 +5,7 @@
 #include <arrow/json/from_string.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,36 @@ std::shared_ptr<arrow::Array> Dictionary(const std::string& indices, const std::
       .ValueOrDie();
 }
 
+// The ids as int64, whatever their (unsigned) width.
 std::vector<int64_t> Ids(const arrow::Array& array) {
-  const auto& ids = static_cast<const arrow::Int64Array&>(array);
-  return {ids.raw_values(), ids.raw_values() + ids.length()};
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < array.length(); ++i) {
+    switch (array.type_id()) {
+      case arrow::Type::UINT8:
+        out.push_back(static_cast<const arrow::UInt8Array&>(array).Value(i));
+        break;
+      case arrow::Type::UINT16:
+        out.push_back(static_cast<const arrow::UInt16Array&>(array).Value(i));
+        break;
+      case arrow::Type::UINT32:
+        out.push_back(static_cast<const arrow::UInt32Array&>(array).Value(i));
+        break;
+      default:
+        out.push_back(static_cast<const arrow::Int64Array&>(array).Value(i));
+    }
+  }
+  return out;
+}
+
+// A vocabulary of `size` values "v00000".."v<size-1>" (sorted, so value i has id i + 1).
+std::shared_ptr<const Vocabulary> Numbered(int size) {
+  std::vector<std::string> values;
+  for (int i = 0; i < size; ++i) {
+    char text[16];
+    std::snprintf(text, sizeof(text), "v%05d", i);
+    values.push_back(text);
+  }
+  return *Vocabulary::Make(values, Vocabulary::Origin::kGiven, "c");
 }
 
 TEST(ApplyVocabulary, PlainAndDictionaryChunksKeepTheirNulls) {
@@ -54,6 +82,40 @@ TEST(ApplyVocabulary, PlainAndDictionaryChunksKeepTheirNulls) {
                                  "c", "file 'f', row group 0");
   ASSERT_FALSE(numbers.ok());
   EXPECT_EQ(GetErrorKind(numbers.status()), ErrorKind::kUnsupportedType);
+}
+
+// Ids are as narrow as the vocabulary allows (id 0 is out of vocabulary, so 255 values fit a
+// byte and 256 do not), and equal whatever their width.
+TEST(ApplyVocabulary, IdsAreTheNarrowestUnsignedTypeThatHoldsTheVocabulary) {
+  struct Case {
+    int size;
+    DType dtype;
+    arrow::Type::type type;
+  };
+  for (const Case& c :
+       {Case{4, DType::kUInt8, arrow::Type::UINT8}, Case{255, DType::kUInt8, arrow::Type::UINT8},
+        Case{256, DType::kUInt16, arrow::Type::UINT16},
+        Case{40000, DType::kUInt16, arrow::Type::UINT16},
+        Case{65536, DType::kUInt32, arrow::Type::UINT32}}) {
+    SCOPED_TRACE(c.size);
+    auto vocabulary = Numbered(c.size);
+    EXPECT_EQ(vocabulary->IdDType(), c.dtype);
+    const std::string last = vocabulary->values().back();
+    auto plain =
+        FromJson(arrow::utf8(), R"(["v00000", null, "nope", ")" + last + R"(", "v00003"])");
+    ASSERT_OK_AND_ASSIGN(auto ids,
+                         ApplyVocabulary(*vocabulary, arrow::ChunkedArray(plain), "c", "here"));
+    EXPECT_EQ(ids->type_id(), c.type);
+    EXPECT_EQ(Ids(*ids), (std::vector<int64_t>{1, 0, 0, c.size, 4}));
+    EXPECT_TRUE(ids->IsNull(1));
+    EXPECT_EQ(ids->null_count(), 1);
+    auto dict = Dictionary("[1, 0, null, 1]", R"(["nope", ")" + last + R"("])");
+    ASSERT_OK_AND_ASSIGN(auto dict_ids,
+                         ApplyVocabulary(*vocabulary, arrow::ChunkedArray(dict), "c", "here"));
+    EXPECT_EQ(dict_ids->type_id(), c.type);
+    EXPECT_EQ(Ids(*dict_ids), (std::vector<int64_t>{c.size, 0, 0, c.size}));
+    EXPECT_TRUE(dict_ids->IsNull(2));
+  }
 }
 
 }  // namespace

@@ -84,7 +84,11 @@ Status ResolveCategory(const Catalog& catalog, const std::vector<std::string>& g
   spec->vocabulary = vocabulary;
   spec->kind = ColumnKind::kDense;
   if (!partition) spec->layout = SourceLayout::kFixed;
-  spec->source_dtype = spec->dtype = DType::kInt64;
+  // Delivered as int64; a file column's ids are decoded (and cached) in the narrowest type that
+  // holds them (Vocabulary::IdDType) and widened by the writer. A partition column's id is one
+  // int64 per file (Decoder::Join).
+  spec->dtype = DType::kInt64;
+  spec->source_dtype = partition ? DType::kInt64 : vocabulary->IdDType();
   spec->annotation = "category";
   return Status::OK();
 }

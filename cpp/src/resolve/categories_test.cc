@@ -211,6 +211,8 @@ TEST_F(FeaturesAndCategoriesTest, CategoricalColumnsResolveToInt64Ids) {
   auto spec = ResolveColumns(*catalog, options.columns);
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->columns[0].dtype, DType::kInt64);
+  // Read as the vocabulary's narrow ids (2 values: uint8), delivered as int64.
+  EXPECT_EQ(spec->columns[0].source_dtype, DType::kUInt8);
   EXPECT_EQ(spec->columns[0].kind, ColumnKind::kDense);
   EXPECT_EQ(spec->columns[0].annotation, "category");
   ASSERT_EQ(spec->vocabularies.count("fruit"), 1u);

@@ -180,6 +180,14 @@ int64_t Vocabulary::Lookup(std::string_view value) const {
   return 1 + ids_.Find(value, [&](int64_t i) -> std::string_view { return values_[i]; });
 }
 
+DType Vocabulary::IdDType() const {
+  const int64_t max_id = size();
+  if (max_id <= 0xFF) return DType::kUInt8;
+  if (max_id <= 0xFFFF) return DType::kUInt16;
+  if (max_id <= 0xFFFFFFFFLL) return DType::kUInt32;
+  return DType::kInt64;
+}
+
 namespace {
 
 // A builder's Parquet readers, one per file, opened when first needed and kept for the row groups

@@ -6,7 +6,9 @@
 // sorted distinct values of the dataset, read from the row groups' dictionary pages where every
 // data page of the column chunk is dictionary-encoded, otherwise by reading the column chunk.
 // Ids replace the strings in the decoder (decode/vocabulary_ids.h), before the ready-tensor
-// cache, so a cache entry's name carries the vocabulary's hash (Decoder::CacheName).
+// cache, so a cache entry's name carries the vocabulary's hash (Decoder::CacheName). The decoder
+// stores them in the narrowest unsigned type that holds size() (IdDType: a warm epoch reads 1-2
+// bytes per id, not 8); the column writers widen them to the delivered int64.
 // Thread safety: a Vocabulary is immutable after Make(); share it freely.
 #pragma once
 
@@ -19,6 +21,7 @@
 
 #include "catalog/catalog.h"
 #include "stoker/error.h"
+#include "stoker/tensor.h"
 #include "util/view_index.h"
 
 namespace stoker {
@@ -39,6 +42,9 @@ class Vocabulary {
   uint64_t hash() const { return hash_; }
   /// The id of `value`: 1..size(), or 0 when it is not in the vocabulary.
   int64_t Lookup(std::string_view value) const;
+  /// The narrowest unsigned type that holds every id, 0..size(): uint8, uint16, uint32 (int64
+  /// beyond that). The decoded (and cached) ids have this type.
+  DType IdDType() const;
 
  private:
   std::vector<std::string> values_;
