@@ -317,3 +317,91 @@ def test_auto_vocabularies_over_more_files_than_a_builder_keeps_open(tmp_path):
             assert loader.vocabulary("a") == sorted(expected["a"])
             assert loader.vocabulary("b") == sorted(expected["b"])
             assert sum(len(batch["a"]) for batch in loader) == 800
+
+
+def _narrow_ids_dataset(write_parquet):
+    """Three categorical columns whose vocabularies fit uint8 (4 values), uint16 (300) and
+    uint32 (70,000, given), one with nulls, and a row label; several row groups."""
+    rng = np.random.default_rng(26)
+    n = 3000
+    small = np.array(["d", "a", "c", "b"])[rng.integers(0, 4, n)].astype(object)
+    small[rng.random(n) < 0.2] = None
+    medium = np.array([f"m{i:03d}" for i in range(300)])[rng.integers(0, 300, n)]
+    large_values = np.array([f"w{i:05d}" for i in rng.integers(0, 70010, n)])
+    large_values[7] = "w69999"  # the last id, 70,000
+    path = write_parquet(pa.table({"label": np.arange(n, dtype=np.int64),
+                                   "small": pa.array(small, pa.string()),
+                                   "medium": medium, "large": large_values}),
+                         row_group_size=700)
+    return path, n
+
+
+def _searchsorted_ids(values, vocabulary):
+    """Ids as stoker numbers them: 0 out of the vocabulary (and for nulls), i + 1 for the i-th
+    value of the sorted vocabulary."""
+    vocabulary = np.asarray(vocabulary)
+    values = np.asarray(["" if v is None else v for v in values])
+    at = np.clip(np.searchsorted(vocabulary, values), 0, len(vocabulary) - 1)
+    return np.where(vocabulary[at] == values, at + 1, 0).astype(np.int64)
+
+
+def test_narrow_decoded_ids_deliver_the_same_int64_batches(write_parquet, tmp_path):
+    """Issue 26: ids are decoded and cached as uint8/uint16/uint32 (the vocabulary's width) but
+    delivered exactly as before: int64, fill_null in int64 (-1 is no uint8), masks, features
+    stacked as int64 and float32, from the decoder and from the ready-tensor cache alike."""
+    path, n = _narrow_ids_dataset(write_parquet)
+    table = pq.read_table(path)
+    given = ["a", "b", "c"]  # "d" is out of the vocabulary: id 0
+    large = [f"w{i:05d}" for i in range(70000)]  # w70000.. are out of it
+    kwargs = dict(columns=["label", "small", "medium", "large"],
+                  features={"ids": ["medium"], "f": ["large"]},
+                  features_dtype={"ids": "int64", "f": "float32"},
+                  categories={"small": given, "medium": "auto", "large": large},
+                  fill_null={"small": -1}, null_mask=["small"], batch_size=256, seed=5,
+                  drop_last=False)
+    expected = {"small": _searchsorted_ids(table.column("small").to_pylist(), given)}
+    small_null = np.array([v is None for v in table.column("small").to_pylist()])
+    expected["small"][small_null] = -1
+
+    def run(**extra):
+        with stoker.Loader(path, **kwargs, **extra) as loader:
+            for name in ("small", "medium", "large"):
+                assert loader.columns[name].dtype == "int64"
+                assert loader.columns[name].annotation == "category"
+            vocabularies = {name: loader.vocabulary(name) for name in ("medium", "large")}
+            assert vocabularies["large"] == large
+            batches = list(loader)
+            loader.flush_cache()
+            stats = loader.stats()["cache"]
+        return batches, vocabularies, stats
+
+    batches, vocabularies, _ = run()
+    assert len(vocabularies["medium"]) == 300 and len(vocabularies["large"]) == 70000
+    for name in ("medium", "large"):
+        expected[name] = _searchsorted_ids(table.column(name).to_pylist(), vocabularies[name])
+    labels = np.concatenate([b["label"] for b in batches])
+    assert sorted(labels.tolist()) == list(range(n))
+    for name in ("small", "medium", "large"):
+        got = np.concatenate([b[name] for b in batches])
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, expected[name][labels])
+    np.testing.assert_array_equal(np.concatenate([b["small_mask"] for b in batches]),
+                                  ~small_null[labels])
+    ids = np.concatenate([b["ids"] for b in batches])
+    assert ids.dtype == np.int64
+    np.testing.assert_array_equal(ids, expected["medium"][labels][:, None])
+    floats = np.concatenate([b["f"] for b in batches])
+    assert floats.dtype == np.float32
+    np.testing.assert_array_equal(floats, expected["large"][labels][:, None].astype(np.float32))
+
+    def as_bytes(batches):
+        return [b"".join(np.ascontiguousarray(v).tobytes() for v in batch.values())
+                for batch in batches]
+
+    reference = as_bytes(batches)
+    cache = tmp_path / "cache"
+    cold, _, _ = run(cache_dir=cache)
+    assert as_bytes(cold) == reference  # fills the cache
+    warm, _, stats = run(cache_dir=cache)
+    assert as_bytes(warm) == reference  # served from it
+    assert stats["hits"] > 0, stats
