@@ -26,7 +26,8 @@ BuiltVocabularies BuildAutoVocabularies(const Catalog& catalog, const ColumnsOpt
                                         int num_threads);
 
 /// Makes `spec` (a string or partition column named in categories, with `given` values, empty
-/// for "auto") a dense int64 column of ids. Its vocabulary is the one already in
+/// for "auto") a dense int64 column of ids (a file column's read as the vocabulary's narrow
+/// Vocabulary::IdDType, its source_dtype). Its vocabulary is the one already in
 /// `*vocabularies` (shared by every spec of the column), else made from `given`, else built
 /// from the data (an "auto" vocabulary of a partition column from its values). `transformed`:
 /// the column also has transforms (refused); `user_transform`: the column is an output of

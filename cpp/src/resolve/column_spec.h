@@ -86,8 +86,9 @@ struct ColumnSpec {
   size_t shared_ops = 0;
   /// The loader's transform counters (OutputSpec::transform_counters) for chained columns.
   std::shared_ptr<TransformCounters> counters;
-  /// A categorical column (ColumnsOptions::categories): its strings become these int64 ids in
-  /// the decoder (a partition column: in Decoder::Join); null otherwise.
+  /// A categorical column (ColumnsOptions::categories): its strings become these ids in the
+  /// decoder, as Vocabulary::IdDType (`source_dtype`; delivered as int64), or for a partition
+  /// column an int64 in Decoder::Join; null otherwise.
   std::shared_ptr<const Vocabulary> vocabulary;
   /// The stacked feature group this column is read into (empty for a column of `columns`):
   /// masks of features are per group, so advice names the group (NullAdvice).
