@@ -7,8 +7,8 @@
 // data page of the column chunk is dictionary-encoded, otherwise by reading the column chunk.
 // Ids replace the strings in the decoder (decode/vocabulary_ids.h), before the ready-tensor
 // cache, so a cache entry's name carries the vocabulary's hash (Decoder::CacheName). The decoder
-// stores them in the narrowest unsigned type that holds size() (IdDType: a warm epoch reads 1-2
-// bytes per id, not 8); the column writers widen them to the delivered int64.
+// stores them in the narrowest unsigned type that holds size() (IdDType: a warm epoch reads 1, 2
+// or 4 bytes per id, not 8); the column writers widen them to the delivered int64.
 // Thread safety: a Vocabulary is immutable after Make(); share it freely.
 #pragma once
 

@@ -13,6 +13,8 @@ constexpr int64_t kMinKept = 32 << 10;
 // Kept blocks are 64-byte aligned: Arrow's default, and what its buffers ask for.
 constexpr int64_t kAlignment = 64;
 constexpr int kBudgetShare = 4;  // keep at most budget / kBudgetShare
+// A block stays in place when resized to at least 1 - 1/kMaxSlack of it (the classes' slack).
+constexpr int64_t kMaxSlack = 8;
 
 // Sizes rounded up to one of 8 classes per power of two (at most 12.5% larger), so that
 // buffers of nearly the same size share blocks.
@@ -109,11 +111,12 @@ arrow::Status RecyclingPool::Reallocate(int64_t old_size, int64_t new_size, int6
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = shrunk_.find(*ptr);
     const int64_t block = it != shrunk_.end() ? it->second : SizeClass(old_size);
-    // Within the block and down to half of it, it stays where it is, as malloc, jemalloc and
-    // mimalloc do: Parquet's readers reserve a power of two and trim each column's values to
-    // their count (ReleaseValues), and copying there was 5% of a cold epoch's decode on a set of
-    // 48 narrow columns. The block's size is remembered so that it is kept for its own class.
-    if (new_size <= block && new_size >= block / 2) {
+    // Within the block, down to an eighth less, it stays where it is: no copy, and no more
+    // slack than a size class already has. Not lower: loaders count decoded arrays by their
+    // sizes (TotalBufferSize), so a trimmed array left in a block twice its size would hold
+    // memory prefetch_bytes does not see (glibc and jemalloc hand such a tail back). The block's
+    // size is remembered so that it is kept for its own class when freed.
+    if (new_size <= block && new_size >= block - block / kMaxSlack) {
       in_use_ += new_size - old_size;
       if (new_size > old_size) total_ += new_size - old_size;
       if (SizeClass(new_size) == block) {

@@ -70,7 +70,7 @@ TEST(RecyclingPool, KeepsFreedBlocksOnlyWithinTheBudgets) {
   EXPECT_EQ(pool->bytes_allocated(), 0);
 }
 
-TEST(RecyclingPool, ShrinkingToHalfOrMoreKeepsTheBlockInPlace) {
+TEST(RecyclingPool, ResizesWithinAnEighthOfTheBlockStayInPlace) {
   RecyclingPool* pool = RecyclingPool::Get();
   pool->ReleaseUnused();
   RecyclingPool::Budget budget(16 << 20);
@@ -78,31 +78,38 @@ TEST(RecyclingPool, ShrinkingToHalfOrMoreKeepsTheBlockInPlace) {
   uint8_t* block = nullptr;
   // Parquet's readers reserve a power of two and trim to the values read.
   ASSERT_TRUE(pool->Allocate(256 << 10, 64, &block).ok());
-  std::memset(block, 5, 200000);
+  std::memset(block, 5, 256 << 10);
   uint8_t* first = block;
-  ASSERT_TRUE(pool->Reallocate(256 << 10, 200000, 64, &block).ok());
-  EXPECT_EQ(block, first);  // no copy
-  EXPECT_EQ(block[199999], 5);
-  EXPECT_EQ(pool->bytes_allocated(), in_use + 200000);
-  // Freed under its new size, the block is kept for its own class: the next reader's
-  // reservation gets it back.
-  pool->Free(block, 200000, 64);
+  ASSERT_TRUE(pool->Reallocate(256 << 10, 240000, 64, &block).ok());
+  EXPECT_EQ(block, first);  // no copy: 240000 is within an eighth of the block
+  EXPECT_EQ(block[239999], 5);
+  EXPECT_EQ(pool->bytes_allocated(), in_use + 240000);
+  // Freed under its smaller size (another class), the block is kept for its own class: the
+  // next reader's reservation gets it back.
+  pool->Free(block, 240000, 64);
+  EXPECT_EQ(pool->cached_bytes(), 256 << 10);
   ASSERT_TRUE(pool->Allocate(256 << 10, 64, &block).ok());
   EXPECT_EQ(block, first);
-  ASSERT_TRUE(pool->Reallocate(256 << 10, 200000, 64, &block).ok());
+  ASSERT_TRUE(pool->Reallocate(256 << 10, 240000, 64, &block).ok());
   EXPECT_EQ(block, first);
   // Growing back within the block keeps it too.
-  ASSERT_TRUE(pool->Reallocate(200000, 250000, 64, &block).ok());
+  ASSERT_TRUE(pool->Reallocate(240000, 250000, 64, &block).ok());
   EXPECT_EQ(block, first);
-  std::memset(block, 6, 200000);
-  // Below half of it, the values move to a block of their size (memory is not held twice over).
-  ASSERT_TRUE(pool->Reallocate(250000, 40000, 64, &block).ok());
+  ASSERT_TRUE(pool->Reallocate(250000, 240000, 64, &block).ok());
+  EXPECT_EQ(block, first);
+  std::memset(block, 6, 240000);
+  // Further down, the values move to a block of their size: a trimmed array never holds more
+  // than a class's slack beyond its size (loaders count arrays by their sizes).
+  ASSERT_TRUE(pool->Reallocate(240000, 200000, 64, &block).ok());
   EXPECT_NE(block, first);
-  EXPECT_EQ(block[39999], 6);
-  pool->Free(block, 40000, 64);
-  ASSERT_TRUE(pool->Allocate(256 << 10, 64, &block).ok());  // the moved-from block, its class
+  EXPECT_EQ(block[199999], 6);
+  EXPECT_EQ(pool->bytes_allocated(), in_use + 200000);
+  // The block it left, freed under the size it had then, went back to its own class.
+  uint8_t* second = block;
+  ASSERT_TRUE(pool->Allocate(256 << 10, 64, &block).ok());
   EXPECT_EQ(block, first);
   pool->Free(block, 256 << 10, 64);
+  pool->Free(second, 200000, 64);
   EXPECT_EQ(pool->bytes_allocated(), in_use);
   pool->ReleaseUnused();
 }
