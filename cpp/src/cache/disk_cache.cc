@@ -186,7 +186,15 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, con
   // The read lock keeps the entry from being evicted while it is mapped (Mapping). An evictor
   // holds the write lock while it removes the file: then, or once it is gone, this is a miss.
   if (TryLockEntry(fd.get(), /*write=*/false) == 0) return miss();
-  if (fstat(fd.get(), &st) != 0) return unavailable("cannot stat", errno);
+  // The stat that says whether this process already verified the file, taken with the check and
+  // apart from other readers' touch-and-record (below): between another reader's Touch() and
+  // its record, the file's times match nothing and it would be hashed again.
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lock(touch_mutex_);
+    if (fstat(fd.get(), &st) != 0) return unavailable("cannot stat", errno);
+    known = verified_.Contains(st);
+  }
   if (st.st_nlink == 0) return miss();
   const int64_t file_size = static_cast<int64_t>(st.st_size);
 
@@ -204,7 +212,6 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, con
   }
   std::shared_ptr<Mapping> mapping = std::move(*mapped);
   int64_t payload_offset = 0, payload_size = 0;
-  const bool known = verified_.Contains(st);
   if (!known) counters_.payload_checks.fetch_add(1, std::memory_order_relaxed);
   switch (CheckEntry(mapping->data(), file_size, ns, key, /*verify_payload=*/!known,
                      &payload_offset, &payload_size)) {
@@ -215,8 +222,11 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, con
     case EntryCheck::kValid:
       break;
   }
-  Touch(fd.get());
-  if (fstat(fd.get(), &st) == 0) verified_.Add(st);  // its times as this read left them
+  {
+    std::lock_guard<std::mutex> lock(touch_mutex_);
+    Touch(fd.get());
+    if (fstat(fd.get(), &st) == 0) verified_.Add(st);  // its times as this read left them
+  }
   mapping->Hold(fd.release());
   counters_.hits.fetch_add(1, std::memory_order_relaxed);
   counters_.bytes_read.fetch_add(payload_size, std::memory_order_relaxed);

@@ -229,6 +229,8 @@ class DiskCache {
   const DiskCacheOptions options_;
   mutable DiskCacheCounters counters_;
   VerifiedFiles verified_;
+  // Readers' stat-and-check and their touch-and-record of an entry, apart (Lookup).
+  std::mutex touch_mutex_;
   // The folder's structure and lock file (cache_files.h), and its byte budget (cache_budget.h).
   const std::unique_ptr<const CacheFolderFiles> files_;
   const std::unique_ptr<const CacheBudget> budget_;

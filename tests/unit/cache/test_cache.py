@@ -31,7 +31,12 @@ def entries(cache_dir):
 def run(dataset, cache_dir=None, **kwargs):
     options = dict(OPTIONS, **kwargs)
     loader = stoker.Loader(dataset, cache_dir=cache_dir, **options)
-    return digest(loader), loader.stats()["cache"]
+    out = digest(loader)
+    if cache_dir:
+        # close() drops entries still queued behind the epoch (a loaded machine's write-behind):
+        # the next loader would miss them.
+        loader.flush_cache()
+    return out, loader.stats()["cache"]
 
 
 def fill(dataset, cache_dir):
