@@ -36,6 +36,39 @@ TEST(Philox, KnownAnswerPi) {
   EXPECT_EQ(out[3], 0x24126ea1u);
 }
 
+// Many lanes at once, block for block what one at a time gives: across a whole vector of lanes,
+// a partial one, and word 0 wrapping as the stream's counter does.
+TEST(Philox, BlocksEqualOneBlockAtATime) {
+  const PhiloxKey key = {0xa4093822, 0x299f31d0};
+  for (uint32_t start : {0u, 7u, 0xfffffff0u}) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{100}}) {
+      const PhiloxCounter first = {start, 0x85a308d3, 0x13198a2e, 0x03707344};
+      std::vector<uint32_t> got(4 * count + 1, 0xdeadbeef);
+      Philox4x32Blocks(first, key, count, got.data());
+      for (size_t i = 0; i < count; ++i) {
+        PhiloxCounter counter = first;
+        counter[0] += static_cast<uint32_t>(i);
+        const PhiloxCounter expected = Philox4x32(counter, key);
+        for (int w = 0; w < 4; ++w) ASSERT_EQ(got[4 * i + w], expected[w]) << start << " " << i;
+      }
+      EXPECT_EQ(got[4 * count], 0xdeadbeefu);  // nothing past the last block
+    }
+  }
+}
+
+TEST(PhiloxStream, FillEqualsNext32) {
+  PhiloxStream filled(3, RandomPurpose::kWindowOrder, 11, 2);
+  PhiloxStream single(3, RandomPurpose::kWindowOrder, 11, 2);
+  // Lengths that start and end inside a block, cover whole vectors of blocks, and are empty.
+  for (size_t n :
+       {size_t{3}, size_t{0}, size_t{1}, size_t{70}, size_t{4}, size_t{257}, size_t{2}}) {
+    std::vector<uint32_t> got(n);
+    filled.Fill(got.data(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], single.Next32()) << n << " " << i;
+    ASSERT_EQ(filled.Next32(), single.Next32()) << n;  // and the stream goes on from there
+  }
+}
+
 TEST(PhiloxStream, SameKeySameValues) {
   PhiloxStream a(42, RandomPurpose::kItemOrder, 7, 3);
   PhiloxStream b(42, RandomPurpose::kItemOrder, 7, 3);
