@@ -1087,6 +1087,167 @@ Status TransformWriter::Fill(const BatchRows& rows, OutputColumn* column) const 
   return Status::OK();
 }
 
+// --- PackedWriter --------------------------------------------------------------------------
+
+namespace {
+
+// Copies one value of `width` bytes (1, 2, 4 or 8; `from` may be unaligned).
+template <int kWidth>
+void CopyWidth(const uint8_t* from, uint8_t* to) {
+  std::memcpy(to, from, kWidth);
+}
+
+template <typename F>
+void VisitWidth(int width, F&& f) {
+  switch (width) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
+  }
+}
+
+}  // namespace
+
+PackedWriter::PackedWriter(std::vector<ColumnSpec> specs, int first_slot, int packed_index,
+                           int output)
+    : ColumnWriter(output),
+      specs_(std::move(specs)),
+      first_slot_(first_slot),
+      packed_index_(packed_index) {
+  for (const ColumnSpec& spec : specs_) {
+    widths_.push_back(DTypeSize(spec.dtype));
+    offsets_.push_back(row_bytes_);
+    row_bytes_ += widths_.back();
+  }
+}
+
+bool PackedWriter::Packable(const ColumnSpec& spec) {
+  const int width = DTypeSize(spec.dtype);
+  return spec.kind == ColumnKind::kDense && spec.layout == SourceLayout::kFixed &&
+         spec.inner == 1 && spec.inner_shape.empty() && !spec.chain && spec.group < 0 &&
+         !spec.options.null_mask && spec.source_dtype == spec.dtype && spec.dtype != DType::kBool &&
+         (width == 1 || width == 2 || width == 4 || width == 8);
+}
+
+Status PackedWriter::Prepare(DecodedItem* item) const {
+  const size_t index = static_cast<size_t>(packed_index_);
+  if (item->packed_rows.size() <= index) item->packed_rows.resize(index + 1);
+  const int num_columns = static_cast<int>(specs_.size());
+  for (int c = 0; c < num_columns; ++c) {
+    const ColumnSource& src = item->sources[first_slot_ + c];
+    // A null keeps the item's columns (Fill fills it as DenseWriter does); nothing to pack in
+    // an empty item.
+    if (src.values == nullptr || src.validity != nullptr) return Status::OK();
+  }
+  if (item->num_rows == 0) return Status::OK();
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> packed,
+                        arrow::AllocateBuffer(item->num_rows * row_bytes_, RecyclingPool::Get()));
+  uint8_t* out = packed->mutable_data();
+  // A block of packed rows stays in cache while each column fills its part of them.
+  for (int64_t begin = 0; begin < item->num_rows; begin += kFeatureBlockRows) {
+    const int64_t end = std::min(item->num_rows, begin + kFeatureBlockRows);
+    for (int c = 0; c < num_columns; ++c) {
+      const uint8_t* values = item->sources[first_slot_ + c].values;
+      uint8_t* to = out + offsets_[c];
+      VisitWidth(widths_[c], [&](auto width) {
+        constexpr int kWidth = decltype(width)::value;
+        for (int64_t r = begin; r < end; ++r) {
+          CopyWidth<kWidth>(values + r * kWidth, to + r * row_bytes_);
+        }
+      });
+    }
+  }
+  item->packed_rows[index] = std::move(packed);
+  // The columns are no longer read; free them (as FeaturesWriter does).
+  for (int c = 0; c < num_columns; ++c) item->sources[first_slot_ + c] = ColumnSource{};
+  return Status::OK();
+}
+
+void PackedWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
+  for (size_t c = 0; c < specs_.size(); ++c) {
+    SizeDense(specs_[c], specs_[c].inner_shape, rows.size(), column + c, layout);
+  }
+}
+
+Status PackedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
+  const size_t num_items = rows.items.size();
+  const int num_columns = static_cast<int>(specs_.size());
+  const int64_t n = rows.size();
+  // Per item: its packed rows, or null (its rows are read from its columns).
+  std::vector<const uint8_t*> packed(num_items, nullptr);
+  bool any_unpacked = false;
+  for (size_t k = 0; k < num_items; ++k) {
+    const DecodedItem& item = *rows.items[k];
+    const size_t index = static_cast<size_t>(packed_index_);
+    if (index < item.packed_rows.size() && item.packed_rows[index] != nullptr) {
+      packed[k] = item.packed_rows[index]->data();
+    } else {
+      any_unpacked = true;
+    }
+  }
+  // Where each row of a block is (its packed row, or null), found once for all the columns.
+  const uint8_t* block_rows[kFeatureBlockRows];
+  auto locate = [&](int64_t begin, int64_t end, const uint8_t** to) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint8_t* item_rows = packed[rows.item[i]];
+      to[i - begin] = item_rows != nullptr ? item_rows + rows.row[i] * row_bytes_ : nullptr;
+    }
+  };
+  locate(0, std::min(n, kFeatureBlockRows), block_rows);
+  for (int64_t begin = 0; begin < n; begin += kFeatureBlockRows) {
+    const int64_t end = std::min(n, begin + kFeatureBlockRows);
+    const int64_t count = end - begin;
+    // The next block's rows are asked for while this one is copied.
+    for (int64_t i = end; i < std::min(n, end + kFeatureBlockRows); ++i) {
+      const uint8_t* item_rows = packed[rows.item[i]];
+      if (item_rows == nullptr) continue;
+      const uint8_t* row = item_rows + rows.row[i] * row_bytes_;
+      for (int64_t b = 0; b < row_bytes_; b += 64) __builtin_prefetch(row + b);
+    }
+    for (int c = 0; c < num_columns; ++c) {
+      uint8_t* out = column[c].values.data + begin * widths_[c];
+      const int64_t offset = offsets_[c];
+      VisitWidth(widths_[c], [&](auto width) {
+        constexpr int kWidth = decltype(width)::value;
+        if (!any_unpacked) {
+          for (int64_t i = 0; i < count; ++i) {
+            CopyWidth<kWidth>(block_rows[i] + offset, out + i * kWidth);
+          }
+          return;
+        }
+        for (int64_t i = 0; i < count; ++i) {
+          const uint8_t* from =
+              block_rows[i] != nullptr
+                  ? block_rows[i] + offset
+                  : rows.Source(begin + i, first_slot_ + c).values + rows.row[begin + i] * kWidth;
+          CopyWidth<kWidth>(from, out + i * kWidth);
+        }
+      });
+    }
+    locate(end, std::min(n, end + kFeatureBlockRows), block_rows);
+  }
+  if (!any_unpacked) return Status::OK();
+  // Nulls of unpacked items: fill_null, or zero (DenseWriter's rule).
+  for (int c = 0; c < num_columns; ++c) {
+    const ColumnSpec& spec = specs_[c];
+    VisitDType(spec.dtype, [&](auto tag) {
+      using D = decltype(tag);
+      const D fill_value = FromDouble<D>(spec.options.has_fill_null ? spec.options.fill_null : 0);
+      D* out = reinterpret_cast<D*>(column[c].values.data);
+      for (int64_t i = 0; i < n; ++i) {
+        if (packed[rows.item[i]] != nullptr) continue;
+        if (!rows.Source(i, first_slot_ + c).IsValid(rows.row[i])) out[i] = fill_value;
+      }
+    });
+  }
+  return Status::OK();
+}
+
 // --- MakeColumnWriters ---------------------------------------------------------------------
 
 ColumnWriters MakeColumnWriters(const OutputSpec& spec, const WriterOptions& options) {
@@ -1096,8 +1257,20 @@ ColumnWriters MakeColumnWriters(const OutputSpec& spec, const WriterOptions& opt
   };
   const int num_columns = static_cast<int>(spec.columns.size());
   const bool lend = options.lend;
+  int num_packed = 0;
   for (int c = 0; c < num_columns; ++c) {
     const ColumnSpec& column = spec.columns[c];
+    int run = 0;  // adjacent packable columns from c
+    while (options.pack && c + run < num_columns && PackedWriter::Packable(spec.columns[c + run])) {
+      ++run;
+    }
+    if (run >= PackedWriter::kMinColumns) {
+      std::vector<ColumnSpec> members(spec.columns.begin() + c, spec.columns.begin() + c + run);
+      add(std::make_unique<PackedWriter>(std::move(members), c, num_packed++, out.num_outputs));
+      out.num_outputs += run;
+      c += run - 1;
+      continue;
+    }
     const int output = out.num_outputs++;
     if (column.layout == SourceLayout::kPartition) {
       add(std::make_unique<PartitionWriter>(column, c, output));

@@ -190,6 +190,33 @@ class FeaturesWriter final : public ColumnWriter {
   const int group_index_;
 };
 
+/// A run of adjacent plain scalar columns (dense, fixed width, no cast, chain or mask), each its
+/// own output: `specs` in slots and outputs first_slot.. and output().. Prepare packs an item's
+/// values row by row (DecodedItem::packed_rows[packed_index], unless one of them has a null
+/// there) and frees the columns; Fill gathers a block of rows at a time, so a shuffled row costs
+/// the few cache lines of its packed row instead of one miss per column (48 columns: 36 -> 17 ms
+/// per 100,000 rows, packing included). Rows of unpacked items come from their columns.
+class PackedWriter final : public ColumnWriter {
+ public:
+  PackedWriter(std::vector<ColumnSpec> specs, int first_slot, int packed_index, int output);
+  Status Prepare(DecodedItem* item) const override;
+  void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
+  Status Fill(const BatchRows& rows, OutputColumn* column) const override;
+
+  /// Whether `spec` may be packed: a dense scalar of 1, 2, 4 or 8 bytes, delivered as read.
+  static bool Packable(const ColumnSpec& spec);
+  /// Fewer adjacent packable columns keep their DenseWriters.
+  static constexpr int kMinColumns = 8;
+
+ private:
+  const std::vector<ColumnSpec> specs_;
+  const int first_slot_;
+  const int packed_index_;
+  std::vector<int> widths_;
+  std::vector<int64_t> offsets_;  // of each column in a packed row
+  int64_t row_bytes_ = 0;
+};
+
 /// A column with a transform chain: dense [B, output shape...] of the chain's output dtype. Each
 /// row's source (the raw value, or the cached prefix's tensor) goes through the chain's remaining
 /// ops, random ones keyed by (seed, epoch, the row's global id, op index).
@@ -251,10 +278,14 @@ struct WriterOptions {
   /// Transform writers may lend an item's buffer to a batch (TransformWriter's `lend`): false
   /// with a tensor cache or pin_memory.
   bool lend = true;
+  /// Runs of PackedWriter::kMinColumns plain columns get a PackedWriter: when rows are shuffled
+  /// (unshuffled batches copy runs of rows from each column at once) and there is no tensor
+  /// cache (warm items' columns are mapped entries).
+  bool pack = false;
 };
 
-/// One writer per output of `spec` (plus mask writers per null_mask column), then the features
-/// and padding-flag writers that `options` asks for.
+/// One writer per output of `spec` (or per run of packed columns; plus mask writers per null_mask
+/// column), then the features and padding-flag writers that `options` asks for.
 ColumnWriters MakeColumnWriters(const OutputSpec& spec, const WriterOptions& options);
 
 }  // namespace stoker

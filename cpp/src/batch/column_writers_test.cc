@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -915,6 +916,137 @@ TEST(PaddingFlagWriter, CopiesEachItemsFlag) {
       Write(PaddingFlagWriter("pad", 0), {{&items.a, 0}, {&items.b, 0}, {&items.b, 1}});
   EXPECT_EQ(out.column.name, "pad");
   EXPECT_EQ(Values<uint8_t>(out.column.values), (std::vector<uint8_t>{0, 1, 1}));
+}
+
+// Nine plain columns of every width (int64, float32, int16, uint8...) over three items: two
+// without nulls (packed by Prepare, their columns freed) and one with nulls (kept as columns,
+// filled with fill_null), rows shuffled across all three. Every output equals its DenseWriter's.
+TEST(PackedWriter, PackedAndUnpackedItemsGiveWhatDenseWritersGive) {
+  const std::vector<DType> dtypes = {DType::kInt64, DType::kFloat32, DType::kInt16,
+                                     DType::kUInt8, DType::kFloat64, DType::kInt32,
+                                     DType::kInt8,  DType::kUInt16,  DType::kInt64};
+  const int num_columns = static_cast<int>(dtypes.size());
+  std::vector<ColumnSpec> specs;
+  for (int c = 0; c < num_columns; ++c) {
+    specs.push_back(Spec("c" + std::to_string(c), SourceLayout::kFixed, ColumnKind::kDense,
+                         dtypes[c], dtypes[c]));
+    specs.back().options.has_fill_null = true;
+    specs.back().options.fill_null = 7;
+    ASSERT_TRUE(PackedWriter::Packable(specs.back()));
+  }
+  // Slot 0 is another column: the run starts at slot 1.
+  const int64_t rows_per_item[] = {70, 130, 50};
+  DecodedItem items[3];
+  std::vector<std::vector<std::vector<uint8_t>>> bytes(3);
+  const std::vector<uint8_t> with_nulls = Bitmap(std::vector<int>(50, 1));
+  std::vector<uint8_t> valid = with_nulls;
+  valid[0] &= ~(1u << 3);  // row 3 of item 2 is null in the columns given this bitmap
+  for (int k = 0; k < 3; ++k) {
+    items[k].num_rows = rows_per_item[k];
+    items[k].sources.resize(num_columns + 1);
+    for (int c = 0; c < num_columns; ++c) {
+      const int width = DTypeSize(dtypes[c]);
+      bytes[k].emplace_back(rows_per_item[k] * width);
+      for (size_t b = 0; b < bytes[k][c].size(); ++b) {
+        bytes[k][c][b] = static_cast<uint8_t>(b * 31 + c * 7 + k * 101);
+      }
+      items[k].sources[c + 1].values = bytes[k][c].data();
+      if (k == 2 && c % 3 == 0) items[k].sources[c + 1].validity = valid.data();
+    }
+  }
+  std::vector<RowRef> refs;
+  for (int k = 0; k < 3; ++k) {
+    for (int64_t r = 0; r < rows_per_item[k]; ++r) refs.push_back({&items[k], r});
+  }
+  std::mt19937 shuffle(5);
+  std::shuffle(refs.begin(), refs.end(), shuffle);
+
+  // What DenseWriters give, from the columns as they are before Prepare.
+  std::vector<std::vector<uint8_t>> expected;
+  for (int c = 0; c < num_columns; ++c) {
+    const Written dense = Write(DenseWriter(specs[c], c + 1, c), refs);
+    const uint8_t* data = dense.column.values.data;
+    expected.emplace_back(data, data + dense.column.values.num_bytes());
+  }
+
+  const PackedWriter writer(specs, 1, 0, 3);
+  for (DecodedItem& item : items) ASSERT_TRUE(writer.Prepare(&item).ok());
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_EQ(items[k].packed_rows.size(), 1u);
+    ASSERT_NE(items[k].packed_rows[0], nullptr);
+    EXPECT_EQ(items[k].sources[1].values, nullptr);  // freed
+  }
+  ASSERT_EQ(items[2].packed_rows.size(), 1u);
+  EXPECT_EQ(items[2].packed_rows[0], nullptr);  // a null: kept as columns
+  EXPECT_NE(items[2].sources[1].values, nullptr);
+
+  // A batch of all three items, and one of the packed items alone (the fast path).
+  std::vector<RowRef> packed_only;
+  for (const RowRef& ref : refs) {
+    if (ref.item != &items[2]) packed_only.push_back(ref);
+  }
+  for (const auto* batch : {&refs, &packed_only}) {
+    const BatchRows rows(*batch);
+    std::vector<OutputColumn> columns(num_columns);
+    SlabLayout layout;
+    writer.Size(rows, columns.data(), &layout);
+    auto slab = SlabPool::Make(0)->Acquire(layout.total_bytes());
+    std::memset(slab->data(), 0xAB, layout.total_bytes());
+    layout.Bind(slab);
+    ASSERT_TRUE(writer.Fill(rows, columns.data()).ok());
+    for (int c = 0; c < num_columns; ++c) {
+      SCOPED_TRACE(c);
+      EXPECT_EQ(columns[c].name, specs[c].name);
+      EXPECT_EQ(columns[c].values.dtype, dtypes[c]);
+      ASSERT_EQ(columns[c].values.shape, (std::vector<int64_t>{rows.size()}));
+      const uint8_t* data = columns[c].values.data;
+      std::vector<uint8_t> got(data, data + columns[c].values.num_bytes());
+      if (batch == &refs) {
+        EXPECT_EQ(got, expected[c]);
+      } else {
+        // The same rows, in the same order, as the full batch's rows of items 0 and 1.
+        const int width = DTypeSize(dtypes[c]);
+        std::vector<uint8_t> want;
+        for (size_t i = 0; i < refs.size(); ++i) {
+          if (refs[i].item == &items[2]) continue;
+          want.insert(want.end(), expected[c].begin() + i * width,
+                      expected[c].begin() + (i + 1) * width);
+        }
+        EXPECT_EQ(got, want);
+      }
+    }
+  }
+}
+
+TEST(MakeColumnWriters, EightAdjacentPlainColumnsShareAPackedWriter) {
+  OutputSpec spec;
+  auto plain = [](const std::string& name) {
+    return Spec(name, SourceLayout::kFixed, ColumnKind::kDense, DType::kFloat32, DType::kFloat32);
+  };
+  for (int c = 0; c < 8; ++c) spec.columns.push_back(plain("a" + std::to_string(c)));
+  // A cast breaks the run; seven are too few to pack.
+  spec.columns.push_back(
+      Spec("cast", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kInt64));
+  for (int c = 0; c < 7; ++c) spec.columns.push_back(plain("b" + std::to_string(c)));
+  WriterOptions options;
+  options.pack = true;
+  const ColumnWriters made = MakeColumnWriters(spec, options);
+  EXPECT_EQ(made.num_outputs, 16);
+  ASSERT_EQ(made.writers.size(), 9u);
+  EXPECT_NE(dynamic_cast<const PackedWriter*>(made.writers[0].get()), nullptr);
+  EXPECT_EQ(made.writers[0]->output(), 0);
+  for (size_t w = 1; w < made.writers.size(); ++w) {
+    EXPECT_NE(dynamic_cast<const DenseWriter*>(made.writers[w].get()), nullptr) << w;
+    EXPECT_EQ(made.writers[w]->output(), static_cast<int>(w) + 7);
+  }
+  // Unshuffled batches copy runs of rows from the columns: no packing.
+  options.pack = false;
+  const ColumnWriters unpacked = MakeColumnWriters(spec, options);
+  EXPECT_EQ(unpacked.num_outputs, 16);
+  ASSERT_EQ(unpacked.writers.size(), 16u);
+  for (const auto& writer : unpacked.writers) {
+    EXPECT_NE(dynamic_cast<const DenseWriter*>(writer.get()), nullptr);
+  }
 }
 
 TEST(MakeColumnWriters, OneWriterPerOutputPlusMasksFeaturesAndPadding) {

@@ -61,6 +61,9 @@ struct DecodedItem {
   /// BatchAssembler::Prepare on the worker so batches copy whole rows (empty when no features).
   std::vector<std::shared_ptr<arrow::Buffer>> feature_rows;
   std::vector<std::shared_ptr<arrow::Buffer>> feature_masks;
+  /// Per PackedWriter: its columns' values row by row ([num_rows, row bytes], each column at its
+  /// offset), built by Prepare when none of them has a null in the item; null otherwise.
+  std::vector<std::shared_ptr<arrow::Buffer>> packed_rows;
   /// Feature blocks from the cache (every task's); a feature in a block has an empty source. A
   /// group wholly covered by blocks gets no matrix: batches copy from the blocks.
   std::vector<FeatureBlock> feature_blocks;

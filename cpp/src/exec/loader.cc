@@ -107,13 +107,16 @@ PlanOptions MakePlanOptions(const OrderOptions& order, int64_t shuffle_window_ro
   return plan;
 }
 
-// What the column writers need: the padding flag, and whether a batch may borrow an item's
-// buffer (not with a tensor cache, whose entries are mapped, nor with pinned slabs).
-WriterOptions MakeWriterOptions(const LoaderOptions& options) {
+// What the column writers need: the padding flag, whether a batch may borrow an item's buffer
+// (not with a tensor cache, whose entries are mapped, nor with pinned slabs), and whether plain
+// columns are packed by rows: when rows are shuffled, and without a tensor cache (a warm item's
+// columns are its mapped entries: packing would copy them every epoch and unmap them early).
+WriterOptions MakeWriterOptions(const LoaderOptions& options, const PlanOptions& plan) {
   WriterOptions writer;
   writer.padding_mask = options.order.padding_mask;
   writer.padding_name = options.order.padding_name;
   writer.lend = options.cache.dir.empty() && !options.execution.pin_memory;
+  writer.pack = plan.shuffle && plan.shuffle_window_rows > 1 && options.cache.dir.empty();
   return writer;
 }
 
@@ -191,8 +194,8 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
                                         std::max<int64_t>(1, options.execution.prefetch_bytes / 2));
   }
   impl->pool = SlabPool::Make(8, options.execution.pin_memory);
-  impl->assembler =
-      std::make_shared<BatchAssembler>(impl->spec, MakeWriterOptions(options), impl->pool);
+  impl->assembler = std::make_shared<BatchAssembler>(
+      impl->spec, MakeWriterOptions(options, impl->plan_options), impl->pool);
   impl->shape = ComputeRankShape(catalog->total_rows(), impl->plan_options);
   if (impl->shape.num_batches == 0) {
     return MakeError(ErrorKind::kInvalidOption,
