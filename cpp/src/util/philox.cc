@@ -38,7 +38,7 @@ void BlocksPortable(PhiloxCounter first, PhiloxKey key, size_t num_blocks, uint3
 // independent vectors of 4 blocks hide the multiplies' latency.
 __attribute__((target("avx2"))) void BlocksAvx2(PhiloxCounter first, PhiloxKey key,
                                                 size_t num_blocks, uint32_t* out) {
-  constexpr int kGroups = 4;
+  constexpr size_t kGroups = 4;
   constexpr size_t kStep = 4 * kGroups;
   const __m256i mul0 = _mm256_set1_epi64x(kMul0);
   const __m256i mul1 = _mm256_set1_epi64x(kMul1);
@@ -47,7 +47,7 @@ __attribute__((target("avx2"))) void BlocksAvx2(PhiloxCounter first, PhiloxKey k
   size_t start = 0;
   for (; start + kStep <= num_blocks; start += kStep) {
     __m256i c0[kGroups], c1[kGroups], c2[kGroups], c3[kGroups];
-    for (int g = 0; g < kGroups; ++g) {
+    for (size_t g = 0; g < kGroups; ++g) {
       const auto base = static_cast<uint32_t>(first[0] + start + 4 * g);
       // Word 0 of each block, wrapping at 32 bits as the stream's counter does.
       c0[g] = _mm256_and_si256(_mm256_add_epi64(_mm256_set1_epi64x(base), lanes), low);
@@ -59,7 +59,7 @@ __attribute__((target("avx2"))) void BlocksAvx2(PhiloxCounter first, PhiloxKey k
     for (int round = 0; round < 10; ++round) {
       const __m256i key0 = _mm256_set1_epi64x(k0);
       const __m256i key1 = _mm256_set1_epi64x(k1);
-      for (int g = 0; g < kGroups; ++g) {
+      for (size_t g = 0; g < kGroups; ++g) {
         const __m256i p0 = _mm256_mul_epu32(c0[g], mul0);
         const __m256i p1 = _mm256_mul_epu32(c2[g], mul1);
         c0[g] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1[g]), key0);
@@ -71,7 +71,7 @@ __attribute__((target("avx2"))) void BlocksAvx2(PhiloxCounter first, PhiloxKey k
       k1 += kWeyl1;
     }
     alignas(32) uint64_t words[4][kStep];
-    for (int g = 0; g < kGroups; ++g) {
+    for (size_t g = 0; g < kGroups; ++g) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(words[0] + 4 * g), c0[g]);
       _mm256_store_si256(reinterpret_cast<__m256i*>(words[1] + 4 * g), c1[g]);
       _mm256_store_si256(reinterpret_cast<__m256i*>(words[2] + 4 * g), c2[g]);
