@@ -1190,8 +1190,11 @@ Status PackedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
       any_unpacked = true;
     }
   }
-  // Where each row of a block is (its packed row, or null), found once for all the columns.
-  const uint8_t* block_rows[kFeatureBlockRows];
+  // Where each row of a block is (its packed row, or null), found once for all the columns; the
+  // next block's rows are found, and asked for, while this one is copied.
+  const uint8_t* block_buffers[2][kFeatureBlockRows];
+  const uint8_t** block_rows = block_buffers[0];
+  const uint8_t** next_rows = block_buffers[1];
   auto locate = [&](int64_t begin, int64_t end, const uint8_t** to) {
     for (int64_t i = begin; i < end; ++i) {
       const uint8_t* item_rows = packed[rows.item[i]];
@@ -1202,12 +1205,11 @@ Status PackedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   for (int64_t begin = 0; begin < n; begin += kFeatureBlockRows) {
     const int64_t end = std::min(n, begin + kFeatureBlockRows);
     const int64_t count = end - begin;
-    // The next block's rows are asked for while this one is copied.
-    for (int64_t i = end; i < std::min(n, end + kFeatureBlockRows); ++i) {
-      const uint8_t* item_rows = packed[rows.item[i]];
-      if (item_rows == nullptr) continue;
-      const uint8_t* row = item_rows + rows.row[i] * row_bytes_;
-      for (int64_t b = 0; b < row_bytes_; b += 64) __builtin_prefetch(row + b);
+    const int64_t next_end = std::min(n, end + kFeatureBlockRows);
+    locate(end, next_end, next_rows);
+    for (int64_t i = 0; i < next_end - end; ++i) {
+      if (next_rows[i] == nullptr) continue;
+      for (int64_t b = 0; b < row_bytes_; b += 64) __builtin_prefetch(next_rows[i] + b);
     }
     for (int c = 0; c < num_columns; ++c) {
       uint8_t* out = column[c].values.data + begin * widths_[c];
@@ -1229,7 +1231,7 @@ Status PackedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
         }
       });
     }
-    locate(end, std::min(n, end + kFeatureBlockRows), block_rows);
+    std::swap(block_rows, next_rows);
   }
   if (!any_unpacked) return Status::OK();
   // Nulls of unpacked items: fill_null, or zero (DenseWriter's rule).
