@@ -135,7 +135,7 @@ void DiskCache::DropForeign(const std::string& path, const struct stat& judged) 
   }
 }
 
-Status DiskCache::DropCorrupt(const std::string& path, int fd) {
+Result<bool> DiskCache::DropCorrupt(const std::string& path, int fd) {
   FolderLock lock(budget_.get());
   STOKER_RETURN_NOT_OK(lock.Acquire());
   // Unlink only the file we judged: a writer may have renamed a good entry over it meanwhile.
@@ -143,13 +143,15 @@ Status DiskCache::DropCorrupt(const std::string& path, int fd) {
   if (fstat(fd, &judged) != 0) return StorageError(path, "cannot stat", errno);
   if (stat(path.c_str(), &current) != 0 || current.st_ino != judged.st_ino ||
       current.st_dev != judged.st_dev) {
-    return Status::OK();
+    return false;
   }
-  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+  if (unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return false;
     return StorageError(path, "cannot remove corrupt entry", errno);
   }
   STOKER_ASSIGN_OR_RAISE(const int64_t used, budget_->ReadUsed(lock));
-  return budget_->WriteUsed(lock, used - static_cast<int64_t>(judged.st_size));
+  STOKER_RETURN_NOT_OK(budget_->WriteUsed(lock, used - static_cast<int64_t>(judged.st_size)));
+  return true;
 }
 
 Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, const std::string& key,
@@ -199,9 +201,14 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, con
   const int64_t file_size = static_cast<int64_t>(st.st_size);
 
   auto corrupt = [&]() -> Result<std::shared_ptr<CacheEntry>> {
-    counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
-    const Status dropped = DropCorrupt(path, fd.get());
-    if (!dropped.ok()) Unavailable(dropped);
+    // Counted by the reader that removes it: two readers may judge one file at once.
+    const Result<bool> dropped = DropCorrupt(path, fd.get());
+    if (!dropped.ok()) {
+      counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
+      Unavailable(dropped.status());
+    } else if (*dropped) {
+      counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
+    }
     return miss();
   };
   if (file_size < static_cast<int64_t>(sizeof(EntryHeader))) return corrupt();

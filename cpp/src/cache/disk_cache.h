@@ -199,7 +199,9 @@ class DiskCache {
   Result<std::shared_ptr<CacheEntry>> PutImpl(const std::string& ns, const std::string& key,
                                               const Parts& parts, bool want_entry,
                                               WhenDiskBehind when_behind);
-  Status DropCorrupt(const std::string& path, int fd);
+  // Removes the corrupt entry file open as `fd` if it is still at `path`; whether this call
+  // removed it (readers that judged the same file at once count it once).
+  Result<bool> DropCorrupt(const std::string& path, int fd);
   // Something that is not a regular file at an entry's path: counted, and removed (unlinked, or
   // rmdir()ed when an empty folder) if it is still the file `judged` (lstat) describes.
   void DropForeign(const std::string& path, const struct stat& judged);

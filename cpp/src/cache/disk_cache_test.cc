@@ -394,6 +394,46 @@ TEST_F(DiskCacheTest, CorruptOrTruncatedEntriesAreDroppedCountedAndRefilled) {
   EXPECT_EQ(used, kEntryFileBytes);
 }
 
+// Readers that find one corrupt entry file at once (two segments of a row group) remove it once
+// and count it once; the budget drops by its size once.
+TEST_F(DiskCacheTest, ACorruptEntryFoundByManyReadersAtOnceIsCountedOnce) {
+  auto cache = OpenOrDie(Options());
+  ASSERT_NE(cache, nullptr);
+  // Large enough that hashing it keeps the readers' checks overlapping.
+  std::string payload(8 << 20, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 131 + (i >> 9));
+  ASSERT_OK(cache->Put("blocks", "key", PartsOf(payload)));
+  const std::string path = cache->EntryPath("blocks", "key");
+  {
+    const int fd = open(path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    const off_t at = static_cast<off_t>(fs::file_size(path)) - 1000;
+    char byte = 0;
+    ASSERT_EQ(pread(fd, &byte, 1, at), 1);
+    byte = static_cast<char>(byte ^ 0x01);
+    ASSERT_EQ(pwrite(fd, &byte, 1, at), 1);
+    close(fd);
+  }
+  constexpr int kReaders = 6;
+  std::atomic<int> ready{0};
+  std::atomic<int> served{0};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < kReaders; ++i) {
+    readers.emplace_back([&] {
+      ready.fetch_add(1);
+      while (ready.load() < kReaders) std::this_thread::yield();
+      if (GetString(*cache, "blocks", "key").has_value()) served.fetch_add(1);
+    });
+  }
+  for (auto& reader : readers) reader.join();
+  EXPECT_EQ(served.load(), 0);
+  EXPECT_EQ(cache->stats().corrupt, 1);
+  EXPECT_EQ(cache->stats().misses, kReaders);
+  EXPECT_FALSE(fs::exists(path));
+  ASSERT_OK_AND_ASSIGN(const int64_t used, cache->UsedBytes());
+  EXPECT_EQ(used, 0);
+}
+
 // The payload is hashed on the first Get of an entry file; later Gets of the same file skip the
 // hash (a warm epoch reads each entry's bytes once), and a write to the file, even one in place
 // that keeps its inode and size, makes the next Get verify it again (the write moved its times).
