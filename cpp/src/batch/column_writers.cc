@@ -11,6 +11,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "decode/packed_rows.h"
 #include "util/convert.h"
 #include "util/recycling_pool.h"
 
@@ -1089,82 +1090,34 @@ Status TransformWriter::Fill(const BatchRows& rows, OutputColumn* column) const 
 
 // --- PackedWriter --------------------------------------------------------------------------
 
-namespace {
-
-// Copies one value of `width` bytes (1, 2, 4 or 8; `from` may be unaligned).
-template <int kWidth>
-void CopyWidth(const uint8_t* from, uint8_t* to) {
-  std::memcpy(to, from, kWidth);
-}
-
-template <typename F>
-void VisitWidth(int width, F&& f) {
-  switch (width) {
-    case 1:
-      return f(std::integral_constant<int, 1>{});
-    case 2:
-      return f(std::integral_constant<int, 2>{});
-    case 4:
-      return f(std::integral_constant<int, 4>{});
-    default:
-      return f(std::integral_constant<int, 8>{});
-  }
-}
-
-}  // namespace
-
 PackedWriter::PackedWriter(std::vector<ColumnSpec> specs, int first_slot, int packed_index,
                            int output)
-    : ColumnWriter(output),
-      specs_(std::move(specs)),
-      first_slot_(first_slot),
-      packed_index_(packed_index) {
-  for (const ColumnSpec& spec : specs_) {
-    widths_.push_back(DTypeSize(spec.dtype));
-    offsets_.push_back(row_bytes_);
-    row_bytes_ += widths_.back();
-  }
-}
-
-bool PackedWriter::Packable(const ColumnSpec& spec) {
-  const int width = DTypeSize(spec.dtype);
-  return spec.kind == ColumnKind::kDense && spec.layout == SourceLayout::kFixed &&
-         spec.inner == 1 && spec.inner_shape.empty() && !spec.chain && spec.group < 0 &&
-         !spec.options.null_mask && spec.source_dtype == spec.dtype && spec.dtype != DType::kBool &&
-         (width == 1 || width == 2 || width == 4 || width == 8);
-}
+    : ColumnWriter(output), specs_(std::move(specs)), packed_index_(packed_index), run_([&] {
+        PackedRun run = MakePackedRun(specs_, 0, static_cast<int>(specs_.size()));
+        run.first = first_slot;
+        return run;
+      }()) {}
 
 Status PackedWriter::Prepare(DecodedItem* item) const {
   const size_t index = static_cast<size_t>(packed_index_);
   if (item->packed_rows.size() <= index) item->packed_rows.resize(index + 1);
-  const int num_columns = static_cast<int>(specs_.size());
-  for (int c = 0; c < num_columns; ++c) {
-    const ColumnSource& src = item->sources[first_slot_ + c];
+  if (item->packed_rows[index] != nullptr) return Status::OK();  // the cache's packed block
+  std::vector<const uint8_t*> values(run_.count);
+  for (int c = 0; c < run_.count; ++c) {
+    const ColumnSource& src = item->sources[run_.first + c];
     // A null keeps the item's columns (Fill fills it as DenseWriter does); nothing to pack in
     // an empty item.
     if (src.values == nullptr || src.validity != nullptr) return Status::OK();
+    values[c] = src.values;
   }
   if (item->num_rows == 0) return Status::OK();
-  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> packed,
-                        arrow::AllocateBuffer(item->num_rows * row_bytes_, RecyclingPool::Get()));
-  uint8_t* out = packed->mutable_data();
-  // A block of packed rows stays in cache while each column fills its part of them.
-  for (int64_t begin = 0; begin < item->num_rows; begin += kFeatureBlockRows) {
-    const int64_t end = std::min(item->num_rows, begin + kFeatureBlockRows);
-    for (int c = 0; c < num_columns; ++c) {
-      const uint8_t* values = item->sources[first_slot_ + c].values;
-      uint8_t* to = out + offsets_[c];
-      VisitWidth(widths_[c], [&](auto width) {
-        constexpr int kWidth = decltype(width)::value;
-        for (int64_t r = begin; r < end; ++r) {
-          CopyWidth<kWidth>(values + r * kWidth, to + r * row_bytes_);
-        }
-      });
-    }
-  }
+  ARROW_ASSIGN_OR_RAISE(
+      std::shared_ptr<arrow::Buffer> packed,
+      arrow::AllocateBuffer(item->num_rows * run_.row_bytes, RecyclingPool::Get()));
+  PackRows(run_, values.data(), item->num_rows, packed->mutable_data());
   item->packed_rows[index] = std::move(packed);
   // The columns are no longer read; free them (as FeaturesWriter does).
-  for (int c = 0; c < num_columns; ++c) item->sources[first_slot_ + c] = ColumnSource{};
+  for (int c = 0; c < run_.count; ++c) item->sources[run_.first + c] = ColumnSource{};
   return Status::OK();
 }
 
@@ -1198,7 +1151,7 @@ Status PackedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   auto locate = [&](int64_t begin, int64_t end, const uint8_t** to) {
     for (int64_t i = begin; i < end; ++i) {
       const uint8_t* item_rows = packed[rows.item[i]];
-      to[i - begin] = item_rows != nullptr ? item_rows + rows.row[i] * row_bytes_ : nullptr;
+      to[i - begin] = item_rows != nullptr ? item_rows + rows.row[i] * run_.row_bytes : nullptr;
     }
   };
   locate(0, std::min(n, kFeatureBlockRows), block_rows);
@@ -1209,12 +1162,12 @@ Status PackedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
     locate(end, next_end, next_rows);
     for (int64_t i = 0; i < next_end - end; ++i) {
       if (next_rows[i] == nullptr) continue;
-      for (int64_t b = 0; b < row_bytes_; b += 64) __builtin_prefetch(next_rows[i] + b);
+      for (int64_t b = 0; b < run_.row_bytes; b += 64) __builtin_prefetch(next_rows[i] + b);
     }
     for (int c = 0; c < num_columns; ++c) {
-      uint8_t* out = column[c].values.data + begin * widths_[c];
-      const int64_t offset = offsets_[c];
-      VisitWidth(widths_[c], [&](auto width) {
+      uint8_t* out = column[c].values.data + begin * run_.widths[c];
+      const int64_t offset = run_.offsets[c];
+      VisitWidth(run_.widths[c], [&](auto width) {
         constexpr int kWidth = decltype(width)::value;
         if (!any_unpacked) {
           for (int64_t i = 0; i < count; ++i) {
@@ -1226,7 +1179,7 @@ Status PackedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
           const uint8_t* from =
               block_rows[i] != nullptr
                   ? block_rows[i] + offset
-                  : rows.Source(begin + i, first_slot_ + c).values + rows.row[begin + i] * kWidth;
+                  : rows.Source(begin + i, run_.first + c).values + rows.row[begin + i] * kWidth;
           CopyWidth<kWidth>(from, out + i * kWidth);
         }
       });
@@ -1243,7 +1196,7 @@ Status PackedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
       D* out = reinterpret_cast<D*>(column[c].values.data);
       for (int64_t i = 0; i < n; ++i) {
         if (packed[rows.item[i]] != nullptr) continue;
-        if (!rows.Source(i, first_slot_ + c).IsValid(rows.row[i])) out[i] = fill_value;
+        if (!rows.Source(i, run_.first + c).IsValid(rows.row[i])) out[i] = fill_value;
       }
     });
   }
@@ -1259,18 +1212,18 @@ ColumnWriters MakeColumnWriters(const OutputSpec& spec, const WriterOptions& opt
   };
   const int num_columns = static_cast<int>(spec.columns.size());
   const bool lend = options.lend;
-  int num_packed = 0;
+  const std::vector<PackedRun> runs = options.pack ? PackedRuns(spec) : std::vector<PackedRun>{};
+  size_t next_run = 0;
   for (int c = 0; c < num_columns; ++c) {
     const ColumnSpec& column = spec.columns[c];
-    int run = 0;  // adjacent packable columns from c
-    while (options.pack && c + run < num_columns && PackedWriter::Packable(spec.columns[c + run])) {
-      ++run;
-    }
-    if (run >= PackedWriter::kMinColumns) {
-      std::vector<ColumnSpec> members(spec.columns.begin() + c, spec.columns.begin() + c + run);
-      add(std::make_unique<PackedWriter>(std::move(members), c, num_packed++, out.num_outputs));
-      out.num_outputs += run;
-      c += run - 1;
+    if (next_run < runs.size() && runs[next_run].first == c) {
+      const PackedRun& run = runs[next_run];
+      std::vector<ColumnSpec> members(spec.columns.begin() + c,
+                                      spec.columns.begin() + c + run.count);
+      add(std::make_unique<PackedWriter>(std::move(members), c, static_cast<int>(next_run++),
+                                         out.num_outputs));
+      out.num_outputs += run.count;
+      c += run.count - 1;
       continue;
     }
     const int output = out.num_outputs++;

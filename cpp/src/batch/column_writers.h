@@ -190,12 +190,12 @@ class FeaturesWriter final : public ColumnWriter {
   const int group_index_;
 };
 
-/// A run of adjacent plain scalar columns (dense, fixed width, no cast, chain or mask), each its
-/// own output: `specs` in slots and outputs first_slot.. and output().. Prepare packs an item's
-/// values row by row (DecodedItem::packed_rows[packed_index], unless one of them has a null
-/// there) and frees the columns; Fill gathers a block of rows at a time, so a shuffled row costs
-/// the few cache lines of its packed row instead of one miss per column (48 columns: 36 -> 17 ms
-/// per 100,000 rows, packing included). Rows of unpacked items come from their columns.
+/// A PackedRun (resolve/column_spec.h): `specs` in slots and outputs first_slot.. and output()..
+/// Prepare packs an item's values row by row (DecodedItem::packed_rows[packed_index], unless the
+/// ready-tensor cache delivered them so, or one of the columns has a null there) and frees the
+/// columns; Fill gathers a block of rows at a time, so a shuffled row costs the few cache lines of
+/// its packed row instead of one miss per column (48 columns: 36 -> 17 ms per 100,000 rows,
+/// packing included). Rows of unpacked items come from their columns.
 class PackedWriter final : public ColumnWriter {
  public:
   PackedWriter(std::vector<ColumnSpec> specs, int first_slot, int packed_index, int output);
@@ -203,18 +203,10 @@ class PackedWriter final : public ColumnWriter {
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
   Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 
-  /// Whether `spec` may be packed: a dense scalar of 1, 2, 4 or 8 bytes, delivered as read.
-  static bool Packable(const ColumnSpec& spec);
-  /// Fewer adjacent packable columns keep their DenseWriters.
-  static constexpr int kMinColumns = 8;
-
  private:
   const std::vector<ColumnSpec> specs_;
-  const int first_slot_;
   const int packed_index_;
-  std::vector<int> widths_;
-  std::vector<int64_t> offsets_;  // of each column in a packed row
-  int64_t row_bytes_ = 0;
+  const PackedRun run_;  // first: the first slot
 };
 
 /// A column with a transform chain: dense [B, output shape...] of the chain's output dtype. Each
@@ -278,9 +270,8 @@ struct WriterOptions {
   /// Transform writers may lend an item's buffer to a batch (TransformWriter's `lend`): false
   /// with a tensor cache or pin_memory.
   bool lend = true;
-  /// Runs of PackedWriter::kMinColumns plain columns get a PackedWriter: when rows are shuffled
-  /// (unshuffled batches copy runs of rows from each column at once) and there is no tensor
-  /// cache (warm items' columns are mapped entries).
+  /// PackedRuns get a PackedWriter (and a tensor cache stores them packed): when rows are
+  /// shuffled; unshuffled batches copy runs of rows from each column at once.
   bool pack = false;
 };
 

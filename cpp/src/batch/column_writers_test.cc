@@ -932,7 +932,7 @@ TEST(PackedWriter, PackedAndUnpackedItemsGiveWhatDenseWritersGive) {
                          dtypes[c], dtypes[c]));
     specs.back().options.has_fill_null = true;
     specs.back().options.fill_null = 7;
-    ASSERT_TRUE(PackedWriter::Packable(specs.back()));
+    ASSERT_TRUE(Packable(specs.back()));
   }
   // Slot 0 is another column: the run starts at slot 1.
   const int64_t rows_per_item[] = {70, 130, 50};

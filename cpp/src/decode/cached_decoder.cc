@@ -369,8 +369,10 @@ class CachedDecoder::Writer {
 };
 
 CachedDecoder::CachedDecoder(std::shared_ptr<DiskCache> cache,
-                             std::shared_ptr<const Decoder> decoder, int64_t write_buffer_bytes)
-    : cache_(std::move(cache)),
+                             std::shared_ptr<const Decoder> decoder, int64_t write_buffer_bytes,
+                             bool packed_runs)
+    : packed_runs_(packed_runs),
+      cache_(std::move(cache)),
       writer_(std::make_unique<Writer>(cache_, write_buffer_bytes)),
       decoder_(std::move(decoder)),
       catalog_(decoder_->catalog()),
@@ -444,7 +446,7 @@ Result<DecodedColumns> CachedDecoder::Decode(const Plan& plan, const DecodeTask&
     }
   }
   // Feature groups are stored in their final layout; the plan of blocks is part of the key.
-  const std::vector<FeatureBlockPlan> plans = PlanBlocks(*spec_, task.fields);
+  const std::vector<FeatureBlockPlan> plans = PlanBlocks(*spec_, task.fields, packed_runs_);
   if (std::string layout = BlocksLayout(plans); !layout.empty()) names.push_back(std::move(layout));
   const CatalogFile& file = catalog_->files()[rg.file];
   const bool local = !IsRemote(*file.fs);

@@ -49,9 +49,10 @@ namespace stoker {
 class CachedDecoder {
  public:
   /// Entries go to `cache`, misses to `decoder`. `write_buffer_bytes`: the write-behind queue's
-  /// budget (at least one entry is always taken when the queue is empty).
+  /// budget (at least one entry is always taken when the queue is empty). `packed_runs`: entries
+  /// hold PackedRuns packed by rows (the batches' writers gather them so: WriterOptions::pack).
   CachedDecoder(std::shared_ptr<DiskCache> cache, std::shared_ptr<const Decoder> decoder,
-                int64_t write_buffer_bytes = int64_t{128} << 20);
+                int64_t write_buffer_bytes = int64_t{128} << 20, bool packed_runs = false);
   ~CachedDecoder();
 
   /// Decoder::Decode through the cache: the task's columns for its segment, from the cache or
@@ -89,6 +90,7 @@ class CachedDecoder {
   static std::string KeyWith(const std::string& identity, const RowGroupRef& rg,
                              const std::vector<std::string>& fields);
 
+  const bool packed_runs_;
   std::shared_ptr<DiskCache> cache_;
   std::unique_ptr<Writer> writer_;
   std::shared_ptr<const Decoder> decoder_;

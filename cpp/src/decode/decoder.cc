@@ -231,11 +231,27 @@ Result<std::shared_ptr<DecodedItem>> Decoder::Join(const Plan& plan, int segment
     }
     return nullptr;
   };
+  // Columns in a packed block have no array: their rows are the item's packed_rows.
+  std::vector<bool> in_packed_block(spec_->columns.size(), false);
   for (const auto& part : parts) {
     item->bytes += part.bytes;
-    item->feature_blocks.insert(item->feature_blocks.end(), part.blocks.begin(), part.blocks.end());
+    for (const FeatureBlock& block : part.blocks) {
+      if (!block.packed) {
+        item->feature_blocks.push_back(block);
+        continue;
+      }
+      const size_t index = static_cast<size_t>(block.group);
+      if (item->packed_rows.size() <= index) item->packed_rows.resize(index + 1);
+      const std::shared_ptr<arrow::Buffer>& values = block.array->data()->buffers[1];
+      const int64_t row_bytes = block.array->type()->byte_width();
+      item->packed_rows[index] = arrow::SliceBuffer(values, block.rows - values->data(),
+                                                    block.array->length() * row_bytes);
+      std::fill_n(in_packed_block.begin() + block.first, block.count, true);
+    }
   }
+  size_t column_index = 0;
   auto add = [&](const ColumnSpec& spec, bool feature) -> Status {
+    const bool packed = !feature && in_packed_block[column_index++];
     ColumnSource source;
     if (spec.layout == SourceLayout::kPartition) {
       const int key = spec.field_index - catalog_->num_file_fields();
@@ -258,7 +274,7 @@ Result<std::shared_ptr<DecodedItem>> Decoder::Join(const Plan& plan, int segment
       }
     } else {
       auto array = find(spec.Field());
-      if (!array && feature) {
+      if (!array && (feature || packed)) {
         item->sources.emplace_back();  // in a FeatureBlock (the cache's final layout)
         return Status::OK();
       }

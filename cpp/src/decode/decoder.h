@@ -33,10 +33,14 @@ struct DecodeTask {
 /// Consecutive features of one feature group in their final layout: row-major rows of `count`
 /// features (group order, from `first`) in the group's dtype, no nulls. The ready-tensor cache
 /// builds and stores them (CachedDecoder), so a warm item is gathered straight from its entry.
+///
+/// `packed`: a PackedRun's columns instead (resolve/column_spec.h), packed by rows: `group` is the
+/// run's index, `first` and `count` its columns; the item's DecodedItem::packed_rows.
 struct FeatureBlock {
   int group = 0;
   int64_t first = 0;
   int64_t count = 0;
+  bool packed = false;
   std::shared_ptr<arrow::Array> array;  // keeps `rows` alive (a cache entry's mapping)
   const uint8_t* rows = nullptr;        // the segment's row 0
 };
@@ -61,8 +65,9 @@ struct DecodedItem {
   /// BatchAssembler::Prepare on the worker so batches copy whole rows (empty when no features).
   std::vector<std::shared_ptr<arrow::Buffer>> feature_rows;
   std::vector<std::shared_ptr<arrow::Buffer>> feature_masks;
-  /// Per PackedWriter: its columns' values row by row ([num_rows, row bytes], each column at its
-  /// offset), built by Prepare when none of them has a null in the item; null otherwise.
+  /// Per PackedRun: its columns' values row by row ([num_rows, row bytes], each column at its
+  /// offset), from the cache's packed block or built by PackedWriter::Prepare when none of them
+  /// has a null in the item; null otherwise.
   std::vector<std::shared_ptr<arrow::Buffer>> packed_rows;
   /// Feature blocks from the cache (every task's); a feature in a block has an empty source. A
   /// group wholly covered by blocks gets no matrix: batches copy from the blocks.

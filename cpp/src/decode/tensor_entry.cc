@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "decode/packed_rows.h"
 #include "util/convert.h"
 #include "util/recycling_pool.h"
 
@@ -20,6 +21,9 @@ namespace {
 constexpr const char* kBlockPrefix =
     "\x01"
     "features ";
+constexpr const char* kPackedPrefix =
+    "\x01"
+    "packed ";
 
 int FindArray(const NamedArrays& arrays, const std::string& name) {
   for (size_t i = 0; i < arrays.size(); ++i) {
@@ -78,7 +82,7 @@ Result<NamedArrays> Deserialize(std::shared_ptr<arrow::Buffer> payload) {
 }
 
 std::vector<FeatureBlockPlan> PlanBlocks(const OutputSpec& spec,
-                                         const std::vector<std::string>& fields) {
+                                         const std::vector<std::string>& fields, bool packed_runs) {
   std::vector<FeatureBlockPlan> plans;
   if (spec.user_transform) return plans;
   std::unordered_map<std::string, int> uses;
@@ -110,30 +114,55 @@ std::vector<FeatureBlockPlan> PlanBlocks(const OutputSpec& spec,
     }
     close();
   }
+  const std::vector<PackedRun> runs = packed_runs ? PackedRuns(spec) : std::vector<PackedRun>{};
+  for (size_t r = 0; r < runs.size(); ++r) {
+    FeatureBlockPlan plan;
+    plan.group = static_cast<int>(r);
+    plan.first = runs[r].first;
+    plan.count = runs[r].count;
+    plan.packed = true;
+    plan.run = runs[r];
+    bool eligible = true;
+    for (int k = 0; k < runs[r].count && eligible; ++k) {
+      const ColumnSpec& column = spec.columns[runs[r].first + k];
+      eligible = uses[column.Field()] == 1 && in_task.contains(column.Field());
+      plan.specs.push_back(&column);
+    }
+    if (eligible) plans.push_back(std::move(plan));
+  }
   return plans;
 }
 
 std::string BlockName(const FeatureBlockPlan& plan) {
-  return kBlockPrefix + std::to_string(plan.group) + " " + std::to_string(plan.first) + " " +
-         std::to_string(plan.count);
+  return (plan.packed ? kPackedPrefix : kBlockPrefix) + std::to_string(plan.group) + " " +
+         std::to_string(plan.first) + " " + std::to_string(plan.count);
 }
 
-bool IsBlockName(const std::string& name) { return name.rfind(kBlockPrefix, 0) == 0; }
+bool IsBlockName(const std::string& name) {
+  return name.rfind(kBlockPrefix, 0) == 0 || name.rfind(kPackedPrefix, 0) == 0;
+}
 
 std::string BlocksLayout(const std::vector<FeatureBlockPlan>& plans) {
   if (plans.empty()) return "";
   std::string layout = "blocks";
   for (const auto& plan : plans) {
-    layout += '|' + BlockName(plan).substr(std::char_traits<char>::length(kBlockPrefix)) + ' ' +
-              DTypeName(plan.dtype);
+    if (!plan.packed) {
+      layout += '|' + BlockName(plan).substr(std::char_traits<char>::length(kBlockPrefix)) + ' ' +
+                DTypeName(plan.dtype);
+      continue;
+    }
+    // "packed <run> <first> <count>", then the columns' dtypes (a row's bytes).
+    layout += '|' + BlockName(plan).substr(1);
+    for (const ColumnSpec* spec : plan.specs) layout += std::string(" ") + DTypeName(spec->dtype);
   }
   return layout;
 }
 
 FeatureBlock ParseBlock(const std::string& name, std::shared_ptr<arrow::Array> rows) {
   FeatureBlock block;
-  std::istringstream(name.substr(std::char_traits<char>::length(kBlockPrefix))) >> block.group >>
-      block.first >> block.count;
+  block.packed = name.rfind(kPackedPrefix, 0) == 0;
+  const size_t prefix = std::char_traits<char>::length(block.packed ? kPackedPrefix : kBlockPrefix);
+  std::istringstream(name.substr(prefix)) >> block.group >> block.first >> block.count;
   const int64_t row_bytes = rows->type()->byte_width();
   block.rows = rows->data()->buffers[1]->data() + rows->offset() * row_bytes;
   block.array = std::move(rows);
@@ -155,6 +184,22 @@ Status BuildBlocks(const std::vector<FeatureBlockPlan>& plans, int64_t rows, Nam
       usable = values[k] != nullptr;
     }
     if (!usable) continue;
+    auto replace = [&](std::shared_ptr<arrow::Buffer> block, int64_t row_bytes) {
+      std::sort(index.begin(), index.end());
+      for (auto it = index.rbegin(); it != index.rend(); ++it) arrays->erase(arrays->begin() + *it);
+      arrays->emplace_back(
+          BlockName(plan),
+          std::make_shared<arrow::FixedSizeBinaryArray>(
+              arrow::fixed_size_binary(static_cast<int32_t>(row_bytes)), rows, std::move(block)));
+    };
+    if (plan.packed) {
+      ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> packed,
+                            arrow::AllocateBuffer(std::max<int64_t>(1, rows * plan.run.row_bytes),
+                                                  RecyclingPool::Get()));
+      PackRows(plan.run, values.data(), rows, packed->mutable_data());
+      replace(std::move(packed), plan.run.row_bytes);
+      continue;
+    }
     const int width = DTypeSize(plan.dtype);
     const int64_t count = plan.count;
     // From the recycling pool: a block lives until it is written, and reusing freed blocks spares
@@ -178,11 +223,7 @@ Status BuildBlocks(const std::vector<FeatureBlockPlan>& plans, int64_t rows, Nam
         });
       }
     }
-    std::sort(index.begin(), index.end());
-    for (auto it = index.rbegin(); it != index.rend(); ++it) arrays->erase(arrays->begin() + *it);
-    arrays->emplace_back(BlockName(plan),
-                         std::make_shared<arrow::FixedSizeBinaryArray>(
-                             arrow::fixed_size_binary(count * width), rows, std::move(matrix)));
+    replace(std::move(matrix), count * width);
   }
   return Status::OK();
 }
@@ -200,8 +241,11 @@ bool EntryMatches(const NamedArrays& arrays, const std::vector<std::string>& sto
     for (const auto& plan : plans) {
       if (BlockName(plan) == name) match = &plan;
     }
+    const int64_t row_bytes = match == nullptr ? 0
+                              : match->packed  ? match->run.row_bytes
+                                               : match->count * DTypeSize(match->dtype);
     if (match == nullptr || array->type()->id() != arrow::Type::FIXED_SIZE_BINARY ||
-        array->type()->byte_width() != match->count * DTypeSize(match->dtype)) {
+        array->type()->byte_width() != row_bytes) {
       return false;
     }
     for (const ColumnSpec* spec : match->specs) present.insert(spec->Field());

@@ -2,7 +2,8 @@
 // as one Arrow IPC stream (one record batch) whose buffers are 64-byte aligned in the entry, so
 // that a read maps it and points into it. Stacked features may be stored in their final layout:
 // consecutive features of a group as one block (FeatureBlock), row-major and cast to the group's
-// dtype, named after the group and its place in it.
+// dtype, named after the group and its place in it; and so may runs of plain columns (PackedRun),
+// packed by rows.
 // Thread safety: pure functions; an EntryPayload is used by one thread at a time.
 #pragma once
 
@@ -75,18 +76,22 @@ Result<NamedArrays> Deserialize(std::shared_ptr<arrow::Buffer> payload);
 
 /// Consecutive features of one group that a task stores as a FeatureBlock (when its rows have no
 /// nulls): plain fixed-width columns (after their chains, which run before the cache) read by no
-/// other output.
+/// other output. Or, `packed`, a PackedRun whose columns the task reads and no other output does:
+/// `group` is the run's index, `first` and `count` its columns (in OutputSpec::columns).
 struct FeatureBlockPlan {
   int group = 0;
   int64_t first = 0;
   int64_t count = 0;
   DType dtype = DType::kFloat32;
   std::vector<const ColumnSpec*> specs;
+  bool packed = false;
+  PackedRun run;  // when packed
 };
 
-/// The blocks a task reading `fields` stores (none with a user transform).
+/// The blocks a task reading `fields` stores (none with a user transform); packed runs only when
+/// `packed_runs`.
 std::vector<FeatureBlockPlan> PlanBlocks(const OutputSpec& spec,
-                                         const std::vector<std::string>& fields);
+                                         const std::vector<std::string>& fields, bool packed_runs);
 
 /// The name of a block's array in an entry.
 std::string BlockName(const FeatureBlockPlan& plan);
@@ -98,8 +103,8 @@ std::string BlocksLayout(const std::vector<FeatureBlockPlan>& plans);
 FeatureBlock ParseBlock(const std::string& name, std::shared_ptr<arrow::Array> rows);
 
 /// Replaces the planned features' arrays of a whole row group (`rows` rows) by block arrays
-/// (row-major, cast to the group's dtype), where their rows allow it (no nulls, plain values).
-/// The same casts as FeaturesWriter::Prepare.
+/// (row-major, cast to the group's dtype; packed runs: PackRows), where their rows allow it (no
+/// nulls, plain values). The same casts as FeaturesWriter::Prepare.
 Status BuildBlocks(const std::vector<FeatureBlockPlan>& plans, int64_t rows, NamedArrays* arrays);
 
 /// Whether an entry read from disk holds what a task needs: every field in `stored`, as an array

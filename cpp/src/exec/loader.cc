@@ -109,14 +109,14 @@ PlanOptions MakePlanOptions(const OrderOptions& order, int64_t shuffle_window_ro
 
 // What the column writers need: the padding flag, whether a batch may borrow an item's buffer
 // (not with a tensor cache, whose entries are mapped, nor with pinned slabs), and whether plain
-// columns are packed by rows: when rows are shuffled, and without a tensor cache (a warm item's
-// columns are its mapped entries: packing would copy them every epoch and unmap them early).
+// columns are packed by rows: when rows are shuffled (the tensor cache then stores them packed;
+// unshuffled batches copy runs of rows from columns, 1.3-1.6x faster than from packed rows).
 WriterOptions MakeWriterOptions(const LoaderOptions& options, const PlanOptions& plan) {
   WriterOptions writer;
   writer.padding_mask = options.order.padding_mask;
   writer.padding_name = options.order.padding_name;
   writer.lend = options.cache.dir.empty() && !options.execution.pin_memory;
-  writer.pack = plan.shuffle && plan.shuffle_window_rows > 1 && options.cache.dir.empty();
+  writer.pack = plan.shuffle && plan.shuffle_window_rows > 1;
   return writer;
 }
 
@@ -187,15 +187,15 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
   impl->catalog = catalog;
   impl->spec = std::make_shared<OutputSpec>(std::move(spec));
   impl->decoder = std::make_shared<Decoder>(impl->catalog, impl->spec);
+  const WriterOptions writer_options = MakeWriterOptions(options, impl->plan_options);
   if (impl->disk_cache) {
     // The write-behind queue may hold half as much again as the decoded data in flight.
-    impl->cached_decoder =
-        std::make_shared<CachedDecoder>(impl->disk_cache, impl->decoder,
-                                        std::max<int64_t>(1, options.execution.prefetch_bytes / 2));
+    impl->cached_decoder = std::make_shared<CachedDecoder>(
+        impl->disk_cache, impl->decoder, std::max<int64_t>(1, options.execution.prefetch_bytes / 2),
+        writer_options.pack);
   }
   impl->pool = SlabPool::Make(8, options.execution.pin_memory);
-  impl->assembler = std::make_shared<BatchAssembler>(
-      impl->spec, MakeWriterOptions(options, impl->plan_options), impl->pool);
+  impl->assembler = std::make_shared<BatchAssembler>(impl->spec, writer_options, impl->pool);
   impl->shape = ComputeRankShape(catalog->total_rows(), impl->plan_options);
   if (impl->shape.num_batches == 0) {
     return MakeError(ErrorKind::kInvalidOption,

@@ -27,6 +27,39 @@ std::vector<std::string> ExpandParents(const arrow::Schema& schema,
   return out;
 }
 
+bool Packable(const ColumnSpec& spec) {
+  const int width = DTypeSize(spec.dtype);
+  return spec.kind == ColumnKind::kDense && spec.layout == SourceLayout::kFixed &&
+         spec.inner == 1 && spec.inner_shape.empty() && !spec.chain && spec.group < 0 &&
+         !spec.options.null_mask && spec.source_dtype == spec.dtype && spec.dtype != DType::kBool &&
+         (width == 1 || width == 2 || width == 4 || width == 8);
+}
+
+PackedRun MakePackedRun(const std::vector<ColumnSpec>& columns, int first, int count) {
+  PackedRun run;
+  run.first = first;
+  run.count = count;
+  for (int k = 0; k < count; ++k) {
+    run.widths.push_back(DTypeSize(columns[first + k].dtype));
+    run.offsets.push_back(run.row_bytes);
+    run.row_bytes += run.widths.back();
+  }
+  return run;
+}
+
+std::vector<PackedRun> PackedRuns(const OutputSpec& spec) {
+  std::vector<PackedRun> runs;
+  const int num_columns = static_cast<int>(spec.columns.size());
+  for (int c = 0; c < num_columns; ++c) {
+    int count = 0;
+    while (c + count < num_columns && Packable(spec.columns[c + count])) ++count;
+    if (count < kMinPackedColumns) continue;
+    runs.push_back(MakePackedRun(spec.columns, c, count));
+    c += count - 1;
+  }
+  return runs;
+}
+
 bool FillNullApplies(const ColumnSpec& spec) {
   const bool scalar_values =
       spec.layout == SourceLayout::kFixed || spec.layout == SourceLayout::kBool;

@@ -122,6 +122,29 @@ struct OutputSpec {
   std::shared_ptr<arrow::Schema> transform_schema;
 };
 
+/// Whether `spec` may be stored row-packed (PackedRun): a dense scalar of 1, 2, 4 or 8 bytes,
+/// delivered as read (no cast, chain or mask).
+bool Packable(const ColumnSpec& spec);
+
+/// A run of at least kMinPackedColumns adjacent packable columns, OutputSpec::columns[first,
+/// first + count), each its own output, whose values are kept row by row ([rows, row_bytes],
+/// each column's value at its offset, the widths summed in column order): a shuffled row then
+/// costs the few cache lines of its packed row instead of one miss per column. Batches gather
+/// them (PackedWriter); the ready-tensor cache stores them so (tensor_entry.h).
+struct PackedRun {
+  int first = 0;
+  int count = 0;
+  std::vector<int> widths;
+  std::vector<int64_t> offsets;
+  int64_t row_bytes = 0;
+};
+inline constexpr int kMinPackedColumns = 8;
+
+/// The run of columns[first, first + count) (each Packable).
+PackedRun MakePackedRun(const std::vector<ColumnSpec>& columns, int first, int count);
+/// The packed runs of `spec`'s columns, in column order (a run's index is its place here).
+std::vector<PackedRun> PackedRuns(const OutputSpec& spec);
+
 /// `names` with each struct or map parent ("s", not itself a column) replaced by its leaves
 /// ("s.a", "s.b.c"), in schema order; other names as they are.
 std::vector<std::string> ExpandParents(const arrow::Schema& schema,

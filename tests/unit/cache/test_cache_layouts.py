@@ -1,7 +1,8 @@
-"""Cache entries hold the final layout (feature groups row-major and cast): cold, warm and partly
-filled caches give the same bytes as no cache for every output kind, including feature groups
-split across decode tasks, features with nulls, lists padded and ragged with per-level masks,
-fixed-size lists and transform prefixes."""
+"""Cache entries hold the final layout (feature groups row-major and cast, runs of plain columns
+packed by rows): cold, warm and partly filled caches give the same bytes as no cache for every
+output kind, including feature groups and packed runs split across decode tasks, features and
+packed columns with nulls, lists padded and ragged with per-level masks, fixed-size lists and
+transform prefixes."""
 
 import glob
 import os
@@ -75,6 +76,17 @@ CASES = {
                     "tags": [ops.fill_null(0), ops.clip(0, 500)]}),
     "feature_also_a_column": dict(
         columns=["id", "d0", "c0"], features=["d0", "d1", "d2", "c0", "c1"]),
+    # Eight or more adjacent plain columns are stored packed by rows (PackedRun); d4's nulls keep
+    # file 1's row groups column by column.
+    "packed_columns": dict(
+        columns=["id", "x", "c0", "c1", "c2", "c3", "d0", "d1", "d4", "d5", "tags"],
+        fill_null={"d4": -1.0}, lists="ragged", null_mask=["tags"]),
+    "packed_columns_unshuffled": dict(
+        columns=["x", "c0", "c1", "c2", "c3", "d0", "d1", "d2", "id"], shuffle=False),
+    "packed_split_across_tasks": dict(
+        columns=["id", "x", "c0", "c1", "c2", "c3", "d0", "d1", "d2"], task_bytes=1000),
+    "packed_column_also_a_feature": dict(
+        columns=["id", "x", "c0", "c1", "c2", "c3", "d0", "d1", "d2"], features=["d1", "d3"]),
 }
 
 
@@ -106,6 +118,14 @@ def test_cold_warm_and_partial_entries_give_the_uncached_bytes(dataset, tmp_path
     uncached = stoker.Loader(dataset, **options)
     uncached.set_epoch(2)
     assert digest(warm) == digest(uncached)
+    # Which cases store packed runs: not unshuffled, nor where a run is split across tasks or one
+    # of its columns is also read by another output.
+    packed = [any(n.startswith("\x01packed ") for n in entry_schema(p).names)
+              for p in entries(cache_dir)]
+    if case == "packed_columns":
+        assert any(packed) and not all(packed), packed
+    else:
+        assert not any(packed)
     for path in entries(cache_dir)[::3]:
         os.remove(path)
     partial = stoker.Loader(dataset, cache_dir=cache_dir, num_threads=2, **options)
@@ -184,3 +204,31 @@ def test_entries_hold_feature_groups_row_major_and_cast(dataset, tmp_path):
         assert "id" in names and not {"d1", "d3", "d5", "c0", "c1"} & set(names), names
         blocks = {n: schema.field(n).type for n in names if n.startswith("\x01features ")}
         assert blocks == {"\x01features 0 0 3": pa.binary(12), "\x01features 1 0 2": pa.binary(16)}
+
+
+def test_entries_hold_runs_of_plain_columns_packed_by_rows(dataset, tmp_path):
+    cache_dir = str(tmp_path / "cache")
+    columns = ["id", "x", "c0", "c1", "c2", "c3", "d0", "d1", "d2", "flag"]
+    options = dict(batch_size=64, seed=3, drop_last=False, columns=columns)
+    reference = digest(stoker.Loader(dataset, **options))
+    filling = stoker.Loader(dataset, cache_dir=cache_dir, **options)
+    assert digest(filling) == reference
+    filling.flush_cache()
+    files = entries(cache_dir)
+    assert files
+    for path in files:
+        schema = entry_schema(path)
+        # id int64, x float32, c0-c3 int64/int32, d0-d2 float64/float32: 9 columns, 56 bytes a
+        # row, stored only packed; flag (bool) is not packable and stays a column.
+        assert set(schema.names) == {"flag", "\x01packed 0 0 9"}, schema.names
+        assert schema.field("\x01packed 0 0 9").type == pa.binary(8 + 4 + 8 + 4 + 8 + 4 + 8 + 4 + 8)
+    warm = stoker.Loader(dataset, cache_dir=cache_dir, **options)
+    assert digest(warm) == reference
+    assert warm.stats()["cache"]["misses"] == 0
+    # An unshuffled loader keeps columns: its own entries, beside these.
+    unshuffled = dict(options, shuffle=False)
+    in_order = stoker.Loader(dataset, cache_dir=cache_dir, **unshuffled)
+    assert digest(in_order) == digest(stoker.Loader(dataset, **unshuffled))
+    assert in_order.stats()["cache"]["misses"] == len(files)
+    assert len(entries(cache_dir)) == 2 * len(files)
+    assert digest(stoker.Loader(dataset, cache_dir=cache_dir, **options)) == reference
