@@ -184,20 +184,20 @@ Status BuildBlocks(const std::vector<FeatureBlockPlan>& plans, int64_t rows, Nam
       usable = values[k] != nullptr;
     }
     if (!usable) continue;
-    auto replace = [&](std::shared_ptr<arrow::Buffer> block, int64_t row_bytes) {
+    auto replace = [&](const std::shared_ptr<arrow::Buffer>& block, int64_t row_bytes) {
       std::sort(index.begin(), index.end());
       for (auto it = index.rbegin(); it != index.rend(); ++it) arrays->erase(arrays->begin() + *it);
       arrays->emplace_back(
           BlockName(plan),
           std::make_shared<arrow::FixedSizeBinaryArray>(
-              arrow::fixed_size_binary(static_cast<int32_t>(row_bytes)), rows, std::move(block)));
+              arrow::fixed_size_binary(static_cast<int32_t>(row_bytes)), rows, block));
     };
     if (plan.packed) {
       ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> packed,
                             arrow::AllocateBuffer(std::max<int64_t>(1, rows * plan.run.row_bytes),
                                                   RecyclingPool::Get()));
       PackRows(plan.run, values.data(), rows, packed->mutable_data());
-      replace(std::move(packed), plan.run.row_bytes);
+      replace(packed, plan.run.row_bytes);
       continue;
     }
     const int width = DTypeSize(plan.dtype);
@@ -223,7 +223,7 @@ Status BuildBlocks(const std::vector<FeatureBlockPlan>& plans, int64_t rows, Nam
         });
       }
     }
-    replace(std::move(matrix), count * width);
+    replace(matrix, count * width);
   }
   return Status::OK();
 }

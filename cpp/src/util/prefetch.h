@@ -23,10 +23,11 @@ inline void PrefetchLine(const void* address) {
 /// Asks for every line of [from, from + bytes).
 inline void PrefetchLines(const void* from, int64_t bytes) {
   if (bytes <= 0) return;
-  const auto begin = reinterpret_cast<uintptr_t>(from) & ~uintptr_t{63};
-  const auto end = reinterpret_cast<uintptr_t>(from) + static_cast<uintptr_t>(bytes);
-  for (uintptr_t line = begin; line < end; line += 64) {
-    PrefetchLine(reinterpret_cast<const void*>(line));
+  const char* start = static_cast<const char*>(from);
+  const char* end = start + bytes;
+  for (const char* line = start - (reinterpret_cast<uintptr_t>(start) & 63); line < end;
+       line += 64) {
+    PrefetchLine(line);
   }
 }
 
