@@ -1,7 +1,8 @@
-"""Eight or more adjacent plain scalar columns are packed by rows when rows are shuffled and there
-is no cache (cpp/src/batch/README.md, PackedWriter): what is delivered must not change. Every value
-is checked against the table written, row by row through the id column, for every dtype width;
-a row group with nulls (filled with fill_null) is read column by column beside packed ones."""
+"""Eight or more adjacent plain scalar columns are packed by rows when rows are shuffled
+(cpp/src/batch/README.md, PackedWriter; with a cache_dir the entries hold them packed): what is
+delivered must not change. Every value is checked against the table written, row by row through
+the id column, for every dtype width; a row group with nulls (filled with fill_null) is read
+column by column beside packed ones."""
 
 import numpy as np
 import pyarrow as pa
@@ -69,7 +70,13 @@ def test_packed_columns_deliver_the_table_written(dataset, tmp_path):
             got = np.asarray(batch[name])
             assert got.dtype == dtype, name
             np.testing.assert_array_equal(got, want[name], err_msg=name)
-    # The column-by-column route (a cache keeps its entries' columns): the same bytes, batch
-    # for batch.
+    # Through the cache: packed entries (the row group with nulls keeps its columns), cold and
+    # warm, and the unshuffled column-by-column route: the same bytes, batch for batch.
     cached = stoker.Loader(root, cache_dir=str(tmp_path / "cache"), **options)
     assert digest(cached) == digest(batches)
+    warm = stoker.Loader(root, cache_dir=str(tmp_path / "cache"), **options)
+    assert digest(warm) == digest(batches)
+    assert warm.stats()["cache"]["misses"] == 0
+    in_order = dict(options, shuffle=False)
+    assert digest(stoker.Loader(root, cache_dir=str(tmp_path / "cache"), **in_order)) == \
+        digest(stoker.Loader(root, **in_order))
