@@ -1114,11 +1114,10 @@ Status TransformWriter::Fill(const BatchRows& rows, OutputColumn* column) const 
 
 PackedWriter::PackedWriter(std::vector<ColumnSpec> specs, int first_slot, int packed_index,
                            int output)
-    : ColumnWriter(output), specs_(std::move(specs)), packed_index_(packed_index), run_([&] {
-        PackedRun run = MakePackedRun(specs_, 0, static_cast<int>(specs_.size()));
-        run.first = first_slot;
-        return run;
-      }()) {}
+    : ColumnWriter(output), specs_(std::move(specs)), packed_index_(packed_index) {
+  run_ = MakePackedRun(specs_, 0, static_cast<int>(specs_.size()));
+  run_.first = first_slot;
+}
 
 Status PackedWriter::Prepare(DecodedItem* item) const {
   const size_t index = static_cast<size_t>(packed_index_);

@@ -206,7 +206,7 @@ class PackedWriter final : public ColumnWriter {
  private:
   const std::vector<ColumnSpec> specs_;
   const int packed_index_;
-  const PackedRun run_;  // first: the first slot
+  PackedRun run_;  // set once by the constructor; `first` is the first slot
 };
 
 /// A column with a transform chain: dense [B, output shape...] of the chain's output dtype. Each
