@@ -192,7 +192,8 @@ class FeaturesWriter final : public ColumnWriter {
 
 /// A PackedRun (resolve/column_spec.h): `specs` in slots and outputs first_slot.. and output()..
 /// Prepare packs an item's values row by row (DecodedItem::packed_rows[packed_index], unless the
-/// ready-tensor cache delivered them so, or one of the columns has a null there) and frees the
+/// ready-tensor cache delivered them so, one of the columns has a null there, or the item is the
+/// epoch's head, whose rows are a single batch) and frees the
 /// columns; Fill gathers a block of rows at a time, so a shuffled row costs the few cache lines of
 /// its packed row instead of one miss per column (48 columns: 36 -> 17 ms per 100,000 rows,
 /// packing included). Rows of unpacked items come from their columns.

@@ -918,10 +918,11 @@ TEST(PaddingFlagWriter, CopiesEachItemsFlag) {
   EXPECT_EQ(Values<uint8_t>(out.column.values), (std::vector<uint8_t>{0, 1, 1}));
 }
 
-// Nine plain columns of every width (int64, float32, int16, uint8...) over three items: two
-// without nulls (packed by Prepare, their columns freed) and one with nulls (kept as columns,
-// filled with fill_null), rows shuffled across all three. Every output equals its DenseWriter's.
-TEST(PackedWriter, PackedAndUnpackedItemsGiveWhatDenseWritersGive) {
+// Nine plain columns of every width (int64, float32, int16, uint8...) over three items: one
+// packed by Prepare (its columns freed), the epoch's head and one with nulls (both kept as
+// columns; the nulls filled with fill_null), rows shuffled across all three. Every output equals
+// its DenseWriter's.
+TEST(PackedWriter, PackedUnpackedAndHeadItemsGiveWhatDenseWritersGive) {
   const std::vector<DType> dtypes = {DType::kInt64, DType::kFloat32, DType::kInt16,
                                      DType::kUInt8, DType::kFloat64, DType::kInt32,
                                      DType::kInt8,  DType::kUInt16,  DType::kInt64};
@@ -970,20 +971,21 @@ TEST(PackedWriter, PackedAndUnpackedItemsGiveWhatDenseWritersGive) {
   }
 
   const PackedWriter writer(specs, 1, 0, 3);
+  items[1].head = true;  // the epoch's head: one batch, read from its columns
   for (DecodedItem& item : items) ASSERT_TRUE(writer.Prepare(&item).ok());
-  for (int k = 0; k < 2; ++k) {
+  ASSERT_EQ(items[0].packed_rows.size(), 1u);
+  ASSERT_NE(items[0].packed_rows[0], nullptr);
+  EXPECT_EQ(items[0].sources[1].values, nullptr);  // freed
+  for (int k = 1; k < 3; ++k) {  // the head, and an item with a null: kept as columns
     ASSERT_EQ(items[k].packed_rows.size(), 1u);
-    ASSERT_NE(items[k].packed_rows[0], nullptr);
-    EXPECT_EQ(items[k].sources[1].values, nullptr);  // freed
+    EXPECT_EQ(items[k].packed_rows[0], nullptr);
+    EXPECT_NE(items[k].sources[1].values, nullptr);
   }
-  ASSERT_EQ(items[2].packed_rows.size(), 1u);
-  EXPECT_EQ(items[2].packed_rows[0], nullptr);  // a null: kept as columns
-  EXPECT_NE(items[2].sources[1].values, nullptr);
 
-  // A batch of all three items, and one of the packed items alone (the fast path).
+  // A batch of all three items, and one of the packed item's rows alone (the fast path).
   std::vector<RowRef> packed_only;
   for (const RowRef& ref : refs) {
-    if (ref.item != &items[2]) packed_only.push_back(ref);
+    if (ref.item == &items[0]) packed_only.push_back(ref);
   }
   for (const auto* batch : {&refs, &packed_only}) {
     const BatchRows rows(*batch);
@@ -1004,11 +1006,11 @@ TEST(PackedWriter, PackedAndUnpackedItemsGiveWhatDenseWritersGive) {
       if (batch == &refs) {
         EXPECT_EQ(got, expected[c]);
       } else {
-        // The same rows, in the same order, as the full batch's rows of items 0 and 1.
+        // The same rows, in the same order, as the full batch's rows of item 0.
         const int width = DTypeSize(dtypes[c]);
         std::vector<uint8_t> want;
         for (size_t i = 0; i < refs.size(); ++i) {
-          if (refs[i].item == &items[2]) continue;
+          if (refs[i].item != &items[0]) continue;
           want.insert(want.end(), expected[c].begin() + i * width,
                       expected[c].begin() + (i + 1) * width);
         }
