@@ -150,10 +150,13 @@ def test_warm_epochs_hash_each_entry_once_and_a_rewrite_again(dataset, tmp_path)
     assert digest(loader) == digest(reference)
     stats = loader.stats()["cache"]
     assert stats["corrupt"] == 1 and stats["misses"] == 1
-    # The damaged file was hashed again (and found corrupt); the entry written in its place is
-    # hashed if this epoch reads it again (the head's row group is read twice). Nothing else.
+    # The damaged file was hashed again (and found corrupt) by each reader that opened it before
+    # the first one removed it: the head's row group is read by two segments, which may run at
+    # once (the second then waits for the first's rewrite and counts no miss; seen in CI: 18 = 15
+    # + 2 + 1). The entry written in its place is hashed if this epoch reads it again. Nothing
+    # else.
     rewritten = stats["writes"] - writes
-    assert checks + 1 <= stats["payload_checks"] <= checks + 1 + rewritten
+    assert checks + 1 <= stats["payload_checks"] <= checks + 2 + rewritten
 
 
 def test_cache_budget_is_respected(dataset, tmp_path):
