@@ -208,8 +208,9 @@ def _measure(path: str, rows: int, repeats: int, threads: int, warmup: int) -> D
     # `warmup` untimed rounds first (each reader's first epoch in a process pays its imports and
     # first-time set-up, Petastorm's as much as stoker's), then the repeats interleaved across
     # the systems, so that a change in the machine's load falls on every system alike. A timed
-    # epoch that ends short (Petastorm 0.13.1's thread pool sometimes stops early, even with no
-    # rows) is kept in the runs, counted, and measured again, up to ATTEMPTS runs in the round.
+    # epoch that ends short (Petastorm 0.13.1's thread pool could stop early, even with no
+    # rows, before the compat shim fixed its race) is kept in the runs, counted, and measured
+    # again, up to ATTEMPTS runs in the round.
     runs: Dict[str, list] = {key: [] for key, _, _ in SYSTEMS}
     warmups: Dict[str, list] = {key: [] for key, _, _ in SYSTEMS}
     errors: Dict[str, str] = {}

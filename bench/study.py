@@ -326,7 +326,7 @@ def run(profile: str, epochs: int, step_ms: float, data_dir: str, out_dir: str,
                    "step_ms": step_ms, "cache_dir": cache,
                    "row_bytes": facts["uncompressed_bytes"] // max(facts["rows"], 1), **extra,
                    **job_many}
-            # Petastorm 0.13.1 sometimes ends an epoch early (bench/README.md): a run with a
+            # Petastorm 0.13.1 could end an epoch early (bench/README.md): a run with a
             # short epoch is repeated (with an empty cache), up to ATTEMPTS runs, and reported
             # as such.
             for attempt in range(ATTEMPTS):
