@@ -1,8 +1,11 @@
 #include "util/recycling_pool.h"
 
 #include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 namespace stoker {
@@ -26,6 +29,14 @@ int64_t SizeClass(int64_t size) {
 }
 
 bool Kept(int64_t size, int64_t alignment) { return size >= kMinKept && alignment <= kAlignment; }
+
+// Growth to less than this is copied (a few pages); from here on the buffer moves to a mapping.
+constexpr int64_t kMapMin = 256 << 10;
+
+int64_t MappedSize(int64_t size) {
+  static const int64_t page = sysconf(_SC_PAGESIZE);
+  return std::max<int64_t>(page, (SizeClass(size) + page - 1) / page * page);
+}
 
 }  // namespace
 
@@ -99,6 +110,8 @@ arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t**
 
 arrow::Status RecyclingPool::Reallocate(int64_t old_size, int64_t new_size, int64_t alignment,
                                         uint8_t** ptr) {
+  arrow::Status status;
+  if (ResizeMapping(old_size, new_size, ptr, &status)) return status;
   const bool kept_old = Kept(old_size, alignment), kept_new = Kept(new_size, alignment);
   if (!kept_old && !kept_new) {
     ARROW_RETURN_NOT_OK(base_->Reallocate(old_size, new_size, alignment, ptr));
@@ -127,25 +140,121 @@ arrow::Status RecyclingPool::Reallocate(int64_t old_size, int64_t new_size, int6
       return arrow::Status::OK();
     }
   }
+  if (kept_new && new_size > old_size && new_size >= kMapMin) {
+    return MoveToMapping(old_size, new_size, alignment, ptr);
+  }
   uint8_t* moved = nullptr;
   ARROW_RETURN_NOT_OK(Allocate(new_size, alignment, &moved));
   std::memcpy(moved, *ptr, static_cast<size_t>(std::min(old_size, new_size)));
   Free(*ptr, old_size, alignment);
   *ptr = moved;
+  std::lock_guard<std::mutex> lock(mutex_);
+  copied_ += std::min(old_size, new_size);
+  return arrow::Status::OK();
+}
+
+bool RecyclingPool::ResizeMapping(int64_t old_size, int64_t new_size, uint8_t** ptr,
+                                  arrow::Status* status) {
+  Mapping mapping;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (mapped_.empty()) return false;
+    auto it = mapped_.find(*ptr);
+    if (it == mapped_.end()) return false;
+    mapping = it->second;
+    // Growing within the mapping (one kept from a larger buffer) or trimming by at most an
+    // eighth of it stays in place.
+    const int64_t block = mapping.size;
+    if (new_size <= block && (new_size >= old_size || new_size >= block - block / kMaxSlack)) {
+      in_use_ += new_size - old_size;
+      if (new_size > old_size) total_ += new_size - old_size;
+      return true;
+    }
+  }
+  // The buffer's owner is the only one to resize or free it: the syscall runs unlocked.
+  const int64_t size = MappedSize(new_size);
+  void* moved = mremap(*ptr, static_cast<size_t>(mapping.size), static_cast<size_t>(size),
+                       size > mapping.size ? MREMAP_MAYMOVE : 0);
+  if (moved == MAP_FAILED) {
+    *status = arrow::Status::OutOfMemory("mremap of ", mapping.size, " to ", size,
+                                         " bytes failed: ", std::strerror(errno));
+    return true;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  mapped_.erase(*ptr);
+  *ptr = static_cast<uint8_t*>(moved);
+  mapped_.emplace(*ptr, Mapping{size, mapping.origin});
+  in_use_ += new_size - old_size;
+  if (new_size > old_size) total_ += new_size - old_size;
+  return true;
+}
+
+arrow::Status RecyclingPool::MoveToMapping(int64_t old_size, int64_t new_size, int64_t alignment,
+                                           uint8_t** ptr) {
+  int64_t origin = SizeClass(old_size);
+  uint8_t* block = nullptr;
+  Mapping mapping{0, origin};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = shrunk_.find(*ptr); it != shrunk_.end()) origin = mapping.origin = it->second;
+    if (auto it = grown_.find(origin); it != grown_.end() && !it->second.empty()) {
+      block = it->second.back().first;
+      mapping = it->second.back().second;
+      it->second.pop_back();
+      cached_ -= mapping.size;
+      ++reused_;
+    }
+  }
+  const int64_t size = MappedSize(new_size);
+  void* moved = nullptr;
+  if (block == nullptr) {
+    moved = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  } else if (mapping.size < size) {
+    moved =
+        mremap(block, static_cast<size_t>(mapping.size), static_cast<size_t>(size), MREMAP_MAYMOVE);
+  } else {
+    moved = block;  // whole: the buffer will likely grow as far as the last one did
+  }
+  if (moved == MAP_FAILED) {
+    if (block != nullptr) munmap(block, static_cast<size_t>(mapping.size));
+    return arrow::Status::OutOfMemory("cannot map ", size, " bytes: ", std::strerror(errno));
+  }
+  if (moved != block) mapping.size = size;
+  std::memcpy(moved, *ptr, static_cast<size_t>(old_size));
+  Free(*ptr, old_size, alignment);
+  *ptr = static_cast<uint8_t*>(moved);
+  std::lock_guard<std::mutex> lock(mutex_);
+  mapped_.emplace(*ptr, mapping);
+  in_use_ += new_size;
+  total_ += new_size;
+  ++allocations_;
+  copied_ += old_size;
   return arrow::Status::OK();
 }
 
 void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
-  if (!Kept(size, alignment)) {
-    base_->Free(buffer, size, alignment);
-    std::lock_guard<std::mutex> lock(mutex_);
-    in_use_ -= size;
-    return;
-  }
   int64_t size_class = SizeClass(size);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     in_use_ -= size;
+    if (auto it = mapped_.find(buffer); it != mapped_.end()) {
+      const Mapping mapping = it->second;
+      mapped_.erase(it);
+      if (cached_ + mapping.size <= budget_ / kBudgetShare) {
+        grown_[mapping.origin].emplace_back(buffer, mapping);
+        cached_ += mapping.size;
+        return;
+      }
+      lock.unlock();
+      munmap(buffer, static_cast<size_t>(mapping.size));
+      return;
+    }
+    if (!Kept(size, alignment)) {
+      lock.unlock();
+      base_->Free(buffer, size, alignment);
+      return;
+    }
     if (auto it = shrunk_.find(buffer); it != shrunk_.end()) {
       size_class = it->second;
       shrunk_.erase(it);
@@ -160,6 +269,14 @@ void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
 }
 
 void RecyclingPool::TrimLocked(int64_t limit) {
+  for (auto it = grown_.begin(); it != grown_.end() && cached_ > limit;) {
+    while (!it->second.empty() && cached_ > limit) {
+      munmap(it->second.back().first, static_cast<size_t>(it->second.back().second.size));
+      cached_ -= it->second.back().second.size;
+      it->second.pop_back();
+    }
+    it = it->second.empty() ? grown_.erase(it) : std::next(it);
+  }
   for (auto it = free_.begin(); it != free_.end() && cached_ > limit;) {
     while (!it->second.empty() && cached_ > limit) {
       base_->Free(it->second.back(), it->first, kAlignment);
@@ -205,6 +322,11 @@ int64_t RecyclingPool::cached_bytes() const {
 int64_t RecyclingPool::reused() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return reused_;
+}
+
+int64_t RecyclingPool::copied_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return copied_;
 }
 
 }  // namespace stoker

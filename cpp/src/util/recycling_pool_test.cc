@@ -114,6 +114,62 @@ TEST(RecyclingPool, ResizesWithinAnEighthOfTheBlockStayInPlace) {
   pool->ReleaseUnused();
 }
 
+// Arrow's record reader grows a list column's buffers by doubling, then trims them to size.
+uint8_t* GrowLikeARecordReader(RecyclingPool* pool, int64_t first, int64_t last, int64_t trimmed) {
+  uint8_t* block = nullptr;
+  EXPECT_TRUE(pool->Allocate(first, 64, &block).ok());
+  std::memset(block, 1, static_cast<size_t>(first));
+  for (int64_t size = first; size < last; size *= 2) {
+    EXPECT_TRUE(pool->Reallocate(size, size * 2, 64, &block).ok());
+    EXPECT_EQ(block[size - 1], 1);  // what was written is still there
+    std::memset(block + size, 1, static_cast<size_t>(size));
+  }
+  EXPECT_TRUE(pool->Reallocate(last, trimmed, 64, &block).ok());
+  EXPECT_EQ(block[0], 1);
+  EXPECT_EQ(block[trimmed - 1], 1);
+  return block;
+}
+
+TEST(RecyclingPool, GrowingBuffersMoveToMappingsThatGrowWithoutCopying) {
+  RecyclingPool* pool = RecyclingPool::Get();
+  pool->ReleaseUnused();
+  RecyclingPool::Budget budget(256 << 20);
+  const int64_t in_use = pool->bytes_allocated();
+  const int64_t copied = pool->copied_bytes();
+  // 256 KiB -> 8 MiB -> 7.5 MiB: the first block is copied once into a mapping; mremap does the
+  // rest (no copy) and the trim stays in place (within an eighth).
+  uint8_t* first = GrowLikeARecordReader(pool, 256 << 10, 8 << 20, (15 << 20) / 2);
+  EXPECT_EQ(pool->copied_bytes(), copied + (256 << 10));
+  EXPECT_EQ(pool->bytes_allocated(), in_use + (15 << 20) / 2);
+  pool->Free(first, (15 << 20) / 2, 64);
+  EXPECT_EQ(pool->bytes_allocated(), in_use);
+  EXPECT_GE(pool->cached_bytes(), (8 << 20) + (256 << 10));
+  // The next buffer growing from the same class gets that mapping whole: one copy of its first
+  // block, then it grows in place, its pages already there.
+  const int64_t reused = pool->reused();
+  uint8_t* second = GrowLikeARecordReader(pool, 256 << 10, 8 << 20, 8 << 20);
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(pool->reused(), reused + 2);  // the first block's class, then the mapping
+  EXPECT_EQ(pool->copied_bytes(), copied + (512 << 10));
+  // Trimmed by more than an eighth, the mapping shrinks (its tail's pages go back); trimmed
+  // below what the pool keeps, it is still freed as a mapping.
+  ASSERT_TRUE(pool->Reallocate(8 << 20, 3 << 20, 64, &second).ok());
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(second[(3 << 20) - 1], 1);
+  ASSERT_TRUE(pool->Reallocate(3 << 20, 100, 64, &second).ok());
+  EXPECT_EQ(second[99], 1);
+  EXPECT_EQ(pool->copied_bytes(), copied + (512 << 10));
+  pool->Free(second, 100, 64);
+  EXPECT_EQ(pool->bytes_allocated(), in_use);
+  // A mapping grown from another class is not handed out for this one.
+  uint8_t* third = GrowLikeARecordReader(pool, 128 << 10, 1 << 20, 1 << 20);
+  EXPECT_NE(third, first);
+  pool->Free(third, 1 << 20, 64);
+  pool->ReleaseUnused();
+  EXPECT_EQ(pool->cached_bytes(), 0);
+  EXPECT_EQ(pool->bytes_allocated(), in_use);
+}
+
 TEST(RecyclingPool, ManyThreadsAllocateAndFree) {
   RecyclingPool* pool = RecyclingPool::Get();
   RecyclingPool::Budget budget(64 << 20);
