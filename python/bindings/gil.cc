@@ -10,7 +10,8 @@
 //    (the process is exiting; the thread holds no lock);
 //  - an atexit hook, which runs after stoker.loader's hook has stopped every loader, gives the
 //    daemon threads that are iterating a loader (they will get LoaderClosedError at their next
-//    step) up to a second to finish, with the GIL released, before finalization freezes them.
+//    step) up to 3 s to finish, with the GIL released, before finalization freezes them (1 s
+//    was too short once in CI, on a loaded 2-core machine: the frozen thread's Loader leaked).
 #include <cxxabi.h>
 
 #include <atomic>
@@ -54,7 +55,7 @@ bool Finalizing() {
 void LetEngineThreadsFinish() {
   finalizing_thread = PyThread_get_thread_ident();
   using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
   // Threads still inside an engine call return to Python once they get the GIL.
   while (threads_in_engine.load() > 0 && Clock::now() < deadline) {
     nb::gil_scoped_release release;
@@ -128,7 +129,7 @@ void RegisterExitHook(nb::module_& m) {
   finalizing_thread =
       nb::cast<ThreadIdent>(nb::module_::import_("threading").attr("main_thread")().attr("ident"));
   m.def("_let_engine_threads_finish", &LetEngineThreadsFinish,
-        "atexit hook: lets daemon threads that iterate a stopped engine finish (at most 1 s).");
+        "atexit hook: lets daemon threads that iterate a stopped engine finish (at most 3 s).");
   // Registered when the module is imported, so before stoker.loader's hook that stops every
   // loader: atexit runs hooks last-in first-out, so this one runs after it.
   nb::module_::import_("atexit").attr("register")(m.attr("_let_engine_threads_finish"));
