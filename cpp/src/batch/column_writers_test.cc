@@ -168,6 +168,44 @@ TEST(DenseWriter, CopiesRunsOfFixedSizeRows) {
   EXPECT_EQ(got, std::vector<float>(values.begin() + 15, values.begin() + 111));
 }
 
+// Shuffled rows of three items, more than the gather's prefetch distance (rows are read ahead
+// of the one copied) and fewer, with a cast and nulls: every value lands where its row is.
+TEST(DenseWriter, GathersShuffledRowsLongerAndShorterThanItsPrefetchDistance) {
+  DecodedItem items[3];
+  std::vector<std::vector<int32_t>> values(3);
+  std::vector<uint8_t> valid_with_null = Bitmap(std::vector<int>(300, 1));
+  valid_with_null[7 / 8] &= static_cast<uint8_t>(~(1u << (7 % 8)));  // item 2's row 7
+  for (int k = 0; k < 3; ++k) {
+    items[k].num_rows = 300;
+    items[k].sources.resize(1);
+    for (int r = 0; r < 300; ++r) values[k].push_back(1000 * k + r);
+    items[k].sources[0].values = reinterpret_cast<const uint8_t*>(values[k].data());
+  }
+  items[2].sources[0].validity = valid_with_null.data();
+  ColumnSpec spec =
+      Spec("x", SourceLayout::kFixed, ColumnKind::kDense, DType::kInt32, DType::kInt64);
+  spec.options.has_fill_null = true;
+  spec.options.fill_null = -1;
+  const DenseWriter writer(spec, 0, 0);
+  for (const int num_rows : {5, 127, 128, 129, 130, 500}) {
+    std::vector<RowRef> refs;
+    std::vector<int64_t> expected;
+    uint64_t state = 12345;
+    refs.push_back({&items[2], 7});  // null
+    expected.push_back(-1);
+    for (int i = 1; i < num_rows; ++i) {
+      state = state * 6364136223846793005u + 1442695040888963407u;
+      const int k = static_cast<int>((state >> 33) % 3);
+      const int64_t r = static_cast<int64_t>((state >> 40) % 300);
+      refs.push_back({&items[k], r});
+      expected.push_back(k == 2 && r == 7 ? -1 : 1000 * k + r);
+    }
+    ASSERT_FALSE(BatchRows(refs).use_runs);
+    const Written out = Write(writer, refs);
+    EXPECT_EQ(Values<int64_t>(out.column.values), expected) << num_rows;
+  }
+}
+
 TEST(DenseWriter, UnpacksBools) {
   DecodedItem item;
   item.num_rows = 10;
