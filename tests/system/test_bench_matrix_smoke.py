@@ -40,8 +40,8 @@ def test_matrix_table_rows_and_checked_limits(tmp_path):
         assert s["status"] == "ok", s
         assert f"| {s['title']} | 3,000 |" in md
         # Every candidate limit ran its check against the reference, and every one is equal.
-        assert {"pyarrow-rg", "pyarrow-rg-pool", "pyarrow-rg-pool-warm", "pyarrow-table", "batch-take",
-                "split-take-fresh", "window-take", "window-torch"} <= set(s["checks"])
+        assert {"pyarrow-rg", "pyarrow-rg-pool", "pyarrow-rg-pool-warm", "pyarrow-table",
+                "batch-take", "split-take-fresh", "window-take", "window-torch"} <= set(s["checks"])
         for cand, check in s["checks"].items():
             if "not installed" in check["detail"]:
                 continue

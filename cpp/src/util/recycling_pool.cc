@@ -148,8 +148,7 @@ arrow::Status RecyclingPool::Reallocate(int64_t old_size, int64_t new_size, int6
   std::memcpy(moved, *ptr, static_cast<size_t>(std::min(old_size, new_size)));
   Free(*ptr, old_size, alignment);
   *ptr = moved;
-  std::lock_guard<std::mutex> lock(mutex_);
-  copied_ += std::min(old_size, new_size);
+  copied_.fetch_add(std::min(old_size, new_size), std::memory_order_relaxed);
   return arrow::Status::OK();
 }
 
@@ -191,13 +190,12 @@ bool RecyclingPool::ResizeMapping(int64_t old_size, int64_t new_size, uint8_t** 
 
 arrow::Status RecyclingPool::MoveToMapping(int64_t old_size, int64_t new_size, int64_t alignment,
                                            uint8_t** ptr) {
-  int64_t origin = SizeClass(old_size);
   uint8_t* block = nullptr;
-  Mapping mapping{0, origin};
+  Mapping mapping{0, SizeClass(old_size)};
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = shrunk_.find(*ptr); it != shrunk_.end()) origin = mapping.origin = it->second;
-    if (auto it = grown_.find(origin); it != grown_.end() && !it->second.empty()) {
+    if (auto it = shrunk_.find(*ptr); it != shrunk_.end()) mapping.origin = it->second;
+    if (auto it = grown_.find(mapping.origin); it != grown_.end() && !it->second.empty()) {
       block = it->second.back().first;
       mapping = it->second.back().second;
       it->second.pop_back();
@@ -229,7 +227,7 @@ arrow::Status RecyclingPool::MoveToMapping(int64_t old_size, int64_t new_size, i
   in_use_ += new_size;
   total_ += new_size;
   ++allocations_;
-  copied_ += old_size;
+  copied_.fetch_add(old_size, std::memory_order_relaxed);
   return arrow::Status::OK();
 }
 
@@ -324,9 +322,6 @@ int64_t RecyclingPool::reused() const {
   return reused_;
 }
 
-int64_t RecyclingPool::copied_bytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return copied_;
-}
+int64_t RecyclingPool::copied_bytes() const { return copied_.load(std::memory_order_relaxed); }
 
 }  // namespace stoker

@@ -18,6 +18,7 @@
 
 #include <arrow/memory_pool.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -85,7 +86,7 @@ class RecyclingPool final : public arrow::MemoryPool {
   int64_t total_ = 0;
   int64_t allocations_ = 0;
   int64_t reused_ = 0;
-  int64_t copied_ = 0;
+  std::atomic<int64_t> copied_{0};  // counted outside the lock
 };
 
 }  // namespace stoker
