@@ -15,7 +15,9 @@ namespace {
 constexpr int64_t kMinKept = 32 << 10;
 // Kept blocks are 64-byte aligned: Arrow's default, and what its buffers ask for.
 constexpr int64_t kAlignment = 64;
-constexpr int kBudgetShare = 4;  // keep at most budget / kBudgetShare
+// Kept blocks may fill what the budget's decoded data leaves unused, and at least
+// budget / kBudgetShare (where decoding uses it all, or more).
+constexpr int kBudgetShare = 4;
 // A block stays in place when resized to at least 1 - 1/kMaxSlack of it (the classes' slack).
 constexpr int64_t kMaxSlack = 8;
 
@@ -28,7 +30,9 @@ int64_t SizeClass(int64_t size) {
   return (size + step - 1) / step * step;
 }
 
-bool Kept(int64_t size, int64_t alignment) { return size >= kMinKept && alignment <= kAlignment; }
+bool Keepable(int64_t size, int64_t alignment) {
+  return size >= kMinKept && alignment <= kAlignment;
+}
 
 // Growth to less than this is copied (a few pages); from here on the buffer moves to a mapping.
 constexpr int64_t kMapMin = 256 << 10;
@@ -68,14 +72,18 @@ RecyclingPool::Budget::~Budget() {
   RecyclingPool* pool = Get();
   std::lock_guard<std::mutex> lock(pool->mutex_);
   pool->budget_ -= bytes_;
-  // The last loader gone, the kept blocks stay for the next one (a reader opened per epoch,
-  // as Petastorm's examples do, would otherwise fault in fresh pages every epoch); nothing more
-  // is kept until a loader opens, and ReleaseUnused() frees them.
-  if (pool->budget_ > 0) pool->TrimLocked(pool->budget_ / kBudgetShare);
+  // The last loader gone, a quarter of its budget stays kept for the next one (a reader opened
+  // per epoch, as Petastorm's examples do, would otherwise fault in fresh pages every epoch);
+  // nothing more is kept until a loader opens, and ReleaseUnused() frees them.
+  pool->TrimLocked(pool->budget_ > 0 ? pool->LimitLocked() : bytes_ / kBudgetShare);
+}
+
+int64_t RecyclingPool::LimitLocked() const {
+  return std::max(budget_ / kBudgetShare, budget_ - in_use_);
 }
 
 arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t** out) {
-  if (!Kept(size, alignment)) {
+  if (!Keepable(size, alignment)) {
     ARROW_RETURN_NOT_OK(base_->Allocate(size, alignment, out));
     std::lock_guard<std::mutex> lock(mutex_);
     in_use_ += size;
@@ -84,20 +92,23 @@ arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t**
     return arrow::Status::OK();
   }
   const int64_t size_class = SizeClass(size);
+  std::vector<Kept> released;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     in_use_ += size;
     total_ += size;
     ++allocations_;
-    auto it = free_.find(size_class);
-    if (it != free_.end() && !it->second.empty()) {
-      *out = it->second.back();
-      it->second.pop_back();
-      cached_ -= size_class;
+    Kept kept;
+    if (TakeLocked(&free_, size_class, &kept)) {
+      *out = kept.ptr;
       ++reused_;
       return arrow::Status::OK();
     }
+    // Fresh memory: what is kept shrinks as the data in use grows (with no loader open, what
+    // the last one left stays for the next).
+    while (budget_ > 0 && cached_ > LimitLocked()) released.push_back(PopOldestLocked());
   }
+  for (const Kept& kept : released) Release(kept);
   arrow::Status status = base_->Allocate(size_class, kAlignment, out);
   if (!status.ok()) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -112,7 +123,7 @@ arrow::Status RecyclingPool::Reallocate(int64_t old_size, int64_t new_size, int6
                                         uint8_t** ptr) {
   arrow::Status status;
   if (ResizeMapping(old_size, new_size, ptr, &status)) return status;
-  const bool kept_old = Kept(old_size, alignment), kept_new = Kept(new_size, alignment);
+  const bool kept_old = Keepable(old_size, alignment), kept_new = Keepable(new_size, alignment);
   if (!kept_old && !kept_new) {
     ARROW_RETURN_NOT_OK(base_->Reallocate(old_size, new_size, alignment, ptr));
     std::lock_guard<std::mutex> lock(mutex_);
@@ -195,11 +206,10 @@ arrow::Status RecyclingPool::MoveToMapping(int64_t old_size, int64_t new_size, i
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto it = shrunk_.find(*ptr); it != shrunk_.end()) mapping.origin = it->second;
-    if (auto it = grown_.find(mapping.origin); it != grown_.end() && !it->second.empty()) {
-      block = it->second.back().first;
-      mapping = it->second.back().second;
-      it->second.pop_back();
-      cached_ -= mapping.size;
+    Kept kept;
+    if (TakeLocked(&grown_, mapping.origin, &kept)) {
+      block = kept.ptr;
+      mapping.size = kept.bytes;
       ++reused_;
     }
   }
@@ -232,57 +242,74 @@ arrow::Status RecyclingPool::MoveToMapping(int64_t old_size, int64_t new_size, i
 }
 
 void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
-  int64_t size_class = SizeClass(size);
+  std::vector<Kept> released;
+  bool to_base = false;
   {
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     in_use_ -= size;
+    const int64_t limit = LimitLocked();
     if (auto it = mapped_.find(buffer); it != mapped_.end()) {
       const Mapping mapping = it->second;
       mapped_.erase(it);
-      if (cached_ + mapping.size <= budget_ / kBudgetShare) {
-        grown_[mapping.origin].emplace_back(buffer, mapping);
-        cached_ += mapping.size;
-        return;
+      released = KeepLocked({buffer, mapping.size, mapping.origin, true}, limit);
+    } else if (Keepable(size, alignment)) {
+      int64_t size_class = SizeClass(size);
+      if (auto it = shrunk_.find(buffer); it != shrunk_.end()) {
+        size_class = it->second;
+        shrunk_.erase(it);
       }
-      lock.unlock();
-      munmap(buffer, static_cast<size_t>(mapping.size));
-      return;
-    }
-    if (!Kept(size, alignment)) {
-      lock.unlock();
-      base_->Free(buffer, size, alignment);
-      return;
-    }
-    if (auto it = shrunk_.find(buffer); it != shrunk_.end()) {
-      size_class = it->second;
-      shrunk_.erase(it);
-    }
-    if (cached_ + size_class <= budget_ / kBudgetShare) {
-      free_[size_class].push_back(buffer);
-      cached_ += size_class;
-      return;
+      released = KeepLocked({buffer, size_class, size_class, false}, limit);
+    } else {
+      to_base = true;
     }
   }
-  base_->Free(buffer, size_class, kAlignment);
+  if (to_base) base_->Free(buffer, size, alignment);
+  for (const Kept& kept : released) Release(kept);
+}
+
+std::vector<RecyclingPool::Kept> RecyclingPool::KeepLocked(const Kept& kept, int64_t limit) {
+  if (kept.bytes > limit) return {kept};
+  std::vector<Kept> released;
+  while (cached_ + kept.bytes > limit) released.push_back(PopOldestLocked());
+  kept_.push_back(kept);
+  (kept.mapping ? grown_ : free_)[kept.key].push_back(std::prev(kept_.end()));
+  cached_ += kept.bytes;
+  return released;
+}
+
+bool RecyclingPool::TakeLocked(ByKey* by_key, int64_t key, Kept* out) {
+  auto it = by_key->find(key);
+  if (it == by_key->end()) return false;
+  *out = *it->second.back();
+  kept_.erase(it->second.back());
+  it->second.pop_back();
+  if (it->second.empty()) by_key->erase(it);
+  cached_ -= out->bytes;
+  return true;
+}
+
+void RecyclingPool::Release(const Kept& kept) {
+  if (kept.mapping) {
+    munmap(kept.ptr, static_cast<size_t>(kept.bytes));
+  } else {
+    base_->Free(kept.ptr, kept.key, kAlignment);
+  }
+}
+
+RecyclingPool::Kept RecyclingPool::PopOldestLocked() {
+  const Kept oldest = kept_.front();
+  // The oldest entry is also the oldest of its key: the front of that key's queue.
+  ByKey& by_key = oldest.mapping ? grown_ : free_;
+  auto it = by_key.find(oldest.key);
+  it->second.pop_front();
+  if (it->second.empty()) by_key.erase(it);
+  kept_.pop_front();
+  cached_ -= oldest.bytes;
+  return oldest;
 }
 
 void RecyclingPool::TrimLocked(int64_t limit) {
-  for (auto it = grown_.begin(); it != grown_.end() && cached_ > limit;) {
-    while (!it->second.empty() && cached_ > limit) {
-      munmap(it->second.back().first, static_cast<size_t>(it->second.back().second.size));
-      cached_ -= it->second.back().second.size;
-      it->second.pop_back();
-    }
-    it = it->second.empty() ? grown_.erase(it) : std::next(it);
-  }
-  for (auto it = free_.begin(); it != free_.end() && cached_ > limit;) {
-    while (!it->second.empty() && cached_ > limit) {
-      base_->Free(it->second.back(), it->first, kAlignment);
-      it->second.pop_back();
-      cached_ -= it->first;
-    }
-    it = it->second.empty() ? free_.erase(it) : std::next(it);
-  }
+  while (cached_ > limit) Release(PopOldestLocked());
 }
 
 void RecyclingPool::ReleaseUnused() {

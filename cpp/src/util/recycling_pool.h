@@ -2,10 +2,15 @@
 // buffers (Parquet pages, decoded arrays, transformed rows) are the same few sizes row group
 // after row group, and the default allocator hands such memory back to the kernel shortly after
 // it is freed. Touching it again then costs a page fault and the kernel zeroing the page (5-10%
-// of a cold epoch on a small VM, more with a shuffle window keeping items alive longer). Kept
-// blocks are bounded by the open loaders' budgets: a quarter of the sum of their
-// prefetch_bytes. When the last loader closes, the blocks kept then stay for the next loader
-// (no more are kept until one opens); ReleaseUnused() frees them.
+// of a cold epoch on a small VM, more with a shuffle window keeping items alive longer).
+//
+// Kept blocks are bounded by the open loaders' budgets (the sum of their prefetch_bytes): kept
+// and in-use bytes together stay within it, and at least a quarter of it may be kept. A freed
+// block that does not fit makes room by handing back the blocks kept longest (least recently
+// freed): blocks freed together at an epoch's end would otherwise hold the room for good while
+// those freed every row group were refused and faulted in afresh. When the last loader closes,
+// up to a quarter of its budget stays kept for the next loader (no more are kept until one
+// opens); ReleaseUnused() frees them.
 //
 // Buffers that grow past their block (Arrow's record reader doubles a list column's value and
 // level buffers as it reads, then trims them to size) move into anonymous mappings, which
@@ -20,6 +25,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <list>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -66,7 +73,27 @@ class RecyclingPool final : public arrow::MemoryPool {
     int64_t origin;  // the size class of the block its buffer grew from
   };
 
+  // A freed block or mapping held for reuse.
+  struct Kept {
+    uint8_t* ptr;
+    int64_t bytes;  // of cached_: the block's size class, or the mapping's size
+    int64_t key;    // the size class (a block) or the origin class (a mapping)
+    bool mapping;
+  };
+  using KeptList = std::list<Kept>;
+  using ByKey = std::unordered_map<int64_t, std::deque<KeptList::iterator>>;  // newest last
+
   RecyclingPool();
+  // The most kept bytes: what the open loaders' budgets leave beside the bytes in use, and at
+  // least a quarter of the budgets.
+  int64_t LimitLocked() const;
+  // Keeps `kept`, handing back the oldest kept blocks to make room; returns what the caller
+  // releases (after unlocking): those blocks, or `kept` itself if it exceeds `limit` alone.
+  std::vector<Kept> KeepLocked(const Kept& kept, int64_t limit);
+  // The newest kept entry of `key` in `by_key`, taken out; false if there is none.
+  bool TakeLocked(ByKey* by_key, int64_t key, Kept* out);
+  Kept PopOldestLocked();          // takes out the least recently freed entry (one must exist)
+  void Release(const Kept& kept);  // to the allocator, or munmap
   void TrimLocked(int64_t limit);  // frees kept blocks until at most `limit` bytes remain
   // Resizes the live mapping at *ptr (growing may move it); false if not a mapping.
   bool ResizeMapping(int64_t old_size, int64_t new_size, uint8_t** ptr, arrow::Status* status);
@@ -76,10 +103,11 @@ class RecyclingPool final : public arrow::MemoryPool {
 
   arrow::MemoryPool* const base_;
   mutable std::mutex mutex_;
-  std::unordered_map<int64_t, std::vector<uint8_t*>> free_;  // by size class
+  KeptList kept_;  // every kept block and mapping, least recently freed first
+  ByKey free_;     // kept blocks by size class
+  ByKey grown_;    // kept mappings by origin class
   std::unordered_map<uint8_t*, int64_t> shrunk_;  // live blocks trimmed in place: their class
   std::unordered_map<uint8_t*, Mapping> mapped_;  // live mappings
-  std::unordered_map<int64_t, std::vector<std::pair<uint8_t*, Mapping>>> grown_;  // by origin
   int64_t cached_ = 0;
   int64_t budget_ = 0;  // sum of the live Budgets
   int64_t in_use_ = 0;

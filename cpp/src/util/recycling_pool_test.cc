@@ -20,7 +20,8 @@ TEST(RecyclingPool, KeepsFreedBlocksOnlyWithinTheBudgets) {
     EXPECT_EQ(pool->cached_bytes(), 0);
   }
   {
-    RecyclingPool::Budget budget(16 << 20);  // keeps up to 4 MiB
+    // Keeps what 16 MiB leave beside the bytes in use, and at least 4 MiB.
+    RecyclingPool::Budget budget(16 << 20);
     const int64_t reused = pool->reused();
     ASSERT_TRUE(pool->Allocate(1 << 20, 64, &block).ok());
     std::memset(block, 7, 1 << 20);
@@ -40,31 +41,87 @@ TEST(RecyclingPool, KeepsFreedBlocksOnlyWithinTheBudgets) {
     EXPECT_EQ(block[(1 << 20) - 1], 7);
     pool->Free(block, 3 << 20, 64);
     EXPECT_EQ(pool->cached_bytes(), (1 << 20) + (3 << 20));
-    // Beyond the budget's share a freed block goes back to the allocator.
+    // 12 MiB in use: a quarter of the budget is kept, and fresh memory hands back the oldest.
+    std::vector<uint8_t*> held(3);
+    for (auto& b : held) ASSERT_TRUE(pool->Allocate(4 << 20, 64, &b).ok());
+    EXPECT_EQ(pool->cached_bytes(), 4 << 20);
     std::vector<uint8_t*> blocks(4);
     for (auto& b : blocks) ASSERT_TRUE(pool->Allocate(2 << 20, 64, &b).ok());
+    EXPECT_EQ(pool->cached_bytes(), 4 << 20);  // 20 MiB in use: the quarter
     for (auto& b : blocks) pool->Free(b, 2 << 20, 64);
-    EXPECT_LE(pool->cached_bytes(), 4 << 20);
+    EXPECT_EQ(pool->cached_bytes(), 4 << 20);
+    // Freed, the held blocks fit what the budget leaves: kept and in use stay within 16 MiB.
+    for (auto& b : held) {
+      pool->Free(b, 4 << 20, 64);
+      EXPECT_LE(pool->cached_bytes() + pool->bytes_allocated(), 16 << 20);
+    }
+    EXPECT_EQ(pool->cached_bytes(), 16 << 20);
     // Small blocks are never kept.
     ASSERT_TRUE(pool->Allocate(1000, 64, &block).ok());
     pool->Free(block, 1000, 64);
-    EXPECT_LE(pool->cached_bytes(), 4 << 20);
+    EXPECT_EQ(pool->cached_bytes(), 16 << 20);
   }
-  // The last budget gone: the kept blocks stay for the next loader, bounded as before, but no
-  // more are kept; ReleaseUnused() frees them.
-  const int64_t kept = pool->cached_bytes();
-  EXPECT_GT(kept, 0);
-  EXPECT_LE(kept, 4 << 20);
+  // The last budget gone: a quarter of it stays kept (the most recently freed) for the next
+  // loader, but no more are kept; ReleaseUnused() frees them.
+  EXPECT_EQ(pool->cached_bytes(), 4 << 20);
   ASSERT_TRUE(pool->Allocate(8 << 20, 64, &block).ok());
   pool->Free(block, 8 << 20, 64);
-  EXPECT_EQ(pool->cached_bytes(), kept);
+  EXPECT_EQ(pool->cached_bytes(), 4 << 20);
   {
     RecyclingPool::Budget next(16 << 20);
     const int64_t reused = pool->reused();
-    ASSERT_TRUE(pool->Allocate(1 << 20, 64, &block).ok());  // a block the last loader freed
+    ASSERT_TRUE(pool->Allocate(4 << 20, 64, &block).ok());  // a block the last loader freed
     EXPECT_EQ(pool->reused(), reused + 1);
-    pool->Free(block, 1 << 20, 64);
+    pool->Free(block, 4 << 20, 64);
   }
+  pool->ReleaseUnused();
+  EXPECT_EQ(pool->cached_bytes(), 0);
+  EXPECT_EQ(pool->bytes_allocated(), 0);
+}
+
+// Blocks freed once in a burst (an epoch's end) must not hold the room against the blocks freed
+// row group after row group: a freed block that does not fit hands back the least recently freed.
+TEST(RecyclingPool, AFullBudgetHandsBackTheBlocksKeptLongest) {
+  RecyclingPool* pool = RecyclingPool::Get();
+  pool->ReleaseUnused();
+  RecyclingPool::Budget budget(16 << 20);
+  uint8_t* in_use = nullptr;  // 12 MiB in use: 4 MiB may be kept
+  ASSERT_TRUE(pool->Allocate(12 << 20, 64, &in_use).ok());
+  std::vector<uint8_t*> burst(4);
+  for (auto& b : burst) ASSERT_TRUE(pool->Allocate(1 << 20, 64, &b).ok());
+  for (auto& b : burst) pool->Free(b, 1 << 20, 64);
+  EXPECT_EQ(pool->cached_bytes(), 4 << 20);
+  // The recurring block (another class) is kept, in place of the two oldest of the burst...
+  uint8_t* recurring = nullptr;
+  ASSERT_TRUE(pool->Allocate(2 << 20, 64, &recurring).ok());
+  uint8_t* const first = recurring;
+  pool->Free(recurring, 2 << 20, 64);
+  EXPECT_EQ(pool->cached_bytes(), 4 << 20);
+  // ... and comes back each time it is asked for again.
+  for (int round = 0; round < 3; ++round) {
+    const int64_t reused = pool->reused();
+    ASSERT_TRUE(pool->Allocate(2 << 20, 64, &recurring).ok());
+    EXPECT_EQ(recurring, first);
+    EXPECT_EQ(pool->reused(), reused + 1);
+    pool->Free(recurring, 2 << 20, 64);
+  }
+  // The burst's two newest blocks are still kept (newest first), its two oldest were handed back.
+  const int64_t reused = pool->reused();
+  uint8_t* again[3];
+  for (auto& b : again) ASSERT_TRUE(pool->Allocate(1 << 20, 64, &b).ok());
+  EXPECT_EQ(again[0], burst[3]);
+  EXPECT_EQ(again[1], burst[2]);
+  EXPECT_EQ(pool->reused(), reused + 2);
+  // Freed again, the three make room by handing back the recurring block, now the oldest.
+  for (auto& b : again) pool->Free(b, 1 << 20, 64);
+  EXPECT_EQ(pool->cached_bytes(), 3 << 20);
+  // A block larger than the room is not kept, and hands nothing back.
+  uint8_t* big = nullptr;
+  ASSERT_TRUE(pool->Allocate(20 << 20, 64, &big).ok());
+  pool->Free(big, 20 << 20, 64);
+  EXPECT_EQ(pool->cached_bytes(), 3 << 20);
+  pool->Free(in_use, 12 << 20, 64);
+  EXPECT_EQ(pool->cached_bytes(), 15 << 20);  // nothing in use: the whole budget is room
   pool->ReleaseUnused();
   EXPECT_EQ(pool->cached_bytes(), 0);
   EXPECT_EQ(pool->bytes_allocated(), 0);
