@@ -10,7 +10,9 @@ limits (``bench.matrix_limits``):
   gather (checked equal to fancy indexing);
 - first batch in batch times: the cold epoch's time to its first batch (from before ``Loader(...)``)
   over its steady-state time per batch; and the same after the constructor returned (the epoch's
-  own wait: a categorical shape's constructor builds its vocabularies).
+  own wait: a categorical shape's constructor builds its vocabularies);
+- shuffled / unshuffled: the cold and the warm shuffled epoch against the same loader with
+  ``shuffle=False`` (what the row shuffle costs; the target is >= 0.9).
 
 Every measurement runs in a fresh process (``bench.jobs.run_job``, module ``bench.matrix``);
 medians over the repeats. The in-memory gathers share one process per repeat (their arrays are
@@ -49,6 +51,9 @@ def _stoker_batches(job, shape):
 
     opts = ms.stoker_options(shape, job["threads"], job["seed"])
     variant = job["variant"]
+    if variant.endswith("-ordered"):  # the same loader without the row shuffle
+        opts["shuffle"] = False
+        variant = variant[: -len("-ordered")]
     if variant in ("fill", "warm"):
         job["_cache_dir"] = opts["cache_dir"] = tempfile.mkdtemp(prefix=f"stoker-matrix-{variant}-")
     if variant == "warm":
@@ -282,7 +287,7 @@ def run_shape(shape: ms.Shape, data_root: str, threads: int, repeats: int, full:
     base = {"shape": shape.name, "path": path, "threads": threads, "seed": seed,
             "vocab": vocab_path}
     runs: Dict[str, List[dict]] = {}
-    stoker_variants = ["cold", "fill", "warm"]
+    stoker_variants = ["cold", "fill", "warm", "cold-ordered", "warm-ordered"]
     decoders = [n for n in ml.readers(shape) if checks[n][0]]
     for rep in range(repeats):
         for v in stoker_variants:
@@ -330,7 +335,7 @@ def run_shape(shape: ms.Shape, data_root: str, threads: int, repeats: int, full:
     out["results"] = summary
     out["raw"] = {k: [{x: y for x, y in r.items() if x != "loader_stats"} for r in v]
                   for k, v in runs.items()}
-    cold, fill, warm = (summary[f"stoker-{v}"] for v in stoker_variants)
+    cold, fill, warm, cold_ordered, warm_ordered = (summary[f"stoker-{v}"] for v in stoker_variants)
 
     def best(names):
         ok = [(summary[n]["rows_per_s"], n) for n in names
@@ -345,6 +350,9 @@ def run_shape(shape: ms.Shape, data_root: str, threads: int, repeats: int, full:
     out["cold_vs_decode"] = ratio(cold, dec_rate)
     out["fill_vs_nocache"] = ratio(fill, cold["rows_per_s"]) if cold.get("status") == "ok" else None
     out["warm_vs_memory"] = ratio(warm, mem_rate)
+    ordered = lambda a, b: ratio(a, b["rows_per_s"]) if b.get("status") == "ok" else None  # noqa: E731
+    out["cold_vs_ordered"] = ordered(cold, cold_ordered)
+    out["warm_vs_ordered"] = ordered(warm, warm_ordered)
     out["first_batch_batches"] = (cold["first_batch_s"] / cold["batch_s"]
                                   if cold.get("status") == "ok" and cold.get("batch_s") else None)
     out["first_after_open_batches"] = (
@@ -373,11 +381,12 @@ def markdown(report: dict) -> str:
              "is weak, flagged). Each limit is the fastest of its candidates whose output equals the "
              "NumPy reference; the winner is named.", "",
              "| shape | rows | cold / decode limit | fill / no cache | warm / memory limit | "
-             "first batch (batch times) | after open | decode limit won | memory limit won | flags |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
+             "first batch (batch times) | after open | shuffled / unshuffled: cold, warm | "
+             "decode limit won | memory limit won | flags |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
     for name, s in report["shapes"].items():
         if s["status"] != "ok":
-            lines.append(f"| {s['title']} | - | {s['status']}: {s['reason']} | | | | | | | |")
+            lines.append(f"| {s['title']} | - | {s['status']}: {s['reason']} | | | | | | | | |")
             continue
         flags = ", ".join(f"{w} limit weak" for w in s["weak_limits"])
         unchecked = [k for k, c in s["checks"].items() if not c["equal"]]
@@ -388,6 +397,7 @@ def markdown(report: dict) -> str:
             f"| {s['title']} | {s['rows']:,} | {_f(s['cold_vs_decode'])} | {_f(s['fill_vs_nocache'])} | "
             f"{_f(s['warm_vs_memory'])} | {_f(s['first_batch_batches'], '.1f')} | "
             f"{_f(s.get('first_after_open_batches'), '.1f')} | "
+            f"{_f(s.get('cold_vs_ordered'))}, {_f(s.get('warm_vs_ordered'))} | "
             f"{d['reader'] or '-'} ({_f(d['rows_per_s'], ',.0f')} rows/s) | "
             f"{mm['gather'] or '-'} ({_f(mm['rows_per_s'], ',.0f')} rows/s) | {flags} |")
     lines += ["", "## Rows/s of every measure (medians)", "",

@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
@@ -34,7 +36,8 @@ def test_matrix_table_rows_and_checked_limits(tmp_path):
         line for line in md.splitlines() if line.startswith("| shape | rows |")))].strip("|").split("|")]
     assert header == ["shape", "rows", "cold / decode limit", "fill / no cache",
                       "warm / memory limit", "first batch (batch times)", "after open",
-                      "decode limit won", "memory limit won", "flags"]
+                      "shuffled / unshuffled: cold, warm", "decode limit won", "memory limit won",
+                      "flags"]
     for name in ("wide", "ragged"):
         s = report["shapes"][name]
         assert s["status"] == "ok", s
@@ -49,11 +52,16 @@ def test_matrix_table_rows_and_checked_limits(tmp_path):
         # The winners are checked candidates, and stoker delivered every row in each measure.
         assert s["checks"][s["decode_limit"]["reader"]]["equal"]
         assert s["checks"][s["memory_limit"]["gather"]]["equal"]
-        for variant in ("stoker-cold", "stoker-fill", "stoker-warm"):
+        for variant in ("stoker-cold", "stoker-fill", "stoker-warm", "stoker-cold-ordered",
+                        "stoker-warm-ordered"):
             r = s["results"][variant]
             assert r["status"] == "ok" and r["rows"] == 3000, (name, variant, r)
-        for key in ("cold_vs_decode", "fill_vs_nocache", "warm_vs_memory"):
+        for key in ("cold_vs_decode", "fill_vs_nocache", "warm_vs_memory", "cold_vs_ordered",
+                    "warm_vs_ordered"):
             assert s[key] is not None and s[key] > 0, (name, key)
+        # The shuffle's cost compares the same loader with and without it.
+        assert s["cold_vs_ordered"] == pytest.approx(
+            s["results"]["stoker-cold"]["rows_per_s"] / s["results"]["stoker-cold-ordered"]["rows_per_s"])
         # The constructor's time is measured, and the first batch after it is part of the first.
         assert 0 < s["results"]["stoker-cold"]["open_s"] < s["results"]["stoker-cold"]["first_batch_s"]
         if s["first_batch_batches"] == s["first_batch_batches"]:  # NaN with one batch (3,000 rows)
