@@ -272,7 +272,8 @@ struct WriterOptions {
   /// with a tensor cache or pin_memory.
   bool lend = true;
   /// PackedRuns get a PackedWriter (and a tensor cache stores them packed): when rows are
-  /// shuffled; unshuffled batches copy runs of rows from each column at once.
+  /// shuffled and a tensor cache is on; unshuffled batches copy runs of rows from each column at
+  /// once, and without a cache the column gathers cost less than packing each row group.
   bool pack = false;
 };
 

@@ -109,14 +109,16 @@ PlanOptions MakePlanOptions(const OrderOptions& order, int64_t shuffle_window_ro
 
 // What the column writers need: the padding flag, whether a batch may borrow an item's buffer
 // (not with a tensor cache, whose entries are mapped, nor with pinned slabs), and whether plain
-// columns are packed by rows: when rows are shuffled (the tensor cache then stores them packed;
-// unshuffled batches copy runs of rows from columns, 1.3-1.6x faster than from packed rows).
+// columns are packed by rows: when rows are shuffled and a tensor cache stores them packed (a warm
+// epoch gathers rows from its mapped entries). Unshuffled batches copy runs of rows from columns,
+// 1.3-1.6x faster than from packed rows; without a cache, packing each decoded row group cost
+// more than the column gathers (128 rows ahead) it spared.
 WriterOptions MakeWriterOptions(const LoaderOptions& options, const PlanOptions& plan) {
   WriterOptions writer;
   writer.padding_mask = options.order.padding_mask;
   writer.padding_name = options.order.padding_name;
   writer.lend = options.cache.dir.empty() && !options.execution.pin_memory;
-  writer.pack = plan.shuffle && plan.shuffle_window_rows > 1;
+  writer.pack = plan.shuffle && plan.shuffle_window_rows > 1 && !options.cache.dir.empty();
   return writer;
 }
 

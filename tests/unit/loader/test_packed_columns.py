@@ -1,6 +1,6 @@
-"""Eight or more adjacent plain scalar columns are packed by rows when rows are shuffled
-(cpp/src/batch/README.md, PackedWriter; with a cache_dir the entries hold them packed): what is
-delivered must not change. Every value is checked against the table written, row by row through
+"""Eight or more adjacent plain scalar columns are packed by rows when rows are shuffled and a
+cache_dir holds them (cpp/src/batch/README.md, PackedWriter; the entries hold them packed; without
+a cache they are gathered column by column): what is delivered must not change. Every value is checked against the table written, row by row through
 the id column, for every dtype width; a row group with nulls (filled with fill_null) is read
 column by column beside packed ones."""
 
@@ -62,7 +62,7 @@ def test_packed_columns_deliver_the_table_written(dataset, tmp_path):
     batches = list(stoker.Loader(root, **options))
     ids = np.concatenate([b["id"] for b in batches])
     assert sorted(ids.tolist()) == list(range(ROWS))
-    assert not np.array_equal(ids, np.arange(ROWS))  # shuffled: the packed route
+    assert not np.array_equal(ids, np.arange(ROWS))  # shuffled, no cache: the column gathers
     for batch in batches:
         want = expected(columns, np.asarray(batch["id"]))
         assert list(batch) == list(DTYPES)
