@@ -145,7 +145,7 @@ class Mapping {
 /// Maps the first `size` bytes of `fd` read-only (and populated).
 Result<std::shared_ptr<Mapping>> MapFile(int fd, int64_t size, const std::string& path);
 
-/// Writes `iov` fully, at most 8 MiB per writev(); `on_write` (may be empty) runs after each
+/// Writes `iov` fully, at most 256 KiB per writev(); `on_write` (may be empty) runs after each
 /// writev() with the bytes written so far.
 Status WriteAll(int fd, std::vector<iovec> iov, const std::string& path,
                 const std::function<void(int64_t)>& on_write);
