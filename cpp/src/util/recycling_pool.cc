@@ -70,12 +70,16 @@ RecyclingPool::Budget::Budget(int64_t bytes) : bytes_(std::max<int64_t>(0, bytes
 
 RecyclingPool::Budget::~Budget() {
   RecyclingPool* pool = Get();
-  std::lock_guard<std::mutex> lock(pool->mutex_);
-  pool->budget_ -= bytes_;
-  // The last loader gone, a quarter of its budget stays kept for the next one (a reader opened
-  // per epoch, as Petastorm's examples do, would otherwise fault in fresh pages every epoch);
-  // nothing more is kept until a loader opens, and ReleaseUnused() frees them.
-  pool->TrimLocked(pool->budget_ > 0 ? pool->LimitLocked() : bytes_ / kBudgetShare);
+  std::vector<Kept> released;
+  {
+    std::lock_guard<std::mutex> lock(pool->mutex_);
+    pool->budget_ -= bytes_;
+    // The last loader gone, a quarter of its budget stays kept for the next one (a reader opened
+    // per epoch, as Petastorm's examples do, would otherwise fault in fresh pages every epoch);
+    // nothing more is kept until a loader opens, and ReleaseUnused() frees them.
+    released = pool->EvictLocked(pool->budget_ > 0 ? pool->LimitLocked() : bytes_ / kBudgetShare);
+  }
+  for (const Kept& kept : released) pool->Release(kept);
 }
 
 int64_t RecyclingPool::LimitLocked() const {
@@ -106,7 +110,7 @@ arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t**
     }
     // Fresh memory: what is kept shrinks as the data in use grows (with no loader open, what
     // the last one left stays for the next).
-    while (budget_ > 0 && cached_ > LimitLocked()) released.push_back(PopOldestLocked());
+    if (budget_ > 0) released = EvictLocked(LimitLocked());
   }
   for (const Kept& kept : released) Release(kept);
   arrow::Status status = base_->Allocate(size_class, kAlignment, out);
@@ -269,8 +273,7 @@ void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
 
 std::vector<RecyclingPool::Kept> RecyclingPool::KeepLocked(const Kept& kept, int64_t limit) {
   if (kept.bytes > limit) return {kept};
-  std::vector<Kept> released;
-  while (cached_ + kept.bytes > limit) released.push_back(PopOldestLocked());
+  std::vector<Kept> released = EvictLocked(limit - kept.bytes);
   kept_.push_back(kept);
   (kept.mapping ? grown_ : free_)[kept.key].push_back(std::prev(kept_.end()));
   cached_ += kept.bytes;
@@ -296,27 +299,29 @@ void RecyclingPool::Release(const Kept& kept) {
   }
 }
 
-RecyclingPool::Kept RecyclingPool::PopOldestLocked() {
-  const Kept oldest = kept_.front();
-  // The oldest entry is also the oldest of its key: the front of that key's queue.
-  ByKey& by_key = oldest.mapping ? grown_ : free_;
-  auto it = by_key.find(oldest.key);
-  it->second.pop_front();
-  if (it->second.empty()) by_key.erase(it);
-  kept_.pop_front();
-  cached_ -= oldest.bytes;
-  return oldest;
-}
-
-void RecyclingPool::TrimLocked(int64_t limit) {
-  while (cached_ > limit) Release(PopOldestLocked());
+std::vector<RecyclingPool::Kept> RecyclingPool::EvictLocked(int64_t limit) {
+  std::vector<Kept> released;
+  while (cached_ > limit) {
+    const Kept oldest = kept_.front();
+    // The oldest entry is also the oldest of its key: the front of that key's queue.
+    ByKey& by_key = oldest.mapping ? grown_ : free_;
+    auto it = by_key.find(oldest.key);
+    it->second.pop_front();
+    if (it->second.empty()) by_key.erase(it);
+    kept_.pop_front();
+    cached_ -= oldest.bytes;
+    released.push_back(oldest);
+  }
+  return released;
 }
 
 void RecyclingPool::ReleaseUnused() {
+  std::vector<Kept> released;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    TrimLocked(0);
+    released = EvictLocked(0);
   }
+  for (const Kept& kept : released) Release(kept);
   base_->ReleaseUnused();
 }
 

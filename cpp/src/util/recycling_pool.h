@@ -92,9 +92,10 @@ class RecyclingPool final : public arrow::MemoryPool {
   std::vector<Kept> KeepLocked(const Kept& kept, int64_t limit);
   // The newest kept entry of `key` in `by_key`, taken out; false if there is none.
   bool TakeLocked(ByKey* by_key, int64_t key, Kept* out);
-  Kept PopOldestLocked();          // takes out the least recently freed entry (one must exist)
+  // Takes out the least recently freed entries until at most `limit` bytes stay kept; the
+  // caller releases them after unlocking.
+  std::vector<Kept> EvictLocked(int64_t limit);
   void Release(const Kept& kept);  // to the allocator, or munmap
-  void TrimLocked(int64_t limit);  // frees kept blocks until at most `limit` bytes remain
   // Resizes the live mapping at *ptr (growing may move it); false if not a mapping.
   bool ResizeMapping(int64_t old_size, int64_t new_size, uint8_t** ptr, arrow::Status* status);
   // Moves a buffer that outgrew its block into a mapping: a kept one grown from the same class
