@@ -334,6 +334,14 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
     return not_stored();
   }
   if (follow >= 0) backlog_->Track(follow, file_size);
+  // This object wrote the payload and its checksum from the same bytes: its first Get of the
+  // file checks the header only, as after a Get that hashed it. Taken after the rename (which
+  // moves the change time); any later write to the file moves its times again.
+  {
+    std::lock_guard<std::mutex> lock(touch_mutex_);
+    struct stat st;
+    if (fstat(fd->get(), &st) == 0) verified_.Add(st);
+  }
   counters_.writes.fetch_add(1, std::memory_order_relaxed);
   counters_.bytes_written.fetch_add(payload_size, std::memory_order_relaxed);
   if (!want_entry) return nullptr;

@@ -12,8 +12,9 @@
 //    files; the key in the header rules out collisions), size and an XXH64 checksum of the
 //    payload. A corrupt or truncated entry is deleted, counted in stats().corrupt, and is a miss.
 //    The payload is hashed on the first Get of each version of an entry file in this object
-//    (stats().payload_checks); later Gets of the same file, unchanged since (same inode, size and
-//    times, as left by this object's last read), skip the hash and check the header only.
+//    (stats().payload_checks), unless this object wrote that version (Put, GetOrFill); later
+//    Gets of the same file, unchanged since (same inode, size and times, as left by this
+//    object's last read or write), skip the hash and check the header only.
 //  - Committed entries stay within `max_bytes` and the file system keeps `min_free_bytes` free:
 //    each commit evicts least-recently-used entries (last use = file mtime, set on write and hit).
 //    Entries being written count too: a writer reserves its entry's bytes under the folder lock
