@@ -1130,32 +1130,6 @@ PackedWriter::PackedWriter(std::vector<ColumnSpec> specs, int first_slot, int pa
   run_.first = first_slot;
 }
 
-Status PackedWriter::Prepare(DecodedItem* item) const {
-  const size_t index = static_cast<size_t>(packed_index_);
-  if (item->packed_rows.size() <= index) item->packed_rows.resize(index + 1);
-  if (item->packed_rows[index] != nullptr) return Status::OK();  // the cache's packed block
-  // The head's rows make one batch: gathered from their columns, not packed first (packing
-  // them was about 1 ms of the "many" set's first batch, on its critical path).
-  if (item->head) return Status::OK();
-  std::vector<const uint8_t*> values(run_.count);
-  for (int c = 0; c < run_.count; ++c) {
-    const ColumnSource& src = item->sources[run_.first + c];
-    // A null keeps the item's columns (Fill fills it as DenseWriter does); nothing to pack in
-    // an empty item.
-    if (src.values == nullptr || src.validity != nullptr) return Status::OK();
-    values[c] = src.values;
-  }
-  if (item->num_rows == 0) return Status::OK();
-  ARROW_ASSIGN_OR_RAISE(
-      std::shared_ptr<arrow::Buffer> packed,
-      arrow::AllocateBuffer(item->num_rows * run_.row_bytes, RecyclingPool::Get()));
-  PackRows(run_, values.data(), item->num_rows, packed->mutable_data());
-  item->packed_rows[index] = std::move(packed);
-  // The columns are no longer read; free them (as FeaturesWriter does).
-  for (int c = 0; c < run_.count; ++c) item->sources[run_.first + c] = ColumnSource{};
-  return Status::OK();
-}
-
 void PackedWriter::Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const {
   for (size_t c = 0; c < specs_.size(); ++c) {
     SizeDense(specs_[c], specs_[c].inner_shape, rows.size(), column + c, layout);
@@ -1169,14 +1143,24 @@ Status PackedWriter::Fill(const BatchRows& rows, OutputColumn* column) const {
   // Per item: its packed rows, or null (its rows are read from its columns).
   std::vector<const uint8_t*> packed(num_items, nullptr);
   bool any_unpacked = false;
+  bool any_packed = false;
   for (size_t k = 0; k < num_items; ++k) {
     const DecodedItem& item = *rows.items[k];
     const size_t index = static_cast<size_t>(packed_index_);
     if (index < item.packed_rows.size() && item.packed_rows[index] != nullptr) {
       packed[k] = item.packed_rows[index]->data();
+      any_packed = true;
     } else {
       any_unpacked = true;
     }
+  }
+  if (!any_packed) {
+    // Every row from its columns (decoded this epoch): DenseWriter's prefetching gathers.
+    for (int c = 0; c < num_columns; ++c) {
+      GatherFixedColumn(rows, run_.first + c, specs_[c], specs_[c].dtype, column[c].values.data, 1,
+                        0, n);
+    }
+    return Status::OK();
   }
   // Where each row of a block is (its packed row, or null), found once for all the columns; the
   // next block's rows are found, and asked for, while this one is copied.

@@ -191,16 +191,16 @@ class FeaturesWriter final : public ColumnWriter {
 };
 
 /// A PackedRun (resolve/column_spec.h): `specs` in slots and outputs first_slot.. and output()..
-/// Prepare packs an item's values row by row (DecodedItem::packed_rows[packed_index], unless the
-/// ready-tensor cache delivered them so, one of the columns has a null there, or the item is the
-/// epoch's head, whose rows are a single batch) and frees the
-/// columns; Fill gathers a block of rows at a time, so a shuffled row costs the few cache lines of
-/// its packed row instead of one miss per column (48 columns: 36 -> 17 ms per 100,000 rows,
-/// packing included). Rows of unpacked items come from their columns.
+/// An item read from the ready-tensor cache holds the run's values packed by rows
+/// (DecodedItem::packed_rows[packed_index]); Fill gathers a block of rows at a time from them, so
+/// a shuffled row costs the few cache lines of its packed row instead of one miss per column.
+/// Rows of other items (decoded this epoch: a miss, the head, a row group with a null) come from
+/// their columns, as DenseWriter gathers them: packing a decoded row group first cost more than
+/// the prefetching column gathers (the cache's writer packs the entry it stores, off the epoch's
+/// path).
 class PackedWriter final : public ColumnWriter {
  public:
   PackedWriter(std::vector<ColumnSpec> specs, int first_slot, int packed_index, int output);
-  Status Prepare(DecodedItem* item) const override;
   void Size(const BatchRows& rows, OutputColumn* column, SlabLayout* layout) const override;
   Status Fill(const BatchRows& rows, OutputColumn* column) const override;
 

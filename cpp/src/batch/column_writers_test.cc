@@ -13,6 +13,7 @@
 
 #include "batch/assembler.h"
 #include "batch/slab_pool.h"
+#include "decode/packed_rows.h"
 #include "util/recycling_pool.h"
 
 namespace stoker {
@@ -956,10 +957,11 @@ TEST(PaddingFlagWriter, CopiesEachItemsFlag) {
   EXPECT_EQ(Values<uint8_t>(out.column.values), (std::vector<uint8_t>{0, 1, 1}));
 }
 
-// Nine plain columns of every width (int64, float32, int16, uint8...) over three items: one
-// packed by Prepare (its columns freed), the epoch's head and one with nulls (both kept as
-// columns; the nulls filled with fill_null), rows shuffled across all three. Every output equals
-// its DenseWriter's.
+// Nine plain columns of every width (int64, float32, int16, uint8...) over three items: one with
+// its rows packed (as the ready-tensor cache delivers them: columns gone), one decoded this epoch
+// and one with nulls (both read from their columns; the nulls filled with fill_null), rows
+// shuffled across all three. Every output equals its DenseWriter's, for a batch of all three
+// items, of the packed item's rows alone and of the column items' rows alone.
 TEST(PackedWriter, PackedUnpackedAndHeadItemsGiveWhatDenseWritersGive) {
   const std::vector<DType> dtypes = {DType::kInt64, DType::kFloat32, DType::kInt16,
                                      DType::kUInt8, DType::kFloat64, DType::kInt32,
@@ -1009,23 +1011,30 @@ TEST(PackedWriter, PackedUnpackedAndHeadItemsGiveWhatDenseWritersGive) {
   }
 
   const PackedWriter writer(specs, 1, 0, 3);
-  items[1].head = true;  // the epoch's head: one batch, read from its columns
+  // Item 0 as the cache delivers it: its run packed by rows, no columns.
+  const PackedRun run = MakePackedRun(specs, 0, num_columns);
+  std::vector<const uint8_t*> values(num_columns);
+  for (int c = 0; c < num_columns; ++c) values[c] = items[0].sources[c + 1].values;
+  std::vector<uint8_t> packed_bytes(rows_per_item[0] * run.row_bytes);
+  PackRows(run, values.data(), rows_per_item[0], packed_bytes.data());
+  items[0].packed_rows = {std::make_shared<arrow::Buffer>(
+      packed_bytes.data(), static_cast<int64_t>(packed_bytes.size()))};
+  for (int c = 0; c < num_columns; ++c) items[0].sources[c + 1] = ColumnSource{};
+  // Prepare leaves the others' columns as they are (no packing on the batches' path).
   for (DecodedItem& item : items) ASSERT_TRUE(writer.Prepare(&item).ok());
-  ASSERT_EQ(items[0].packed_rows.size(), 1u);
-  ASSERT_NE(items[0].packed_rows[0], nullptr);
-  EXPECT_EQ(items[0].sources[1].values, nullptr);  // freed
-  for (int k = 1; k < 3; ++k) {  // the head, and an item with a null: kept as columns
-    ASSERT_EQ(items[k].packed_rows.size(), 1u);
-    EXPECT_EQ(items[k].packed_rows[0], nullptr);
+  for (int k = 1; k < 3; ++k) {
+    EXPECT_TRUE(items[k].packed_rows.empty());
     EXPECT_NE(items[k].sources[1].values, nullptr);
   }
 
-  // A batch of all three items, and one of the packed item's rows alone (the fast path).
+  // A batch of all three items, one of the packed item's rows alone and one of the others' rows
+  // alone (the column gathers).
   std::vector<RowRef> packed_only;
+  std::vector<RowRef> columns_only;
   for (const RowRef& ref : refs) {
-    if (ref.item == &items[0]) packed_only.push_back(ref);
+    (ref.item == &items[0] ? packed_only : columns_only).push_back(ref);
   }
-  for (const auto* batch : {&refs, &packed_only}) {
+  for (const auto* batch : {&refs, &packed_only, &columns_only}) {
     const BatchRows rows(*batch);
     std::vector<OutputColumn> columns(num_columns);
     SlabLayout layout;
@@ -1044,11 +1053,11 @@ TEST(PackedWriter, PackedUnpackedAndHeadItemsGiveWhatDenseWritersGive) {
       if (batch == &refs) {
         EXPECT_EQ(got, expected[c]);
       } else {
-        // The same rows, in the same order, as the full batch's rows of item 0.
+        // The same rows, in the same order, as the full batch's rows of those items.
         const int width = DTypeSize(dtypes[c]);
         std::vector<uint8_t> want;
         for (size_t i = 0; i < refs.size(); ++i) {
-          if (refs[i].item != &items[0]) continue;
+          if ((refs[i].item == &items[0]) != (batch == &packed_only)) continue;
           want.insert(want.end(), expected[c].begin() + i * width,
                       expected[c].begin() + (i + 1) * width);
         }

@@ -261,6 +261,10 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Get(const std::string& ns, const 
   return Lookup(ns, key, /*count_miss=*/true);
 }
 
+Result<std::shared_ptr<CacheEntry>> DiskCache::Peek(const std::string& ns, const std::string& key) {
+  return Lookup(ns, key, /*count_miss=*/false);
+}
+
 Status DiskCache::Put(const std::string& ns, const std::string& key, const Parts& parts,
                       WhenDiskBehind when_behind) {
   return PutImpl(ns, key, parts, /*want_entry=*/false, when_behind).status();

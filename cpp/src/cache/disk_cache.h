@@ -126,6 +126,9 @@ class DiskCache {
   /// The verified entry, or nullptr on a miss (absent, corrupt, or another key's file).
   /// Marks the entry as recently used. `ns`: [A-Za-z0-9_-]{1,64}; `key`: any bytes.
   Result<std::shared_ptr<CacheEntry>> Get(const std::string& ns, const std::string& key);
+  /// Get() without counting a miss in stats().misses: for a caller that, on a miss, stores
+  /// nothing (the tensor cache's epoch head), so that misses stay the entries to fill.
+  Result<std::shared_ptr<CacheEntry>> Peek(const std::string& ns, const std::string& key);
 
   /// What Put() does when the disk is behind: earlier entries' pages not yet written exceed
   /// `max_write_backlog_bytes`, or the kernel is about to throttle writers (write_backlog.h).

@@ -224,14 +224,18 @@ class CachedDecoder::Writer {
     return std::shared_ptr<const NamedArrays>(it->second, &it->second->arrays);
   }
 
-  // Queues the entry, or drops it (releasing `key_lock`) when the queue is full or closed.
-  void Submit(const std::string& key, NamedArrays arrays, std::shared_ptr<EntryPayload> payload,
-              std::unique_ptr<DiskCache::KeyLock> key_lock) {
+  // Queues the entry (`arrays`, of `rows` rows, whose `packed` runs the writer packs before
+  // storing), or drops it (releasing `key_lock`) when the queue is full or closed.
+  void Submit(const std::string& key, NamedArrays arrays, std::vector<FeatureBlockPlan> packed,
+              int64_t rows, std::unique_ptr<DiskCache::KeyLock> key_lock) {
     auto job = std::make_shared<Job>();
     job->key = key;
     job->arrays = std::move(arrays);
-    for (const auto& part : payload->parts()) job->bytes += static_cast<int64_t>(part.second);
-    job->payload = std::move(payload);
+    job->packed = std::move(packed);
+    job->rows = rows;
+    for (const auto& [name, array] : job->arrays) {
+      job->bytes += arrow::util::TotalBufferSize(*array->data());
+    }
     job->lock = std::move(key_lock);
     std::unique_lock<std::mutex> lock(mutex_);
     if (closed_ || (queued_bytes_ > 0 && queued_bytes_ + job->bytes > budget_) ||
@@ -299,11 +303,21 @@ class CachedDecoder::Writer {
  private:
   struct Job {
     std::string key;
-    NamedArrays arrays;                        // what the payload points into
-    std::shared_ptr<EntryPayload> payload;     // the serialized entry (parts + copies)
+    NamedArrays arrays;                    // as decoded (Pending() hands them out)
+    std::vector<FeatureBlockPlan> packed;  // runs packed into the stored entry
+    int64_t rows = 0;
     std::unique_ptr<DiskCache::KeyLock> lock;  // held until the entry is visible
     int64_t bytes = 0;
   };
+
+  // The entry's bytes: the job's arrays with its runs packed by rows. Packing here, on the
+  // writer's low priority rather than on the worker, keeps it off a saturated epoch's path (the
+  // worker's batches gather from the columns); the payload points into `*entry`.
+  static Result<std::shared_ptr<EntryPayload>> Build(const Job& job, NamedArrays* entry) {
+    *entry = job.arrays;
+    STOKER_RETURN_NOT_OK(BuildBlocks(job.packed, job.rows, entry));
+    return Serialize(*entry, job.rows);
+  }
 
   void Run() {
     // The writer runs on whatever CPU the workers leave (a low priority, per thread on Linux):
@@ -334,8 +348,13 @@ class CachedDecoder::Writer {
     // A failed write (kStorage) only costs the entry: the batch already has its rows. While the
     // disk is behind, the cache skips the entry (counting it in write_skipped) rather than let the
     // kernel put this thread to sleep in write(); a later epoch stores it.
-    const bool written =
-        write && cache_->Put(kNamespace, job->key, job->payload->parts(), when_behind).ok();
+    bool written = false;
+    if (write) {
+      NamedArrays entry;
+      auto payload = Build(*job, &entry);
+      written =
+          payload.ok() && cache_->Put(kNamespace, job->key, (*payload)->parts(), when_behind).ok();
+    }
     job->lock.reset();  // after the entry is visible: waiters now read it
     lock->lock();
     if (!written) ++skipped_;
@@ -388,7 +407,8 @@ CachedDecoder::CachedDecoder(std::shared_ptr<DiskCache> cache,
   changed_ = std::make_unique<std::atomic<bool>[]>(catalog_->files().size());
 }
 
-CachedDecoder::~CachedDecoder() = default;
+// The writer goes first: an entry being written reads spec_'s columns (its packed runs' plans).
+CachedDecoder::~CachedDecoder() { writer_.reset(); }
 
 void CachedDecoder::SetWriteDelayForTesting(int64_t delay_ms) {
   write_delay_ms_for_testing.store(std::max<int64_t>(0, delay_ms));
@@ -458,12 +478,24 @@ Result<DecodedColumns> CachedDecoder::Decode(const Plan& plan, const DecodeTask&
     changed_[rg.file].store(true, std::memory_order_relaxed);
     return false;
   };
+  // Feature blocks are built on the worker (its batches would transpose the features anyway);
+  // packed runs by the writer, for the entry only (batches gather a decoded item's columns).
+  std::vector<FeatureBlockPlan> feature_plans;
+  std::vector<FeatureBlockPlan> packed_plans;
+  for (const FeatureBlockPlan& plan : plans) {
+    (plan.packed ? packed_plans : feature_plans).push_back(plan);
+  }
   auto decode = [&]() -> Result<NamedArrays> {
     STOKER_ASSIGN_OR_RAISE(auto decoded, decode_whole());
     NamedArrays decoded_arrays = std::move(decoded.arrays);
-    STOKER_RETURN_NOT_OK(BuildBlocks(plans, rg.num_rows, &decoded_arrays));
+    STOKER_RETURN_NOT_OK(BuildBlocks(feature_plans, rg.num_rows, &decoded_arrays));
     return decoded_arrays;
   };
+  // The epoch's head (its first batch's rows) waits for no whole row group: on a miss only its
+  // rows are decoded (head_miss), and nothing is stored; the next segment, the rest of the same
+  // row group, stores the entry. Decoding the whole row group first held the "many" set's
+  // filling epoch's first batch ~4x longer than a cold epoch's.
+  bool head_miss = false;
   // The entry under `key`, from this process's queue or the disk, else decoded. On a miss
   // `check` runs before decoding and again before storing: false gives up (nullopt), an error
   // is returned.
@@ -476,7 +508,13 @@ Result<DecodedColumns> CachedDecoder::Decode(const Plan& plan, const DecodeTask&
       return *pending;
     }
     std::unique_ptr<DiskCache::KeyLock> key_lock;
-    STOKER_ASSIGN_OR_RAISE(auto entry, cache_->GetOrLock(kNamespace, key, &key_lock));
+    STOKER_ASSIGN_OR_RAISE(auto entry, segment.head
+                                           ? cache_->Peek(kNamespace, key)
+                                           : cache_->GetOrLock(kNamespace, key, &key_lock));
+    if (!entry && segment.head) {
+      head_miss = true;
+      return std::nullopt;
+    }
     if (entry) {
       auto cached = Deserialize(std::make_shared<EntryBuffer>(std::move(entry)));
       if (cached.ok() && EntryMatches(*cached, stored, plans, rg.num_rows)) {
@@ -492,8 +530,7 @@ Result<DecodedColumns> CachedDecoder::Decode(const Plan& plan, const DecodeTask&
     STOKER_ASSIGN_OR_RAISE(NamedArrays decoded, decode());
     STOKER_ASSIGN_OR_RAISE(usable, check());
     if (!usable) return std::nullopt;
-    STOKER_ASSIGN_OR_RAISE(auto serialized, Serialize(decoded, rg.num_rows));
-    writer_->Submit(key, decoded, std::move(serialized), std::move(key_lock));
+    writer_->Submit(key, decoded, packed_plans, rg.num_rows, std::move(key_lock));
     return decoded;
   };
 
@@ -504,6 +541,7 @@ Result<DecodedColumns> CachedDecoder::Decode(const Plan& plan, const DecodeTask&
     // Unchanged before and after decoding: the bytes decoded are the ones the key names.
     STOKER_ASSIGN_OR_RAISE(
         served, serve(Key(rg, names), hit, [&]() -> Result<bool> { return still_unchanged(); }));
+    if (head_miss) return decoder.Decode(plan, task);
   }
   if (!served) {
     // By content: the key names a hash of the column chunks, read now (a read, no decode), and a
@@ -534,6 +572,7 @@ Result<DecodedColumns> CachedDecoder::Decode(const Plan& plan, const DecodeTask&
                              return true;
                            }));
     if (*hit) content_checks_.fetch_add(1, std::memory_order_relaxed);
+    if (head_miss) return decoder.Decode(plan, task);  // the bytes of the snapshot (its scope)
   }
   arrays = std::move(*served);
   DecodedColumns out;

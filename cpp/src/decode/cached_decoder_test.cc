@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "cache/entry_format.h"
 #include "decode/tensor_entry.h"
 #include "decode/test_dataset_internal.h"
 
@@ -100,6 +101,83 @@ TEST_F(CachedDecoderTest, AMissDecodesAndStoresAndAHitGivesTheSameArrays) {
   CacheStats stats;
   other.AddStats(&stats);
   EXPECT_EQ(stats.write_skipped, 0);
+}
+
+// The epoch's head (its first batch's rows) waits for no whole row group: on a miss its own rows
+// are decoded and nothing is stored; the rest of its row group stores the row group's entry, and
+// the next epoch's head is served from it.
+TEST_F(CachedDecoderTest, AHeadMissDecodesItsRowsAloneAndTheRestStoresTheRowGroup) {
+  auto decoder = MakeDecoder(Options({"id", "x", "s"}));
+  ASSERT_NE(decoder, nullptr);
+  auto cache = OpenCache();
+  ASSERT_NE(cache, nullptr);
+  Plan plan = PlanOf({{1, 0, 8, false}, {1, 8, 32, false}});  // row group 1: 40 rows
+  plan.segments[0].head = true;
+  const DecodeTask head = decoder->MakeTasks(plan, 0, int64_t{1} << 30)[0];
+  const DecodeTask rest = decoder->MakeTasks(plan, 1, int64_t{1} << 30)[0];
+  ASSERT_OK_AND_ASSIGN(DecodedColumns plain_head, decoder->Decode(plan, head));
+  ASSERT_OK_AND_ASSIGN(DecodedColumns plain_rest, decoder->Decode(plan, rest));
+  ASSERT_EQ(plain_head.arrays[0].second->length(), 8);
+
+  CachedDecoder cached(cache, decoder);
+  bool hit = true;
+  ASSERT_OK_AND_ASSIGN(DecodedColumns head_missed, cached.Decode(plan, head, &hit));
+  EXPECT_FALSE(hit);
+  ExpectSameArrays(head_missed, plain_head);
+  cached.Flush();
+  EXPECT_TRUE(EntryFiles().empty());  // the head stores nothing, nor counts a miss
+  EXPECT_EQ(cache->stats().writes, 0);
+  EXPECT_EQ(cache->stats().misses, 0);
+
+  ASSERT_OK_AND_ASSIGN(DecodedColumns rest_missed, cached.Decode(plan, rest, &hit));
+  EXPECT_FALSE(hit);
+  ExpectSameArrays(rest_missed, plain_rest);
+  cached.Flush();
+  EXPECT_EQ(EntryFiles().size(), 1u);  // the whole row group's entry
+  EXPECT_EQ(cache->stats().misses, 1);
+
+  // The next epoch: both served from that entry.
+  ASSERT_OK_AND_ASSIGN(DecodedColumns head_served, cached.Decode(plan, head, &hit));
+  EXPECT_TRUE(hit);
+  ExpectSameArrays(head_served, plain_head);
+  ASSERT_OK_AND_ASSIGN(DecodedColumns rest_served, cached.Decode(plan, rest, &hit));
+  EXPECT_TRUE(hit);
+  ExpectSameArrays(rest_served, plain_rest);
+  EXPECT_EQ(cache->stats().writes, 1);
+}
+
+// While another filler holds the row group's key (a worker decoding it, or the writer storing
+// it), the head decodes its rows instead of waiting for that fill.
+TEST_F(CachedDecoderTest, AHeadDoesNotWaitForAnotherFillerOfItsRowGroup) {
+  auto decoder = MakeDecoder(Options({"id", "x"}));
+  ASSERT_NE(decoder, nullptr);
+  auto cache = OpenCache();
+  ASSERT_NE(cache, nullptr);
+  Plan plan = PlanOf({{0, 0, 8, false}, {0, 8, 32, false}});
+  plan.segments[0].head = true;
+  const DecodeTask head = decoder->MakeTasks(plan, 0, int64_t{1} << 30)[0];
+  ASSERT_OK_AND_ASSIGN(DecodedColumns plain_head, decoder->Decode(plan, head));
+  CachedDecoder cached(cache, decoder);
+  // Another process on the node fills the row group's entry: its key is locked meanwhile.
+  const std::string key = cached.Key(catalog_->row_groups()[0], head.fields);
+  std::unique_ptr<DiskCache::KeyLock> lock;
+  ASSERT_OK_AND_ASSIGN(auto absent, OpenCache()->GetOrLock("tensors", key, &lock));
+  ASSERT_EQ(absent, nullptr);
+  ASSERT_NE(lock, nullptr);
+  // Without the head's rule this call would wait for `lock`, held until it returns.
+  bool hit = true;
+  ASSERT_OK_AND_ASSIGN(DecodedColumns head_missed, cached.Decode(plan, head, &hit));
+  EXPECT_FALSE(hit);
+  ExpectSameArrays(head_missed, plain_head);
+  EXPECT_EQ(cache->stats().waits, 0);
+  lock.reset();
+  // The key locked above is the row group's entry (the rest stores it under that name).
+  const DecodeTask rest = decoder->MakeTasks(plan, 1, int64_t{1} << 30)[0];
+  ASSERT_OK(cached.Decode(plan, rest, &hit).status());
+  cached.Flush();
+  const std::vector<fs::path> entries = EntryFiles();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].filename().string(), NameOf("tensors", key).hex);
 }
 
 TEST_F(CachedDecoderTest, ACorruptEntryIsDecodedAgainNotServed) {

@@ -68,8 +68,7 @@ struct DecodedItem {
   std::vector<std::shared_ptr<arrow::Buffer>> feature_rows;
   std::vector<std::shared_ptr<arrow::Buffer>> feature_masks;
   /// Per PackedRun: its columns' values row by row ([num_rows, row bytes], each column at its
-  /// offset), from the cache's packed block or built by PackedWriter::Prepare when none of them
-  /// has a null in the item; null otherwise.
+  /// offset), from the cache's packed block; null otherwise (its rows are read from the columns).
   std::vector<std::shared_ptr<arrow::Buffer>> packed_rows;
   /// Feature blocks from the cache (every task's); a feature in a block has an empty source. A
   /// group wholly covered by blocks gets no matrix: batches copy from the blocks.

@@ -1,6 +1,5 @@
 // Row-packed values of a PackedRun (resolve/column_spec.h): built once per row group by the
-// ready-tensor cache (tensor_entry.h) or per item by PackedWriter::Prepare, and read row by row
-// by PackedWriter::Fill.
+// ready-tensor cache's writer (tensor_entry.h) and read row by row by PackedWriter::Fill.
 // Thread safety: pure functions.
 #pragma once
 

@@ -84,9 +84,11 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
     state.first_task = static_cast<int>(tasks_.size());
     // The head (the first batch's rows) and the next windows are split among the workers, so the
     // first batches wait for a share of a row group's columns each. Not with a tensor cache:
-    // there every segment stores its row group's entries, grouped alike (their keys).
+    // there every segment stores its row group's entries, grouped alike (their keys). Except the
+    // head while the cache holds no entry: it stores nothing (CachedDecoder::Decode), and a split
+    // could only miss the whole row group's entry it would otherwise read.
     int min_tasks = 1;
-    if (!cached_decoder_ && plan_->segments[s].head) {
+    if ((!cached_decoder_ || options_.cache_empty) && plan_->segments[s].head) {
       min_tasks = HeadTasks(options_.num_workers, any_remote_);
     } else if (!cached_decoder_ && !remote_source && s < start_segments_end) {
       min_tasks = options_.num_workers;
@@ -256,8 +258,11 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
     ScopedTimer timer(&counters_->decode.busy_ns);
     std::optional<PrefetchScope> scope;
     if (prefetched) scope.emplace(prefetched_key, prefetched);
-    decoded = cached_decoder_ ? cached_decoder_->Decode(*plan_, task, &hit)
-                              : decoder_->Decode(*plan_, task);
+    // A head split while the cache is empty has no entry to look up (its tasks' keys are not the
+    // row group's), and stores nothing: decoded as without a cache.
+    const bool split_head = options_.cache_empty && task_index < head_tasks_end_;
+    decoded = cached_decoder_ && !split_head ? cached_decoder_->Decode(*plan_, task, &hit)
+                                             : decoder_->Decode(*plan_, task);
   }
   prefetched.reset();  // the fetched bytes are free once decoded
   if (task_index < head_tasks_end_) {

@@ -169,8 +169,7 @@ def test_entries_differ_by_feature_layout(dataset, tmp_path):
     filling.flush_cache()
     other = stoker.Loader(dataset, cache_dir=cache_dir, features_dtype="float64", **base)
     assert digest(other) == digest(stoker.Loader(dataset, features_dtype="float64", **base))
-    # Counted as on an empty cache: the float32 entries served nothing. (A cold epoch serves its
-    # first row group's rest from the entry its head just stored.)
+    # Counted as on an empty cache: the float32 entries served nothing.
     fresh = stoker.Loader(dataset, cache_dir=str(tmp_path / "fresh"), features_dtype="float64",
                           **base)
     digest(fresh)
