@@ -225,12 +225,15 @@ class CachedDecoder::Writer {
   }
 
   // Queues the entry (`arrays`, of `rows` rows, whose `packed` runs the writer packs before
-  // storing), or drops it (releasing `key_lock`) when the queue is full or closed.
-  void Submit(const std::string& key, NamedArrays arrays, std::vector<FeatureBlockPlan> packed,
-              int64_t rows, std::unique_ptr<DiskCache::KeyLock> key_lock) {
+  // storing; their plans point into `spec`), or drops it (releasing `key_lock`) when the queue is
+  // full or closed.
+  void Submit(const std::string& key, NamedArrays arrays, std::shared_ptr<const OutputSpec> spec,
+              std::vector<FeatureBlockPlan> packed, int64_t rows,
+              std::unique_ptr<DiskCache::KeyLock> key_lock) {
     auto job = std::make_shared<Job>();
     job->key = key;
     job->arrays = std::move(arrays);
+    job->spec = std::move(spec);
     job->packed = std::move(packed);
     job->rows = rows;
     for (const auto& [name, array] : job->arrays) {
@@ -303,8 +306,10 @@ class CachedDecoder::Writer {
  private:
   struct Job {
     std::string key;
-    NamedArrays arrays;                    // as decoded (Pending() hands them out)
-    std::vector<FeatureBlockPlan> packed;  // runs packed into the stored entry
+    NamedArrays arrays;                      // as decoded (Pending() hands them out)
+    std::shared_ptr<const OutputSpec> spec;  // what `packed` points into (a Flush() on another
+                                             // thread may write it after Close())
+    std::vector<FeatureBlockPlan> packed;    // runs packed into the stored entry
     int64_t rows = 0;
     std::unique_ptr<DiskCache::KeyLock> lock;  // held until the entry is visible
     int64_t bytes = 0;
@@ -407,8 +412,7 @@ CachedDecoder::CachedDecoder(std::shared_ptr<DiskCache> cache,
   changed_ = std::make_unique<std::atomic<bool>[]>(catalog_->files().size());
 }
 
-// The writer goes first: an entry being written reads spec_'s columns (its packed runs' plans).
-CachedDecoder::~CachedDecoder() { writer_.reset(); }
+CachedDecoder::~CachedDecoder() = default;
 
 void CachedDecoder::SetWriteDelayForTesting(int64_t delay_ms) {
   write_delay_ms_for_testing.store(std::max<int64_t>(0, delay_ms));
@@ -419,6 +423,8 @@ bool CachedDecoder::HoldsEntries() const {
   const std::filesystem::path folder = std::filesystem::path(cache_->options().dir) / kNamespace;
   return std::filesystem::exists(folder, error) && !std::filesystem::is_empty(folder, error);
 }
+
+bool CachedDecoder::DecodesHeadAlone() const { return spec_->user_transform == nullptr; }
 
 void CachedDecoder::Flush() const { writer_->Flush(); }
 void CachedDecoder::Close() const { writer_->Close(); }
@@ -495,6 +501,7 @@ Result<DecodedColumns> CachedDecoder::Decode(const Plan& plan, const DecodeTask&
   // rows are decoded (head_miss), and nothing is stored; the next segment, the rest of the same
   // row group, stores the entry. Decoding the whole row group first held the "many" set's
   // filling epoch's first batch ~4x longer than a cold epoch's.
+  const bool head_alone = segment.head && DecodesHeadAlone();
   bool head_miss = false;
   // The entry under `key`, from this process's queue or the disk, else decoded. On a miss
   // `check` runs before decoding and again before storing: false gives up (nullopt), an error
@@ -508,10 +515,9 @@ Result<DecodedColumns> CachedDecoder::Decode(const Plan& plan, const DecodeTask&
       return *pending;
     }
     std::unique_ptr<DiskCache::KeyLock> key_lock;
-    STOKER_ASSIGN_OR_RAISE(auto entry, segment.head
-                                           ? cache_->Peek(kNamespace, key)
-                                           : cache_->GetOrLock(kNamespace, key, &key_lock));
-    if (!entry && segment.head) {
+    STOKER_ASSIGN_OR_RAISE(auto entry, head_alone ? cache_->Peek(kNamespace, key)
+                                                  : cache_->GetOrLock(kNamespace, key, &key_lock));
+    if (!entry && head_alone) {
       head_miss = true;
       return std::nullopt;
     }
@@ -530,7 +536,7 @@ Result<DecodedColumns> CachedDecoder::Decode(const Plan& plan, const DecodeTask&
     STOKER_ASSIGN_OR_RAISE(NamedArrays decoded, decode());
     STOKER_ASSIGN_OR_RAISE(usable, check());
     if (!usable) return std::nullopt;
-    writer_->Submit(key, decoded, packed_plans, rg.num_rows, std::move(key_lock));
+    writer_->Submit(key, decoded, spec_, packed_plans, rg.num_rows, std::move(key_lock));
     return decoded;
   };
 

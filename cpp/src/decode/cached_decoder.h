@@ -18,13 +18,16 @@
 // are cached and then sliced, so a segment that is part of a row group (a rank boundary) shares
 // the entry with the rest of it.
 //
-// Write-behind: on a miss the worker decodes, hands the serialized entry to the cache's own writer
-// thread and returns at once; the batch never waits on the disk. The queue holds at most
+// Write-behind: on a miss the worker decodes, hands the decoded arrays to the cache's own writer
+// thread (which packs the entry's runs, serializes and stores it) and returns at once; the batch
+// never waits on the disk. The queue holds at most
 // `write_buffer_bytes` of entries (the decoded arrays they reference); when it is full (the disk
 // is slower than decoding) the entry is not written and stats().write_skipped counts it (a later
 // epoch decodes that row group again). While an entry waits or is being written, the key's
 // cross-process fill lock stays held (other processes wait for it, as with a synchronous fill) and
 // workers of this process needing it take the queued arrays instead.
+// The epoch's head (Segment::head) takes no lock: on a miss it decodes its own rows and stores
+// nothing (DecodesHeadAlone); the rest of its row group stores the entry.
 // Thread safety: all methods may be called from any thread. After fork() a child must not use it
 // (the Loader refuses every call there); destroying it in a child leaks the writer thread's state
 // instead of joining a thread that does not exist there.
@@ -57,12 +60,17 @@ class CachedDecoder {
 
   /// Decoder::Decode through the cache: the task's columns for its segment, from the cache or
   /// decoded (and stored). `*hit` tells which. Another process decoding the same entry is waited
-  /// for, not repeated.
+  /// for, not repeated (except by the epoch's head, which decodes its own rows).
   Result<DecodedColumns> Decode(const Plan& plan, const DecodeTask& task, bool* hit) const;
 
   /// Waits until every queued entry is written (or dropped by Close), so that other loaders and
   /// processes find them on disk (Loader::FlushCache; epochs end without waiting).
   void Flush() const;
+
+  /// Whether the epoch's head (Segment::head) is decoded on its own on a miss, storing nothing
+  /// (Decode): not with a user transform, which sees whole row groups (the head would run it
+  /// on its row group a second time).
+  bool DecodesHeadAlone() const;
 
   /// Whether the cache folder holds any entry of this kind: a hint, read when an epoch starts
   /// (with none, nothing can hit, and the fetch stage starts at once).

@@ -218,7 +218,6 @@ Result<std::shared_ptr<DecodedItem>> Decoder::Join(const Plan& plan, int segment
   item->segment = segment;
   item->num_rows = seg.num_rows;
   item->padding = seg.padding;
-  item->head = seg.head;
   item->where = catalog_->Where(rg);
   item->row_begin = seg.row_begin;
   item->first_row_id = row_group_starts_[seg.row_group] + seg.row_begin;

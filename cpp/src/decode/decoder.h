@@ -59,8 +59,6 @@ struct DecodedItem {
   int64_t num_rows = 0;
   int64_t bytes = 0;
   bool padding = false;
-  /// The epoch's head (Segment::head): its rows are all cut into the epoch's first batch.
-  bool head = false;
   std::vector<ColumnSource> sources;
   /// Per feature group: the stacked features of every row, row-major [num_rows, F] in the
   /// group's dtype, and with the group's null_mask its validity [num_rows, F] (bool); built by

@@ -67,6 +67,8 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
     for (const auto& file : options_.catalog->files()) remote_source |= IsRemote(*file.fs);
   }
   any_remote_ = remote_source && options_.fetch_ahead;
+  split_cached_head_ =
+      cached_decoder_ && options_.cache_empty && cached_decoder_->DecodesHeadAlone();
   const int64_t start_row = std::min(start_batch_ * plan_->options.batch_size, plan_->rank_rows);
   const int num_windows = static_cast<int>(plan_->windows.size());
   first_window_ = start_row >= plan_->rank_rows ? num_windows : FindWindow(*plan_, start_row);
@@ -88,7 +90,7 @@ Pipeline::Pipeline(std::shared_ptr<const Plan> plan, std::shared_ptr<const Decod
     // head while the cache holds no entry: it stores nothing (CachedDecoder::Decode), and a split
     // could only miss the whole row group's entry it would otherwise read.
     int min_tasks = 1;
-    if ((!cached_decoder_ || options_.cache_empty) && plan_->segments[s].head) {
+    if ((!cached_decoder_ || split_cached_head_) && plan_->segments[s].head) {
       min_tasks = HeadTasks(options_.num_workers, any_remote_);
     } else if (!cached_decoder_ && !remote_source && s < start_segments_end) {
       min_tasks = options_.num_workers;
@@ -260,7 +262,7 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
     if (prefetched) scope.emplace(prefetched_key, prefetched);
     // A head split while the cache is empty has no entry to look up (its tasks' keys are not the
     // row group's), and stores nothing: decoded as without a cache.
-    const bool split_head = options_.cache_empty && task_index < head_tasks_end_;
+    const bool split_head = split_cached_head_ && task_index < head_tasks_end_;
     decoded = cached_decoder_ && !split_head ? cached_decoder_->Decode(*plan_, task, &hit)
                                              : decoder_->Decode(*plan_, task);
   }

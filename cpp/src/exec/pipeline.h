@@ -97,7 +97,8 @@ struct PipelineOptions {
   std::shared_ptr<const Catalog> catalog;
   /// Fetch remote tasks' bytes ahead of the workers (STOKER_FETCH_AHEAD=0 turns it off).
   bool fetch_ahead = true;
-  /// The tensor cache holds nothing: fetch from the start even with a cache.
+  /// The tensor cache holds nothing: fetch from the start even with a cache, and split the
+  /// epoch's head among the workers, decoded without the cache (it would store nothing).
   bool cache_empty = false;
   /// Requests the fetch stage keeps under way (the loader's num_io_threads).
   int io_requests = 4;
@@ -183,6 +184,9 @@ class Pipeline {
   const std::shared_ptr<PipelineCounters> counters_;
   int first_window_ = 0;
   bool any_remote_ = false;
+  // The head is split and decoded without the tensor cache: it holds no entry yet, and the head
+  // stores none (CachedDecoder::DecodesHeadAlone).
+  bool split_cached_head_ = false;
   arrow::StopSource fetch_stop_;            // cancels queued requests and waiting reads on Stop()
   arrow::io::IOContext io_context_;         // Arrow's I/O pool with fetch_stop_'s token
   std::shared_ptr<RequestQueue> requests_;  // the fetch stage's requests, in plan order

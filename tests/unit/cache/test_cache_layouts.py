@@ -231,3 +231,29 @@ def test_entries_hold_runs_of_plain_columns_packed_by_rows(dataset, tmp_path):
     assert in_order.stats()["cache"]["misses"] == len(files)
     assert len(entries(cache_dir)) == 2 * len(files)
     assert digest(stoker.Loader(dataset, cache_dir=cache_dir, **options)) == reference
+
+
+def test_the_filling_epochs_head_stores_nothing_and_its_row_group_one_entry(dataset, tmp_path):
+    # The epoch's head (its first batch: 64 rows of a 200-row row group) decodes its own rows on a
+    # miss and stores nothing; the rest of its row group stores the row group's entry. So the
+    # filling epoch counts one miss per row group and no hit, and a warm epoch serves the head
+    # from its row group's entry too.
+    options = dict(batch_size=64, seed=3, shuffle_window=500, drop_last=False,
+                   columns=["id", "x", "c0"])
+    reference = digest(stoker.Loader(dataset, **options))
+    groups = sum(pq.ParquetFile(p).num_row_groups
+                 for p in sorted(glob.glob(os.path.join(dataset, "*.parquet"))))
+    cache_dir = str(tmp_path / "cache")
+    cold = stoker.Loader(dataset, cache_dir=cache_dir, **options)
+    assert digest(cold) == reference
+    cold.flush_cache()
+    filled = cold.stats()["cache"]
+    assert (filled["misses"], filled["hits"]) == (groups, 0)
+    assert filled["writes"] + filled["write_skipped"] == groups
+    assert len(entries(cache_dir)) == filled["writes"]
+    warm = stoker.Loader(dataset, cache_dir=cache_dir, **options)
+    assert digest(warm) == reference
+    served = warm.stats()["cache"]
+    assert served["misses"] == filled["write_skipped"]  # a loaded machine may skip writes
+    if filled["write_skipped"] == 0:
+        assert served["hits"] == groups + 1  # every row group's segments, and the head
