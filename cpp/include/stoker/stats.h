@@ -72,6 +72,10 @@ struct CacheStats {
   /// Reads of an entry file this process had not verified before: its payload is hashed. Later
   /// reads of the same file, unchanged since, check its header only.
   int64_t payload_checks = 0;
+  /// Entry files mapped into memory (on a read, or after a write). A read of an entry whose
+  /// mapping this loader kept from an earlier read or its own write maps nothing: warm epochs
+  /// after the first map no entry (within the kept bytes: docs/cache.md).
+  int64_t maps = 0;
 
   template <typename F>
   void ForEachField(F&& f) const {
@@ -91,6 +95,7 @@ struct CacheStats {
     f("kept_in_use", kept_in_use);
     f("content_checks", content_checks);
     f("payload_checks", payload_checks);
+    f("maps", maps);
   }
 };
 

@@ -14,7 +14,7 @@ namespace stoker {
 struct DiskCacheCounters {
   std::atomic<int64_t> hits{0}, misses{0}, writes{0}, not_stored{0}, corrupt{0}, evictions{0},
       bytes_read{0}, bytes_written{0}, waits{0}, unavailable{0}, recreated{0}, foreign{0},
-      kept_in_use{0}, write_skipped{0}, payload_checks{0};
+      kept_in_use{0}, write_skipped{0}, payload_checks{0}, maps{0};
 
   CacheStats Snapshot() const {
     CacheStats out;
@@ -33,6 +33,7 @@ struct DiskCacheCounters {
     out.kept_in_use = kept_in_use.load();
     out.write_skipped = write_skipped.load();
     out.payload_checks = payload_checks.load();
+    out.maps = maps.load();
     return out;
   }
 };

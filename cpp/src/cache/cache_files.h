@@ -130,6 +130,9 @@ class Mapping {
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
   const uint8_t* data() const { return static_cast<const uint8_t*>(base_); }
+  int64_t size() const { return static_cast<int64_t>(size_); }
+  /// Whether it holds its entry's descriptor (and read lock): the entry stays in place.
+  bool holds_lock() const { return fd_ >= 0; }
 
   /// Takes `fd` (registered with ForkRegistry, read-locked) until unmapped, or closes it at once
   /// when the process already holds as many as it may (a quarter of RLIMIT_NOFILE, 16-4096):

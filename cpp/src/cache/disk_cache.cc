@@ -45,6 +45,7 @@ std::shared_ptr<CacheEntry> CopyToMemory(const DiskCache::Parts& parts) {
 
 DiskCache::DiskCache(DiskCacheOptions options)
     : options_(std::move(options)),
+      known_(options_.kept_mapping_bytes),
       files_(std::make_unique<CacheFolderFiles>(options_.dir, &counters_)),
       budget_(std::make_unique<CacheBudget>(files_.get(), options_.max_bytes,
                                             options_.min_free_bytes,
@@ -172,7 +173,10 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, con
   struct stat st;
   if (fd.get() < 0) {
     const int err = errno;
-    if (err == ENOENT) return miss();
+    if (err == ENOENT) {
+      known_.Forget(path);  // evicted or removed: a mapping kept of it would pin its space
+      return miss();
+    }
     // ELOOP: a symlink; ENXIO: a socket.
     if ((err == ELOOP || err == ENXIO) && lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
       DropForeign(path, st);
@@ -192,10 +196,11 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, con
   // apart from other readers' touch-and-record (below): between another reader's Touch() and
   // its record, the file's times match nothing and it would be hashed again.
   bool known = false;
+  std::shared_ptr<Mapping> kept;  // this version's mapping, kept from an earlier Get or Put
   {
     std::lock_guard<std::mutex> lock(touch_mutex_);
     if (fstat(fd.get(), &st) != 0) return unavailable("cannot stat", errno);
-    known = verified_.Contains(st);
+    known = known_.Contains(path, st, &kept);
   }
   if (st.st_nlink == 0) return miss();
   const int64_t file_size = static_cast<int64_t>(st.st_size);
@@ -212,12 +217,16 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, con
     return miss();
   };
   if (file_size < static_cast<int64_t>(sizeof(EntryHeader))) return corrupt();
-  Result<std::shared_ptr<Mapping>> mapped = MapFile(fd.get(), file_size, path);
-  if (!mapped.ok()) {
-    Unavailable(mapped.status());
-    return miss();
+  std::shared_ptr<Mapping> mapping = kept;
+  if (!mapping) {
+    counters_.maps.fetch_add(1, std::memory_order_relaxed);
+    Result<std::shared_ptr<Mapping>> mapped = MapFile(fd.get(), file_size, path);
+    if (!mapped.ok()) {
+      Unavailable(mapped.status());
+      return miss();
+    }
+    mapping = std::move(*mapped);
   }
-  std::shared_ptr<Mapping> mapping = std::move(*mapped);
   int64_t payload_offset = 0, payload_size = 0;
   if (!known) counters_.payload_checks.fetch_add(1, std::memory_order_relaxed);
   switch (CheckEntry(mapping->data(), file_size, ns, key, /*verify_payload=*/!known,
@@ -232,29 +241,15 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, con
   {
     std::lock_guard<std::mutex> lock(touch_mutex_);
     Touch(fd.get());
-    if (fstat(fd.get(), &st) == 0) verified_.Add(st);  // its times as this read left them
+    const bool stated = fstat(fd.get(), &st) == 0;  // its times as this read left them
+    // A kept mapping holds a descriptor and lock of its own: this one closes on return.
+    if (!kept) mapping->Hold(fd.release());
+    if (stated) known_.Add(path, st, mapping);
   }
-  mapping->Hold(fd.release());
   counters_.hits.fetch_add(1, std::memory_order_relaxed);
   counters_.bytes_read.fetch_add(payload_size, std::memory_order_relaxed);
   const uint8_t* payload = mapping->data() + payload_offset;
   return std::make_shared<CacheEntry>(payload, payload_size, std::move(mapping));
-}
-
-bool DiskCache::VerifiedFiles::Contains(const struct stat& st) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto it = versions_.find(static_cast<uint64_t>(st.st_ino));
-  if (it == versions_.end()) return false;
-  const auto& [dev, v] = it->second;
-  return dev == st.st_dev && v.size == st.st_size && v.mtime.tv_sec == st.st_mtim.tv_sec &&
-         v.mtime.tv_nsec == st.st_mtim.tv_nsec && v.ctime.tv_sec == st.st_ctim.tv_sec &&
-         v.ctime.tv_nsec == st.st_ctim.tv_nsec;
-}
-
-void DiskCache::VerifiedFiles::Add(const struct stat& st) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (versions_.size() >= kMaxFiles) versions_.clear();
-  versions_[static_cast<uint64_t>(st.st_ino)] = {st.st_dev, {st.st_size, st.st_mtim, st.st_ctim}};
 }
 
 Result<std::shared_ptr<CacheEntry>> DiskCache::Get(const std::string& ns, const std::string& key) {
@@ -330,32 +325,43 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
 
   // 3. Commit: rename it into place under the folder lock.
   const std::string final_path = EntryPath(ns, key);
-  const Result<bool> committed =
-      budget_->Commit(temp_path, final_path, fd->get(), file_size, want_entry);
+  // This object keeps the mapping of what it writes, as of what it reads: the next epoch reads
+  // the entry without mapping it (the writer, off the epoch's path, populates it now).
+  const bool keep = want_entry || file_size <= options_.kept_mapping_bytes;
+  const Result<bool> committed = budget_->Commit(temp_path, final_path, fd->get(), file_size, keep);
   if (!committed.ok() || !*committed) {
     if (follow >= 0) close(follow);
     if (!committed.ok()) return unavailable(committed.status());
     return not_stored();
   }
   if (follow >= 0) backlog_->Track(follow, file_size);
+  counters_.writes.fetch_add(1, std::memory_order_relaxed);
+  counters_.bytes_written.fetch_add(payload_size, std::memory_order_relaxed);
   // This object wrote the payload and its checksum from the same bytes: its first Get of the
   // file checks the header only, as after a Get that hashed it. Taken after the rename (which
   // moves the change time); any later write to the file moves its times again.
-  {
-    std::lock_guard<std::mutex> lock(touch_mutex_);
-    struct stat st;
-    if (fstat(fd->get(), &st) == 0) verified_.Add(st);
+  struct stat st;
+  const bool stated = fstat(fd->get(), &st) == 0;
+  std::shared_ptr<Mapping> mapping;
+  if (keep) {
+    // Map our own descriptor: the entry may already be evicted by another process.
+    counters_.maps.fetch_add(1, std::memory_order_relaxed);
+    Result<std::shared_ptr<Mapping>> mapped = MapFile(fd->get(), file_size, final_path);
+    if (!mapped.ok()) {
+      if (want_entry) return unavailable(mapped.status());
+    } else {
+      mapping = std::move(*mapped);
+      (void)flock(fd->get(), LOCK_UN);
+      mapping->Hold(fd->release());
+    }
   }
-  counters_.writes.fetch_add(1, std::memory_order_relaxed);
-  counters_.bytes_written.fetch_add(payload_size, std::memory_order_relaxed);
+  if (stated) {
+    std::lock_guard<std::mutex> lock(touch_mutex_);
+    known_.Add(final_path, st, mapping);
+  }
   if (!want_entry) return nullptr;
-  // Map our own descriptor: the entry may already be evicted by another process.
-  Result<std::shared_ptr<Mapping>> mapping = MapFile(fd->get(), file_size, final_path);
-  if (!mapping.ok()) return unavailable(mapping.status());
-  (void)flock(fd->get(), LOCK_UN);
-  (*mapping)->Hold(fd->release());
-  const uint8_t* payload = (*mapping)->data() + header_bytes;
-  return std::make_shared<CacheEntry>(payload, payload_size, std::move(*mapping));
+  const uint8_t* payload = mapping->data() + header_bytes;
+  return std::make_shared<CacheEntry>(payload, payload_size, std::move(mapping));
 }
 
 Result<std::shared_ptr<CacheEntry>> DiskCache::GetOrFill(const std::string& ns,
@@ -413,6 +419,7 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::GetOrLock(const std::string& ns,
 }
 
 Status DiskCache::Clear() {
+  known_.DropMappings();  // their files are about to go: do not hold their space
   FolderLock lock(budget_.get());
   STOKER_RETURN_NOT_OK(lock.Acquire());
   std::vector<ScannedEntry> entries;

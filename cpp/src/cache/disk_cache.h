@@ -14,7 +14,9 @@
 //    The payload is hashed on the first Get of each version of an entry file in this object
 //    (stats().payload_checks), unless this object wrote that version (Put, GetOrFill); later
 //    Gets of the same file, unchanged since (same inode, size and times, as left by this
-//    object's last read or write), skip the hash and check the header only.
+//    object's last read or write), skip the hash and check the header only. With
+//    `kept_mapping_bytes`, such a Get also reuses the mapping of that file version it made
+//    before (Get or Put), so a warm epoch does not map the entries the epoch before it mapped.
 //  - Committed entries stay within `max_bytes` and the file system keeps `min_free_bytes` free:
 //    each commit evicts least-recently-used entries (last use = file mtime, set on write and hit).
 //    Entries being written count too: a writer reserves its entry's bytes under the folder lock
@@ -60,6 +62,7 @@
 #include <vector>
 
 #include "cache/cache_counters.h"
+#include "cache/known_files.h"
 #include "stoker/error.h"
 #include "stoker/stats.h"
 
@@ -81,6 +84,12 @@ struct DiskCacheOptions {
   /// and not yet on the disk (dirty or being written back) exceed this many bytes (0: no bound
   /// of our own; the kernel-wide test still applies). See cache/write_backlog.h.
   int64_t max_write_backlog_bytes = int64_t{64} << 20;
+  /// Mappings this object keeps after their entries are released, least recently used dropped
+  /// beyond this many bytes (0: none). Mapping an entry (page tables for each of its pages) was
+  /// half of a warm epoch's cost on wide rows; a kept mapping is reused while its file is
+  /// unchanged. Kept mappings hold their entries' read locks: other processes do not evict them
+  /// (stats().kept_in_use) until this object drops them or is destroyed.
+  int64_t kept_mapping_bytes = 0;
 
   /// Test seams; leave empty. `free_bytes_for_testing` replaces statvfs();
   /// `on_write_for_testing` runs after each chunk of a temporary file is written;
@@ -189,6 +198,9 @@ class DiskCache {
   /// This object's counters.
   CacheStats stats() const;
 
+  /// Bytes of the mappings kept for reuse (kept_mapping_bytes). For tests.
+  int64_t kept_mapping_bytes() const { return known_.mapped_bytes(); }
+
   /// Where the entry for (ns, key) lives (whether or not it exists). For tools and tests.
   std::string EntryPath(const std::string& ns, const std::string& key) const;
 
@@ -214,27 +226,10 @@ class DiskCache {
   // Takes a key's lock (waiting for its holder) on the current lock file.
   Result<std::unique_ptr<KeyLock>> LockKey(off_t offset) const;
 
-  // Entry files whose payload this object verified, each as its stat() read after that Get's
-  // Touch: a warm epoch then reads each entry's bytes once (to gather), not twice. Any write to
-  // the file, or a new file on a reused inode, changes its times, so it is verified again.
-  class VerifiedFiles {
-   public:
-    bool Contains(const struct stat& st) const;
-    void Add(const struct stat& st);
-
-   private:
-    struct Version {
-      off_t size;
-      timespec mtime, ctime;
-    };
-    static constexpr size_t kMaxFiles = size_t{1} << 16;  // then forgotten, and verified again
-    mutable std::mutex mu_;
-    std::unordered_map<uint64_t, std::pair<dev_t, Version>> versions_;  // by inode
-  };
-
   const DiskCacheOptions options_;
   mutable DiskCacheCounters counters_;
-  VerifiedFiles verified_;
+  // Entry file versions this object verified, and the mappings it keeps (known_files.h).
+  KnownFiles known_;
   // Readers' stat-and-check and their touch-and-record of an entry, apart (Lookup).
   std::mutex touch_mutex_;
   // The folder's structure and lock file (cache_files.h), and its byte budget (cache_budget.h).

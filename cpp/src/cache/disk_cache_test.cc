@@ -487,6 +487,105 @@ TEST_F(DiskCacheTest, PayloadIsHashedOncePerVersionOfAnEntryFile) {
   EXPECT_EQ(cache->stats().payload_checks, 3);
 }
 
+TEST_F(DiskCacheTest, KeptMappingsAreReusedUntilTheirFileChanges) {
+  DiskCacheOptions options = Options();
+  options.kept_mapping_bytes = 10 * kEntryFileBytes;
+  auto cache = OpenOrDie(options);
+  ASSERT_NE(cache, nullptr);
+  const std::string payload = Pattern(1000, 3), other = Pattern(1000, 4);
+  const std::string path = cache->EntryPath("blocks", "key");
+  auto bytes = [](const std::shared_ptr<CacheEntry>& entry) {
+    return std::string(reinterpret_cast<const char*>(entry->data()), entry->size());
+  };
+
+  // The mapping Put made is the one every Get returns while the file is unchanged (two live
+  // entries of separate mappings would have separate addresses).
+  ASSERT_OK(cache->Put("blocks", "key", PartsOf(payload)));
+  EXPECT_EQ(cache->kept_mapping_bytes(), kEntryFileBytes);
+  ASSERT_OK_AND_ASSIGN(auto first, cache->Get("blocks", "key"));
+  ASSERT_OK_AND_ASSIGN(auto second, cache->Get("blocks", "key"));
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(first->data(), second->data());
+  EXPECT_EQ(bytes(second), payload);
+  EXPECT_EQ(cache->stats().payload_checks, 0);
+
+  // Replaced by another object (another process): the new file is mapped, hashed and kept in
+  // place of the old one, whose mapping still shows the old bytes to whoever holds it.
+  auto writer = OpenOrDie(Options());
+  ASSERT_NE(writer, nullptr);
+  ASSERT_OK(writer->Put("blocks", "key", PartsOf(other)));
+  ASSERT_OK_AND_ASSIGN(auto third, cache->Get("blocks", "key"));
+  ASSERT_NE(third, nullptr);
+  EXPECT_NE(third->data(), first->data());
+  EXPECT_EQ(bytes(third), other);
+  EXPECT_EQ(bytes(first), payload);
+  EXPECT_EQ(cache->stats().payload_checks, 1);
+  EXPECT_EQ(cache->kept_mapping_bytes(), kEntryFileBytes);
+  ASSERT_OK_AND_ASSIGN(auto fourth, cache->Get("blocks", "key"));
+  EXPECT_EQ(fourth->data(), third->data());
+  EXPECT_EQ(cache->stats().payload_checks, 1);
+
+  // A byte flipped in place (same inode and size, new times): hashed again, caught, and the
+  // mapping kept for the old version is dropped with it.
+  {
+    const int fd = open(path.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    const char flipped = static_cast<char>(other[500] ^ 0x01);
+    ASSERT_EQ(pwrite(fd, &flipped, 1, kEntryFileBytes - 1000 + 500), 1);
+    close(fd);
+  }
+  EXPECT_EQ(GetString(*cache, "blocks", "key"), std::nullopt);
+  EXPECT_EQ(cache->stats().corrupt, 1);
+  EXPECT_EQ(cache->stats().payload_checks, 2);
+  EXPECT_EQ(cache->kept_mapping_bytes(), 0);
+
+  // Kept again once written again; dropped when the file goes (another process's Clear()).
+  ASSERT_OK(cache->Put("blocks", "key", PartsOf(payload)));
+  EXPECT_EQ(cache->kept_mapping_bytes(), kEntryFileBytes);
+  ASSERT_OK(writer->Clear());
+  EXPECT_EQ(GetString(*cache, "blocks", "key"), std::nullopt);
+  EXPECT_EQ(cache->kept_mapping_bytes(), 0);
+  ASSERT_OK(cache->Put("blocks", "key", PartsOf(payload)));
+  ASSERT_OK(cache->Clear());
+  EXPECT_EQ(cache->kept_mapping_bytes(), 0);
+}
+
+TEST_F(DiskCacheTest, KeptMappingsStayWithinTheirBoundAndKeepTheirEntriesInPlace) {
+  DiskCacheOptions options = Options(3 * kEntryFileBytes + 500);
+  options.kept_mapping_bytes = 2 * kEntryFileBytes;
+  auto reader = OpenOrDie(options);
+  auto writer = OpenOrDie(Options(3 * kEntryFileBytes + 500));
+  ASSERT_NE(reader, nullptr);
+  ASSERT_NE(writer, nullptr);
+  for (const char* key : {"a", "b", "c"}) {
+    ASSERT_OK(writer->Put("blocks", key, PartsOf(Pattern(1000, key[0]))));
+  }
+  // Read and released: "a" and "b" kept, then "c" pushes out "a" (the least recently used).
+  for (const char* key : {"a", "b", "a", "c"}) {
+    EXPECT_EQ(GetString(*reader, "blocks", key), Pattern(1000, key[0]));
+  }
+  EXPECT_EQ(reader->kept_mapping_bytes(), 2 * kEntryFileBytes);
+  // Another process evicts for "d": "b", the least recently used, no longer kept, goes.
+  ASSERT_OK(writer->Put("blocks", "d", PartsOf(Pattern(1000, 'd'))));
+  EXPECT_EQ(writer->stats().evictions, 1);
+  EXPECT_EQ(writer->stats().kept_in_use, 0);
+  EXPECT_FALSE(fs::exists(writer->EntryPath("blocks", "b")));
+  // For "e", "a" and "c" (used before "d") are skipped while kept: "d" goes.
+  ASSERT_OK(writer->Put("blocks", "e", PartsOf(Pattern(1000, 'e'))));
+  EXPECT_EQ(writer->stats().evictions, 2);
+  EXPECT_EQ(writer->stats().kept_in_use, 2);
+  EXPECT_TRUE(fs::exists(writer->EntryPath("blocks", "a")));
+  EXPECT_TRUE(fs::exists(writer->EntryPath("blocks", "c")));
+  EXPECT_FALSE(fs::exists(writer->EntryPath("blocks", "d")));
+  // Destroying the reader releases them: "a" goes for "f".
+  reader.reset();
+  ASSERT_OK(writer->Put("blocks", "f", PartsOf(Pattern(1000, 'f'))));
+  EXPECT_EQ(writer->stats().kept_in_use, 2);
+  EXPECT_FALSE(fs::exists(writer->EntryPath("blocks", "a")));
+  EXPECT_TRUE(fs::exists(writer->EntryPath("blocks", "c")));
+}
+
 TEST_F(DiskCacheTest, EntryStaysReadableAfterReplaceEvictAndClear) {
   auto cache = OpenOrDie(Options(3 * kEntryFileBytes));
   ASSERT_NE(cache, nullptr);

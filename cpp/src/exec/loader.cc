@@ -151,6 +151,10 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
     cache_options.dir = options.cache.dir;
     cache_options.max_bytes = options.cache.bytes;
     cache_options.min_free_bytes = options.cache.min_free_bytes;
+    // Entries mapped in one epoch stay mapped for the next, within the loader's memory budget
+    // and a quarter of the cache's (kept entries are not evicted while kept).
+    cache_options.kept_mapping_bytes =
+        std::min(options.execution.prefetch_bytes, options.cache.bytes / 4);
     STOKER_ASSIGN_OR_RAISE(impl->disk_cache, DiskCache::Open(cache_options));
   }
   STOKER_ASSIGN_OR_RAISE(auto catalog, Catalog::Open(options.source.sources, impl->num_io_threads,

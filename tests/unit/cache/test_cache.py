@@ -159,6 +159,48 @@ def test_warm_epochs_hash_each_entry_once_and_a_rewrite_again(dataset, tmp_path)
     assert checks + 1 <= stats["payload_checks"] <= checks + 2 + rewritten
 
 
+def test_warm_epochs_map_each_entry_once(dataset, tmp_path):
+    """A loader keeps the mappings of the entries it reads and writes for its later epochs
+    (within min(prefetch_bytes, cache_bytes / 4)): after an entry's first read, or the loader's
+    own write of it, no epoch maps it again, with the same bytes as no cache; a loader whose
+    bound holds no entry maps every entry it reads, every epoch."""
+    cache_dir = str(tmp_path / "cache")
+    fill(dataset, cache_dir)
+    files = entries(cache_dir)
+    reference = stoker.Loader(dataset, **OPTIONS)
+    expected = []
+    for epoch in range(3):
+        reference.set_epoch(epoch)
+        expected.append(digest(reference))
+
+    loader = stoker.Loader(dataset, cache_dir=cache_dir, **OPTIONS)
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        assert digest(loader) == expected[epoch]
+        stats = loader.stats()["cache"]
+        assert stats["misses"] == 0 and stats["hits"] > len(files) * epoch
+        assert stats["maps"] == len(files)  # in the first epoch; none since
+
+    # The filling loader's next epoch reads the entries through the mappings of its own writes.
+    filling = stoker.Loader(dataset, cache_dir=str(tmp_path / "fresh"), **OPTIONS)
+    for epoch in range(2):
+        filling.set_epoch(epoch)
+        assert digest(filling) == expected[epoch]
+        filling.flush_cache()
+        stats = filling.stats()["cache"]
+        assert stats["writes"] > 0 and stats["maps"] == stats["writes"]
+    assert stats["hits"] > 0
+
+    # Kept bytes below the smallest entry: nothing is kept, every read maps.
+    smallest = min(os.path.getsize(p) for p in files)
+    tight = stoker.Loader(dataset, cache_dir=cache_dir, **dict(OPTIONS, prefetch_bytes=smallest - 1))
+    for epoch in range(2):
+        tight.set_epoch(epoch)
+        assert digest(tight) == expected[epoch]
+        stats = tight.stats()["cache"]
+        assert stats["hits"] > 0 and stats["maps"] == stats["hits"]
+
+
 def test_cache_budget_is_respected(dataset, tmp_path):
     cache_dir = str(tmp_path / "cache")
     reference, _ = run(dataset)
