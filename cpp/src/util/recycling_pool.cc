@@ -232,7 +232,11 @@ arrow::Status RecyclingPool::MoveToMapping(int64_t old_size, int64_t new_size, i
     if (block != nullptr) munmap(block, static_cast<size_t>(mapping.size));
     return arrow::Status::OutOfMemory("cannot map ", size, " bytes: ", std::strerror(errno));
   }
-  if (moved != block) mapping.size = size;
+  // A fresh mapping, or the kept one grown (mremap may grow it in place: then `moved == block`,
+  // and the mapping is `size` bytes all the same). Recording the kept size there lost data: the
+  // buffer's next growth moved only that many bytes (the many-outputs set's int64 columns read
+  // zeros from row 26,624 of some row groups).
+  if (block == nullptr || mapping.size < size) mapping.size = size;
   std::memcpy(moved, *ptr, static_cast<size_t>(old_size));
   Free(*ptr, old_size, alignment);
   *ptr = static_cast<uint8_t*>(moved);

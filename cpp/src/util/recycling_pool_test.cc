@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -225,6 +226,40 @@ TEST(RecyclingPool, GrowingBuffersMoveToMappingsThatGrowWithoutCopying) {
   pool->ReleaseUnused();
   EXPECT_EQ(pool->cached_bytes(), 0);
   EXPECT_EQ(pool->bytes_allocated(), in_use);
+}
+
+bool AllOnes(const uint8_t* data, int64_t size) {
+  return std::all_of(data, data + size, [](uint8_t b) { return b == 1; });
+}
+
+TEST(RecyclingPool, AKeptMappingGrownInPlaceKeepsEveryByteThroughLaterGrowth) {
+  RecyclingPool* pool = RecyclingPool::Get();
+  pool->ReleaseUnused();
+  RecyclingPool::Budget budget(256 << 20);
+  const int64_t in_use = pool->bytes_allocated();
+  // A mapping trimmed from 2 MiB to 600 KB in place: the address space after it is free, so the
+  // next buffer that takes it can grow it in place.
+  uint8_t* first = GrowLikeARecordReader(pool, 256 << 10, 2 << 20, 600000);
+  pool->Free(first, 600000, 64);
+  // The next buffer of the class grows past it at once (256 KiB -> 1 MiB): it takes the kept
+  // mapping and mremap grows it (in place, here).
+  uint8_t* second = nullptr;
+  ASSERT_TRUE(pool->Allocate(256 << 10, 64, &second).ok());
+  std::memset(second, 1, 256 << 10);
+  ASSERT_TRUE(pool->Reallocate(256 << 10, 1 << 20, 64, &second).ok());
+  ASSERT_TRUE(AllOnes(second, 256 << 10));
+  std::memset(second, 1, 1 << 20);
+  // Grown again (moved: the old mapping's tail is in the way), then trimmed, then freed: every
+  // byte written is still there at each step.
+  ASSERT_TRUE(pool->Reallocate(1 << 20, 4 << 20, 64, &second).ok());
+  EXPECT_TRUE(AllOnes(second, 1 << 20));
+  std::memset(second, 1, 4 << 20);
+  ASSERT_TRUE(pool->Reallocate(4 << 20, 3 << 20, 64, &second).ok());
+  EXPECT_TRUE(AllOnes(second, 3 << 20));
+  pool->Free(second, 3 << 20, 64);
+  EXPECT_EQ(pool->bytes_allocated(), in_use);
+  pool->ReleaseUnused();
+  EXPECT_EQ(pool->cached_bytes(), 0);
 }
 
 TEST(RecyclingPool, ManyThreadsAllocateAndFree) {
