@@ -940,6 +940,86 @@ def check_reader(name, shape, paths, threads, vocab, ref) -> Tuple[bool, str]:
     return True, "values equal to the reference"
 
 
+def _compare_batch(out, arrays, idx, b) -> Optional[str]:
+    """Batch `b` (`out`, as stoker delivers) against rows `idx` of `arrays` (memory_arrays):
+    None if equal, else what differs."""
+    padded = _padded_names(arrays)
+    for key, a in _dense(arrays).items():
+        want = a[idx]
+        if key in padded and out[key].ndim == 2 and out[key].shape[1] < want.shape[1]:
+            # Padded to the batch's longest row (as stoker delivers), not the dataset's:
+            # equal up to that width, and nothing but padding cut.
+            width = out[key].shape[1]
+            if width < int(arrays[f"{key}_lengths"][idx].max(initial=0)) or want[:, width:].any():
+                return f"{key} cut to {width} in batch {b}"
+            want = np.ascontiguousarray(want[:, :width])
+        if not same(out[key], want):
+            return f"{key} differs in batch {b}"
+    for key in _ragged(arrays):
+        off = arrays[f"{key}_offsets"]
+        want = np.concatenate([arrays[key][off[i]:off[i + 1]] for i in idx])
+        if not same(out[key], want):
+            return f"{key} differs in batch {b}"
+    return None
+
+
+def row_hashes(arrays: Dict[str, np.ndarray], keys: List[str]) -> np.ndarray:
+    """One 64-bit hash per row over the bits of the row's values in `keys` (1-D or 2-D arrays):
+    equal multisets of hashes mean the same rows, each row whole."""
+    n = len(arrays[keys[0]])
+    h = np.full(n, 0x2545F4914F6CDD1D, np.uint64)
+    for key in keys:
+        a = np.ascontiguousarray(arrays[key]).reshape(n, -1)
+        for j in range(a.shape[1]):
+            v = np.ascontiguousarray(a[:, j])
+            bits = (v.view(np.uint64) if v.dtype.itemsize == 8 else
+                    v.view({4: np.uint32, 2: np.uint16, 1: np.uint8}[v.dtype.itemsize]).astype(np.uint64))
+            h ^= bits
+            h *= np.uint64(0x9E3779B97F4A7C15)  # wraps modulo 2**64
+            h ^= h >> np.uint64(31)
+    return h
+
+
+def check_stoker(shape, path, threads, seed, arrays, cache_dir) -> Tuple[bool, str]:
+    """stoker's values, untimed: an unshuffled epoch without a cache batch by batch against the
+    rows in file order (every array, lists included); then a shuffled loader with `cache_dir`, its
+    filling and its warm epoch, each as a multiset of rows over the dense, non-list arrays."""
+    import stoker
+
+    def numpy_batch(batch):
+        return {k: (np.asarray(v.values) if hasattr(v, "offsets") else np.asarray(v))
+                for k, v in batch.items()}
+
+    try:
+        opts = ms.stoker_options(shape, threads, seed)
+        at = 0
+        for b, batch in enumerate(stoker.Loader(path, **dict(opts, shuffle=False))):
+            out = numpy_batch(batch)
+            n = len(out[shape.count])
+            error = _compare_batch(out, arrays, np.arange(at, at + n), b)
+            if error:
+                return False, f"unshuffled, no cache: {error}"
+            at += n
+        if at != len(arrays[shape.count]):
+            return False, f"unshuffled, no cache: {at} rows"
+        keys = [k for k in _dense(arrays) if k not in _padded_names(arrays)
+                and not k.endswith("_lengths")]
+        want = np.sort(row_hashes(arrays, keys))
+        loader = stoker.Loader(path, **dict(opts, cache_dir=cache_dir))
+        for epoch, name in ((0, "filling"), (1, "warm")):
+            loader.set_epoch(epoch)
+            parts = [row_hashes(numpy_batch(batch), keys) for batch in loader]
+            loader.flush_cache()
+            got = np.sort(np.concatenate(parts))
+            if not np.array_equal(got, want):
+                lost = int(np.setdiff1d(want, got).size)
+                return False, f"shuffled, {name} epoch: {lost} of {len(want)} rows not delivered"
+        loader.close()
+    except Exception as error:  # noqa: BLE001
+        return False, f"{type(error).__name__}: {error}"
+    return True, "values equal to the reference (unshuffled; shuffled filling and warm epochs as rows)"
+
+
 def check_gather(kind, arrays, batch_size, threads, seed, batches=3,
                  groups: Optional[List[int]] = None) -> Tuple[bool, str]:
     """The first batches of gather `kind` against fancy indexing of the same arrays (and, for a
@@ -952,23 +1032,9 @@ def check_gather(kind, arrays, batch_size, threads, seed, batches=3,
                 return False, "the window order is not a permutation of the rows"
         for b, (n, out, idx) in enumerate(gather(kind, arrays, batch_size, threads, seed, with_index=True,
                                                  groups=groups)):
-            padded = _padded_names(arrays)
-            for key, a in _dense(arrays).items():
-                want = a[idx]
-                if key in padded and out[key].ndim == 2 and out[key].shape[1] < want.shape[1]:
-                    # Padded to the batch's longest row (as stoker delivers), not the dataset's:
-                    # equal up to that width, and nothing but padding cut.
-                    width = out[key].shape[1]
-                    if width < int(arrays[f"{key}_lengths"][idx].max(initial=0)) or want[:, width:].any():
-                        return False, f"{key} cut to {width} in batch {b}"
-                    want = np.ascontiguousarray(want[:, :width])
-                if not same(out[key], want):
-                    return False, f"{key} differs in batch {b}"
-            for key in _ragged(arrays):
-                off = arrays[f"{key}_offsets"]
-                want = np.concatenate([arrays[key][off[i]:off[i + 1]] for i in idx])
-                if not same(out[key], want):
-                    return False, f"{key} differs in batch {b}"
+            error = _compare_batch(out, arrays, idx, b)
+            if error:
+                return False, error
             if b + 1 >= batches:
                 break
     except Exception as error:  # noqa: BLE001

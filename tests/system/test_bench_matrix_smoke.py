@@ -49,6 +49,8 @@ def test_matrix_table_rows_and_checked_limits(tmp_path):
             if "not installed" in check["detail"]:
                 continue
             assert check["equal"], (name, cand, check)
+        # stoker's own values were checked (unshuffled, and a shuffled cache's two epochs).
+        assert s["checks"]["stoker"]["equal"], s["checks"]["stoker"]
         # The winners are checked candidates, and stoker delivered every row in each measure.
         assert s["checks"][s["decode_limit"]["reader"]]["equal"]
         assert s["checks"][s["memory_limit"]["gather"]]["equal"]
@@ -91,6 +93,12 @@ def test_limits_equal_the_reference_and_a_wrong_one_is_caught(tmp_path):
     arrays = ml.memory_arrays(ref, shape)
     for kind in ml.gathers_for(arrays):
         assert ml.check_gather(kind, arrays, 256, 2, 7)[0], kind
+    # stoker's check: equal on the reference, and the one wrong value caught.
+    ok, why = ml.check_stoker(shape, path, 2, 7, arrays, str(tmp_path / "cache-1"))
+    assert ok, why
+    ok, why = ml.check_stoker(shape, path, 2, 7, ml.memory_arrays(bad, shape),
+                              str(tmp_path / "cache-2"))
+    assert not ok and "s03" in why, why
     groups = ml.row_groups(paths)
     assert sum(groups) == 1500 and len(groups) > 2
     windowed = [k for k in ml.gathers_for(arrays) if k.startswith("window-")]
