@@ -114,7 +114,10 @@ Status FolderLock::Acquire() {
     UnlockByte(fd_, kFolderLockOffset);
     locked_ = false;
     files.ForgetSharedFdLocked();
-    if (attempt == 2) return StorageError(files.lock_path(), "keeps being replaced:", ESTALE);
+    if (attempt + 1 == kRemovalRounds) {
+      return StorageError(files.lock_path(), "keeps being replaced:", ESTALE);
+    }
+    PauseForRemoval(attempt + 1);
   }
 }
 
@@ -279,7 +282,9 @@ Result<bool> CacheBudget::CreateTemp(const std::string& temp_path, int64_t file_
   STOKER_ASSIGN_OR_RAISE(const bool fits, Reserve(lock, file_size));
   if (!fits) return false;
   *fd = std::make_unique<GuardedFd>(temp_path, kTempFlags, 0644);
-  if ((*fd)->get() < 0 && errno == ENOENT) {  // .tmp was removed: make it again
+  // .tmp was removed: make it again (a few rounds: kRemovalRounds).
+  for (int round = 0; round < kRemovalRounds && (*fd)->get() < 0 && errno == ENOENT; ++round) {
+    PauseForRemoval(round);
     STOKER_RETURN_NOT_OK(files_->RecreateFolder());
     *fd = std::make_unique<GuardedFd>(temp_path, kTempFlags, 0644);
   }

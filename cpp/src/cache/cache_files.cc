@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <thread>
 
 namespace stoker {
 namespace {
@@ -347,6 +349,8 @@ Result<int> CacheFolderFiles::OpenLockFile() const {
   return StorageError(lock_path_, "cannot open", err);
 }
 
+void PauseForRemoval(int round) { std::this_thread::sleep_for(std::chrono::milliseconds(round)); }
+
 bool CacheFolderFiles::IsCurrentLockFile(int fd) const {
   struct stat held, current;
   return fstat(fd, &held) == 0 && lstat(lock_path_.c_str(), &current) == 0 &&
@@ -356,7 +360,8 @@ bool CacheFolderFiles::IsCurrentLockFile(int fd) const {
 Status CacheFolderFiles::RecreateFolder() const {
   // A few rounds: a cleaner still at work (rm -rf) may remove what was just made.
   Status status;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < kRemovalRounds; ++round) {
+    PauseForRemoval(round);
     std::error_code error;
     bool made = std::filesystem::create_directories(dir_, error);
     struct stat st;

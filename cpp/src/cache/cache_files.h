@@ -111,6 +111,12 @@ Status ListDir(const std::string& path, std::vector<std::string>* names);
 Result<bool> LockByte(int fd, off_t offset, bool wait, const std::string& path);
 void UnlockByte(int fd, off_t offset);
 
+/// How many times an operation on the folder is tried while something removes it: a cleaner
+/// still at work (rm -rf walking the folder) can take what was just made again. Between rounds,
+/// PauseForRemoval(round) sleeps `round` ms (28 ms in all at most).
+inline constexpr int kRemovalRounds = 8;
+void PauseForRemoval(int round);
+
 /// Entry files are locked on byte 0: a reader's read lock for as long as it maps the entry, an
 /// evictor's write lock while it removes the file (see Mapping and EvictEntry).
 inline constexpr off_t kEntryLockOffset = 0;

@@ -400,7 +400,10 @@ Result<std::unique_ptr<DiskCache::KeyLock>> DiskCache::LockKey(off_t offset) con
     }
     // The folder was removed or renamed meanwhile: the lock would not exclude anyone.
     if (files_->IsCurrentLockFile(fd)) return held;
-    if (attempt == 2) return StorageError(lock_path, "keeps being replaced:", ESTALE);
+    if (attempt + 1 == kRemovalRounds) {
+      return StorageError(lock_path, "keeps being replaced:", ESTALE);
+    }
+    PauseForRemoval(attempt + 1);
   }
 }
 
