@@ -53,6 +53,7 @@ import time
 import numpy as np
 
 from . import matrix_shapes as ms
+from .matrix_limits import row_hashes  # one 64-bit hash per row, the matrix's check too
 from .generators import SPECS, dataset_facts, ensure_tabular
 from .runners.common import all_tabular_columns
 from .jobs import run_job
@@ -70,25 +71,9 @@ DEFAULT_STEP_MS = 2.0
 WORKLOADS = ("wide", "many")
 MANY = ms.BY_NAME["many"]
 MANY_ROWS = {"smoke": 6_000, "quick": MANY.rows, "full": MANY.rows_full}
-_MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 # ------------------------------------------------------------------------ the values' check
-
-def row_hashes(arrays, columns) -> np.ndarray:
-    """One 64-bit hash per row over the row's values in `columns` (their bits, in order): equal
-    multisets of hashes mean the same rows, each row whole (a value moved to another row, a
-    column swapped or a row lost changes them)."""
-    n = len(arrays[columns[0]])
-    h = np.full(n, 0x2545F4914F6CDD1D, np.uint64)
-    for c in columns:
-        v = np.ascontiguousarray(arrays[c])
-        bits = v.view(np.uint64) if v.dtype.itemsize == 8 else v.view(np.uint32).astype(np.uint64)
-        h ^= bits
-        h *= _MIX  # wraps modulo 2**64
-        h ^= h >> np.uint64(31)
-    return h
-
 
 def _as_numpy(value):
     return value if isinstance(value, np.ndarray) else value.numpy()
