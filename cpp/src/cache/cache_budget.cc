@@ -86,7 +86,7 @@ Status ScanEntries(const std::string& dir, std::vector<ScannedEntry>* out) {
         }
         if (!S_ISREG(st.st_mode)) continue;
         out->push_back(
-            {st.st_mtim, static_cast<int64_t>(st.st_size), std::move(path), st.st_dev, st.st_ino});
+            {st.st_atim, static_cast<int64_t>(st.st_size), std::move(path), st.st_dev, st.st_ino});
       }
     }
   }
@@ -315,7 +315,7 @@ Result<bool> CacheBudget::Commit(const std::string& temp_path, const std::string
   if (!*fits) return not_stored();
   // Mapped by the caller from the moment it is visible: never evicted while mapped.
   if (keep_mapped) (void)TryLockEntry(fd, /*write=*/false);
-  Touch(fd);
+  MarkWritten(fd);
   struct stat old;
   const int64_t replaced = lstat(final_path.c_str(), &old) == 0 && S_ISREG(old.st_mode)
                                ? static_cast<int64_t>(old.st_size)

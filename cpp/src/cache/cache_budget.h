@@ -4,8 +4,8 @@
 //
 // The budget holds committed entries within `max_bytes` and keeps `min_free_bytes` free on the
 // file system; entries being written count too, since a writer reserves (allocates) its entry's
-// bytes under the folder lock before writing. Last use is an entry file's mtime (cache_files.h,
-// Touch). The used-bytes counter lives in bytes 0-7 of the lock file; it is only changed under
+// bytes under the folder lock before writing. Last use is an entry file's atime (cache_files.h,
+// MarkUsed). The used-bytes counter lives in bytes 0-7 of the lock file; it is only changed under
 // the folder lock, and every listing repairs it.
 // Thread safety: a FolderLock serializes the threads of this process and the processes sharing
 // the folder; the methods taking a `const FolderLock&` need it held (the argument is the proof).
@@ -28,7 +28,7 @@
 
 namespace stoker {
 
-/// One committed entry as listed: its last use (mtime), size and identity.
+/// One committed entry as listed: its last use (atime), size and identity.
 struct ScannedEntry {
   timespec used;
   int64_t size;

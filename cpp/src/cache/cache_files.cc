@@ -104,8 +104,14 @@ timespec Now() {
   return now;
 }
 
-void Touch(int fd) {
-  const timespec times[2] = {{0, UTIME_OMIT}, Now()};
+void MarkUsed(int fd) {
+  const timespec times[2] = {Now(), {0, UTIME_OMIT}};
+  (void)futimens(fd, times);
+}
+
+void MarkWritten(int fd) {
+  const timespec now = Now();
+  const timespec times[2] = {now, now};
   (void)futimens(fd, times);
 }
 

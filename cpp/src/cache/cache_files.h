@@ -95,10 +95,15 @@ class GuardedFd {
 
 timespec Now();
 
-/// Marks an entry as used now (its mtime). An explicit time (not UTIME_NOW, which has the kernel's
-/// coarse tick) keeps the order of quick successive uses. Best effort: a shared folder written by
-/// another user refuses it, and then recency falls back to the write time.
-void Touch(int fd);
+/// Marks an entry as used now: its atime, eviction's recency. Not the mtime, which is part of the
+/// file version that KnownFiles trusts: another process's read must not make this one verify
+/// the entry again. An explicit time (not UTIME_NOW, which has the kernel's coarse tick) keeps
+/// the order of quick successive uses. Best effort: a shared folder written by another user
+/// refuses it, and then recency falls back to the write time.
+void MarkUsed(int fd);
+/// Marks a just-written entry: atime and mtime now, to the nanosecond. A later write to the file
+/// moves the mtime to the kernel's coarse tick, which differs, even within the same tick.
+void MarkWritten(int fd);
 
 /// Names in `path` except those starting with '.' (".", "..", and our own ".lock" / ".tmp"); a
 /// missing or non-folder path lists as empty.

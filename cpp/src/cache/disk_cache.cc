@@ -192,16 +192,11 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, con
   // The read lock keeps the entry from being evicted while it is mapped (Mapping). An evictor
   // holds the write lock while it removes the file: then, or once it is gone, this is a miss.
   if (TryLockEntry(fd.get(), /*write=*/false) == 0) return miss();
-  // The stat that says whether this process already verified the file, taken with the check and
-  // apart from other readers' touch-and-record (below): between another reader's Touch() and
-  // its record, the file's times match nothing and it would be hashed again.
-  bool known = false;
+  // The stat that says whether this object already verified the file, taken once it is locked
+  // (a replacement could have taken its path since the first). Readers move only its atime.
+  if (fstat(fd.get(), &st) != 0) return unavailable("cannot stat", errno);
   std::shared_ptr<Mapping> kept;  // this version's mapping, kept from an earlier Get or Put
-  {
-    std::lock_guard<std::mutex> lock(touch_mutex_);
-    if (fstat(fd.get(), &st) != 0) return unavailable("cannot stat", errno);
-    known = known_.Contains(path, st, &kept);
-  }
+  const bool known = known_.Contains(path, st, &kept);
   if (st.st_nlink == 0) return miss();
   const int64_t file_size = static_cast<int64_t>(st.st_size);
 
@@ -238,13 +233,12 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::Lookup(const std::string& ns, con
     case EntryCheck::kValid:
       break;
   }
-  {
-    std::lock_guard<std::mutex> lock(touch_mutex_);
-    Touch(fd.get());
-    const bool stated = fstat(fd.get(), &st) == 0;  // its times as this read left them
-    // A kept mapping holds a descriptor and lock of its own: this one closes on return.
-    if (!kept) mapping->Hold(fd.release());
-    if (stated) known_.Add(path, st, mapping);
+  MarkUsed(fd.get());
+  // A kept mapping holds a descriptor and lock of its own: this one closes on return. A write
+  // between the stat and the check moved the mtime, so its version is verified again next time.
+  if (!kept) {
+    mapping->Hold(fd.release());
+    known_.Add(path, st, mapping);
   }
   counters_.hits.fetch_add(1, std::memory_order_relaxed);
   counters_.bytes_read.fetch_add(payload_size, std::memory_order_relaxed);
@@ -338,8 +332,8 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
   counters_.writes.fetch_add(1, std::memory_order_relaxed);
   counters_.bytes_written.fetch_add(payload_size, std::memory_order_relaxed);
   // This object wrote the payload and its checksum from the same bytes: its first Get of the
-  // file checks the header only, as after a Get that hashed it. Taken after the rename (which
-  // moves the change time); any later write to the file moves its times again.
+  // file checks the header only, as after a Get that hashed it. Taken after the commit set its
+  // mtime to the nanosecond; any later write to the file moves the mtime to another value.
   struct stat st;
   const bool stated = fstat(fd->get(), &st) == 0;
   std::shared_ptr<Mapping> mapping;
@@ -355,10 +349,7 @@ Result<std::shared_ptr<CacheEntry>> DiskCache::PutImpl(const std::string& ns,
       mapping->Hold(fd->release());
     }
   }
-  if (stated) {
-    std::lock_guard<std::mutex> lock(touch_mutex_);
-    known_.Add(final_path, st, mapping);
-  }
+  if (stated) known_.Add(final_path, st, mapping);
   if (!want_entry) return nullptr;
   const uint8_t* payload = mapping->data() + header_bytes;
   return std::make_shared<CacheEntry>(payload, payload_size, std::move(mapping));

@@ -13,12 +13,12 @@
 //    payload. A corrupt or truncated entry is deleted, counted in stats().corrupt, and is a miss.
 //    The payload is hashed on the first Get of each version of an entry file in this object
 //    (stats().payload_checks), unless this object wrote that version (Put, GetOrFill); later
-//    Gets of the same file, unchanged since (same inode, size and times, as left by this
-//    object's last read or write), skip the hash and check the header only. With
+//    Gets of the same file, unchanged since (same inode, size and mtime: other processes' reads
+//    move only the atime), skip the hash and check the header only. With
 //    `kept_mapping_bytes`, such a Get also reuses the mapping of that file version it made
 //    before (Get or Put), so a warm epoch does not map the entries the epoch before it mapped.
 //  - Committed entries stay within `max_bytes` and the file system keeps `min_free_bytes` free:
-//    each commit evicts least-recently-used entries (last use = file mtime, set on write and hit).
+//    each commit evicts least-recently-used entries (last use = file atime, set on write and hit).
 //    Entries being written count too: a writer reserves its entry's bytes under the folder lock
 //    before writing (its temporary file is allocated at full size), so concurrent writers in any
 //    number of processes never undershoot the floor or, together with the committed entries,
@@ -230,8 +230,6 @@ class DiskCache {
   mutable DiskCacheCounters counters_;
   // Entry file versions this object verified, and the mappings it keeps (known_files.h).
   KnownFiles known_;
-  // Readers' stat-and-check and their touch-and-record of an entry, apart (Lookup).
-  std::mutex touch_mutex_;
   // The folder's structure and lock file (cache_files.h), and its byte budget (cache_budget.h).
   const std::unique_ptr<const CacheFolderFiles> files_;
   const std::unique_ptr<const CacheBudget> budget_;

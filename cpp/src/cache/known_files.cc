@@ -14,6 +14,10 @@ bool SameTime(const timespec& a, const timespec& b) {
 
 }  // namespace
 
+bool KnownFiles::SameVersion(const Version& v, const struct stat& st) {
+  return v.dev == st.st_dev && v.size == st.st_size && SameTime(v.mtime, st.st_mtim);
+}
+
 std::shared_ptr<Mapping> KnownFiles::ForgetMappingLocked(Version* version) {
   if (!version->mapping) return nullptr;
   mapped_.erase(version->lru);
@@ -38,8 +42,7 @@ bool KnownFiles::Contains(const std::string& path, const struct stat& st,
   const auto it = versions_.find(inode);
   if (it == versions_.end()) return false;
   Version& v = it->second;
-  if (v.dev != st.st_dev || v.size != st.st_size || !SameTime(v.mtime, st.st_mtim) ||
-      !SameTime(v.ctime, st.st_ctim)) {
+  if (!SameVersion(v, st)) {
     // Written since, or another file on the inode: the mapping kept shows other bytes, and its
     // lock would hold a damaged entry in place.
     stale = ForgetMappingLocked(&v);
@@ -69,18 +72,14 @@ void KnownFiles::Add(const std::string& path, const struct stat& st,
   const auto inode = static_cast<uint64_t>(st.st_ino);
   dropped.push_back(ForgetPathLocked(path, inode));
   Version& v = versions_[inode];
-  // The kept mapping stays for its own file version, and for the new times of the version it
-  // was just read as (a Get's Touch); another version, or another file on a reused inode,
-  // makes it stale.
-  const bool same_version = v.dev == st.st_dev && v.size == st.st_size &&
-                            SameTime(v.mtime, st.st_mtim) && SameTime(v.ctime, st.st_ctim);
-  if (v.mapping && mapping != v.mapping && !(mapping == nullptr && same_version)) {
+  // The kept mapping stays for its own file version; another version, or another file on a
+  // reused inode, makes it stale.
+  if (v.mapping && mapping != v.mapping && !(mapping == nullptr && SameVersion(v, st))) {
     dropped.push_back(ForgetMappingLocked(&v));
   }
   v.dev = st.st_dev;
   v.size = st.st_size;
   v.mtime = st.st_mtim;
-  v.ctime = st.st_ctim;
   if (mapping && !v.mapping && mapping->holds_lock() && mapping->size() <= max_mapped_bytes_) {
     v.mapping = std::move(mapping);
     v.path = path;

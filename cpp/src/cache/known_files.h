@@ -1,8 +1,11 @@
 // KnownFiles: the entry file versions one DiskCache object verified, and the mappings it keeps.
 //
-// A version is a file's (device, inode, size, mtime, ctime) as stat() read it after this object
-// verified its payload (Get) or wrote it (Put). A later Get of the same version checks the header
-// only; any write to the file, or a new file on a reused inode, changes the version.
+// A version is a file's (device, inode, size, mtime) as stat() read it when this object verified
+// its payload (Get) or wrote it (Put). A later Get of the same version checks the header only;
+// any write to the file, or a new file on a reused inode, changes the version. Not the ctime:
+// every reader's MarkUsed (the atime, eviction's recency) moves it, so N processes reading one
+// cache would verify and map each other's reads again. The cost: an edit that restores the
+// mtime afterwards (futimens) goes unseen; entries are never edited in place (disk_cache.h).
 //
 // Some versions keep their mapping (up to `max_mapped_bytes`, least recently used dropped), so a
 // warm epoch does not map again what the epoch before it mapped: page tables for each page of an
@@ -47,12 +50,14 @@ class KnownFiles {
   struct Version {
     dev_t dev = 0;
     off_t size = 0;
-    timespec mtime{}, ctime{};
+    timespec mtime{};
     std::shared_ptr<Mapping> mapping;   // kept for reuse, or empty
     std::string path;                   // where it was, when kept
     std::list<uint64_t>::iterator lru;  // its place in mapped_, when kept
   };
   static constexpr size_t kMaxFiles = size_t{1} << 16;  // then forgotten, and verified again
+
+  static bool SameVersion(const Version& v, const struct stat& st);
 
   // Moves the kept mapping out of `version` (released by the caller after unlocking).
   std::shared_ptr<Mapping> ForgetMappingLocked(Version* version);

@@ -1,6 +1,7 @@
 """The node-local ready-tensor cache: never changes the output, shared by processes, self-healing."""
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -201,6 +202,54 @@ def test_warm_epochs_map_each_entry_once(dataset, tmp_path):
         assert stats["hits"] > 0 and stats["maps"] == stats["hits"]
 
 
+def test_another_processs_reads_do_not_make_a_loader_map_again(dataset, tmp_path):
+    """Ranks of a node share cache_dir: one process's reads mark entries used (eviction's order)
+    but leave the file version the others verified and mapped, so none of them maps or hashes
+    an entry again because another read it."""
+    cache_dir = str(tmp_path / "cache")
+    fill(dataset, cache_dir)
+    files = entries(cache_dir)
+    reference = stoker.Loader(dataset, **OPTIONS)
+    expected = []
+    for epoch in range(4):
+        reference.set_epoch(epoch)
+        expected.append(digest(reference))
+
+    loader = stoker.Loader(dataset, cache_dir=cache_dir, **OPTIONS)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        assert digest(loader) == expected[epoch]
+    assert loader.stats()["cache"]["maps"] == len(files)
+    used = {p: os.stat(p).st_atime_ns for p in files}
+
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {TESTS!r})
+        import stoker
+        from stoker_testdata import digest
+        loader = stoker.Loader({dataset!r}, cache_dir={cache_dir!r}, **{OPTIONS!r})
+        out = []
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            out.append(digest(loader))
+        print(json.dumps({{"digests": out, "cache": loader.stats()["cache"]}}))
+    """)
+    other = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           timeout=120)
+    assert other.returncode == 0, other.stderr
+    result = json.loads(other.stdout)
+    assert result["digests"] == expected[:2]
+    assert result["cache"]["misses"] == 0 and result["cache"]["maps"] == len(files)
+    assert all(os.stat(p).st_atime_ns > used[p] for p in files)  # its reads count as uses
+
+    for epoch in range(2, 4):
+        loader.set_epoch(epoch)
+        assert digest(loader) == expected[epoch]
+    stats = loader.stats()["cache"]
+    assert stats["misses"] == 0
+    assert stats["maps"] == stats["payload_checks"] == len(files)  # none since the first epoch
+
+
 def test_cache_budget_is_respected(dataset, tmp_path):
     cache_dir = str(tmp_path / "cache")
     reference, _ = run(dataset)
@@ -225,7 +274,6 @@ def test_processes_share_one_cache_and_decode_each_entry_once(dataset, tmp_path)
     """)
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
-    import json
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
