@@ -13,6 +13,7 @@
 #include "decode/packed_rows.h"
 #include "util/convert.h"
 #include "util/recycling_pool.h"
+#include "util/transpose.h"
 
 namespace stoker {
 namespace {
@@ -208,10 +209,22 @@ Status BuildBlocks(const std::vector<FeatureBlockPlan>& plans, int64_t rows, Nam
         std::shared_ptr<arrow::Buffer> matrix,
         arrow::AllocateBuffer(std::max<int64_t>(1, rows * count * width), RecyclingPool::Get()));
     uint8_t* out = matrix->mutable_data();
-    constexpr int64_t kRowsPerBlock = 64;  // a block of output rows stays in cache
-    for (int64_t begin = 0; begin < rows; begin += kRowsPerBlock) {
-      const int64_t end = std::min(rows, begin + kRowsPerBlock);
+    // Features copied bit for bit (4 bytes, no cast): four in a row take TransposeFour, as in
+    // FeaturesWriter::Prepare. The scalar loop alone was 11% of a filling epoch of 300 floats.
+    std::vector<bool> plain(count);
+    for (int64_t k = 0; k < count; ++k) {
+      plain[k] = width == 4 && plan.specs[k]->source_dtype == plan.dtype;
+    }
+    for (int64_t begin = 0; begin < rows; begin += kFeatureBlockRows) {
+      const int64_t end = std::min(rows, begin + kFeatureBlockRows);
       for (int64_t k = 0; k < count; ++k) {
+        if (k + 4 <= count && plain[k] && plain[k + 1] && plain[k + 2] && plain[k + 3]) {
+          const uint32_t* columns[4];
+          for (int j = 0; j < 4; ++j) columns[j] = reinterpret_cast<const uint32_t*>(values[k + j]);
+          TransposeFour(columns, reinterpret_cast<uint32_t*>(out) + k, count, begin, end);
+          k += 3;
+          continue;
+        }
         VisitDType(plan.dtype, [&](auto out_tag) {
           using D = decltype(out_tag);
           D* dst = reinterpret_cast<D*>(out) + k;
