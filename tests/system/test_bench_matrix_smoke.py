@@ -34,7 +34,8 @@ def test_matrix_table_rows_and_checked_limits(tmp_path):
     assert report["shapes"]["remote"]["reason"]
     header = [c.strip() for c in md.splitlines()[md.splitlines().index(next(
         line for line in md.splitlines() if line.startswith("| shape | rows |")))].strip("|").split("|")]
-    assert header == ["shape", "rows", "cold / decode limit", "fill / no cache",
+    assert header == ["shape", "rows", "cold / decode limit", "later cold / decode limit",
+                      "fill / no cache",
                       "warm / memory limit", "first batch (batch times)", "after open",
                       "shuffled / unshuffled: cold, warm", "decode limit won", "memory limit won",
                       "flags"]
@@ -55,15 +56,20 @@ def test_matrix_table_rows_and_checked_limits(tmp_path):
         assert s["checks"][s["decode_limit"]["reader"]]["equal"]
         assert s["checks"][s["memory_limit"]["gather"]]["equal"]
         for variant in ("stoker-cold", "stoker-fill", "stoker-warm", "stoker-cold-ordered",
-                        "stoker-warm-ordered"):
+                        "stoker-warm-ordered", "stoker-cold-next"):
             r = s["results"][variant]
             assert r["status"] == "ok" and r["rows"] == 3000, (name, variant, r)
-        for key in ("cold_vs_decode", "fill_vs_nocache", "warm_vs_memory", "cold_vs_ordered",
-                    "warm_vs_ordered"):
+        for key in ("cold_vs_decode", "cold_next_vs_decode", "fill_vs_nocache", "warm_vs_memory",
+                    "cold_vs_ordered", "warm_vs_ordered"):
             assert s[key] is not None and s[key] > 0, (name, key)
         # The shuffle's cost compares the same loader with and without it.
         assert s["cold_vs_ordered"] == pytest.approx(
             s["results"]["stoker-cold"]["rows_per_s"] / s["results"]["stoker-cold-ordered"]["rows_per_s"])
+        # The later cold epoch is the loader's second epoch: no cache, so nothing is read from one.
+        assert s["cold_next_vs_decode"] == pytest.approx(
+            s["results"]["stoker-cold-next"]["rows_per_s"] / s["decode_limit"]["rows_per_s"])
+        assert "cache" not in s["results"]["stoker-cold-next"]["loader_stats"] or \
+            s["results"]["stoker-cold-next"]["loader_stats"]["cache"]["hits"] == 0
         # The constructor's time is measured, and the first batch after it is part of the first.
         assert 0 < s["results"]["stoker-cold"]["open_s"] < s["results"]["stoker-cold"]["first_batch_s"]
         if s["first_batch_batches"] == s["first_batch_batches"]:  # NaN with one batch (3,000 rows)
