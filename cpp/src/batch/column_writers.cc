@@ -196,10 +196,6 @@ constexpr int64_t kPrefetchRows = 8;
   PrefetchLines(from, bytes);
 }
 
-}  // namespace
-
-namespace {
-
 // The per-row vectors of the last BatchRows this thread built, kept for the next: a batch of
 // 65,536 shuffled rows needs 1.8 MB of them, which malloc returned to the kernel and took back
 // zeroed every batch (40% of a narrow cold epoch's page faults, 15% of its CPU in faults).
