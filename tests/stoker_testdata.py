@@ -108,6 +108,23 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 PARQUET_TESTING = os.path.join(TESTS, "data", "parquet-testing")
 
 
+def fill_cache(source: Any, cache_dir: str, **options: Any) -> None:
+    """Fills cache_dir with every entry of a shuffled loader: a loaded machine may skip
+    write-behind writes (a later epoch stores them) and close() drops what is still queued, so
+    epochs run until one skips nothing, and each ends with a flush."""
+    import stoker
+
+    loader = stoker.Loader(source, cache_dir=cache_dir, **options)
+    for epoch in range(5):
+        loader.set_epoch(epoch)
+        skipped = loader.stats()["cache"]["write_skipped"]
+        digest(loader)
+        loader.flush_cache()
+        if loader.stats()["cache"]["write_skipped"] == skipped:
+            break
+    loader.close()
+
+
 def load_in_order(source: Any, batch_size: int = 3, **kwargs: Any) -> List[Dict[str, Any]]:
     """Every batch of one epoch in file order (shuffle=False, drop_last=False unless given);
     the loader is closed after."""

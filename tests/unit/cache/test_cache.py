@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import stoker
-from stoker_testdata import TESTS, digest, write_uneven_dataset
+from stoker_testdata import TESTS, digest, fill_cache, write_uneven_dataset
 
 OPTIONS = dict(batch_size=100, seed=4, shuffle_window=700, drop_last=False,
                lists="ragged")
@@ -41,18 +41,17 @@ def run(dataset, cache_dir=None, **kwargs):
 
 
 def fill(dataset, cache_dir):
-    """Fills cache_dir with every entry: a loaded machine may skip write-behind writes (a later
-    epoch stores them) and close() drops what is still queued, so epochs run until one skips
-    nothing, and each ends with a flush."""
-    loader = stoker.Loader(dataset, cache_dir=cache_dir, **OPTIONS)
-    for epoch in range(5):
-        loader.set_epoch(epoch)
-        skipped = loader.stats()["cache"]["write_skipped"]
-        digest(loader)
-        loader.flush_cache()
-        if loader.stats()["cache"]["write_skipped"] == skipped:
-            break
-    loader.close()
+    fill_cache(dataset, cache_dir, **OPTIONS)
+
+
+def uncached_digests(dataset, epochs):
+    """The batches' digests of each epoch without a cache: what every cached epoch must equal."""
+    reference = stoker.Loader(dataset, **OPTIONS)
+    out = []
+    for epoch in range(epochs):
+        reference.set_epoch(epoch)
+        out.append(digest(reference))
+    return out
 
 
 def test_cold_warm_and_partial_cache_give_identical_batches(dataset, tmp_path):
@@ -168,11 +167,7 @@ def test_warm_epochs_map_each_entry_once(dataset, tmp_path):
     cache_dir = str(tmp_path / "cache")
     fill(dataset, cache_dir)
     files = entries(cache_dir)
-    reference = stoker.Loader(dataset, **OPTIONS)
-    expected = []
-    for epoch in range(3):
-        reference.set_epoch(epoch)
-        expected.append(digest(reference))
+    expected = uncached_digests(dataset, 3)
 
     loader = stoker.Loader(dataset, cache_dir=cache_dir, **OPTIONS)
     for epoch in range(3):
@@ -209,11 +204,7 @@ def test_another_processs_reads_do_not_make_a_loader_map_again(dataset, tmp_path
     cache_dir = str(tmp_path / "cache")
     fill(dataset, cache_dir)
     files = entries(cache_dir)
-    reference = stoker.Loader(dataset, **OPTIONS)
-    expected = []
-    for epoch in range(4):
-        reference.set_epoch(epoch)
-        expected.append(digest(reference))
+    expected = uncached_digests(dataset, 4)
 
     loader = stoker.Loader(dataset, cache_dir=cache_dir, **OPTIONS)
     for epoch in range(2):
