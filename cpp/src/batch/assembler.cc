@@ -14,7 +14,7 @@ Status BatchAssembler::Prepare(DecodedItem* item) const {
 }
 
 Result<std::shared_ptr<Batch>> BatchAssembler::Assemble(int64_t index,
-                                                        const std::vector<RowRef>& rows,
+                                                        const std::vector<RowStretch>& rows,
                                                         uint64_t seed, int64_t epoch) const {
   BatchRows batch_rows(rows);
   batch_rows.seed = seed;

@@ -1,7 +1,7 @@
 // BatchAssembler: copies rows from decoded items into one slab per batch.
 //
-// The batcher hands it the rows of a batch in their final order (item, row pairs after the
-// shuffle window). It resolves them once (BatchRows), asks every column writer to size its
+// The sequencer hands it the rows of a batch in their final order (stretches of shuffled window
+// orders). It resolves them once (BatchRows), asks every column writer to size its
 // tensors, takes one slab for all of them from the pool, then lets every writer fill its part.
 // The writers are built once, from the OutputSpec, when the assembler is made.
 // Thread safety: Prepare() and Assemble() are const and run on many workers at once; the pool is
@@ -30,7 +30,7 @@ class BatchAssembler {
   Status Prepare(DecodedItem* item) const;
 
   /// Batch `index` of these rows; `seed` and `epoch` key the transforms' random ops.
-  Result<std::shared_ptr<Batch>> Assemble(int64_t index, const std::vector<RowRef>& rows,
+  Result<std::shared_ptr<Batch>> Assemble(int64_t index, const std::vector<RowStretch>& rows,
                                           uint64_t seed = 0, int64_t epoch = 0) const;
 
  private:

@@ -209,37 +209,66 @@ thread_local RowsScratch rows_scratch;
 
 }  // namespace
 
-BatchRows::BatchRows(const std::vector<RowRef>& refs)
-    : items(std::move(rows_scratch.items)),
-      item(std::move(rows_scratch.item)),
-      row(std::move(rows_scratch.row)),
-      runs(std::move(rows_scratch.runs)) {
-  const int64_t count = static_cast<int64_t>(refs.size());
+BatchRows::BatchRows(const std::vector<RowRef>& refs) {
+  Start(static_cast<int64_t>(refs.size()));
+  uint32_t last = 0;
+  for (int64_t i = 0; i < size(); ++i) {
+    const DecodedItem* it = refs[i].item;
+    if (items.empty() || items[last] != it) last = Intern(it);
+    Set(i, last, refs[i].row);
+  }
+  Finish();
+}
+
+BatchRows::BatchRows(const std::vector<RowStretch>& stretches) {
+  int64_t count = 0;
+  for (const RowStretch& stretch : stretches) count += stretch.end - stretch.begin;
+  Start(count);
+  constexpr uint32_t kNone = ~0u;
+  std::vector<uint32_t> index;  // per item of the window: its index in `items`, or kNone
+  int64_t i = 0;
+  for (const RowStretch& stretch : stretches) {
+    const WindowRows& window = *stretch.window;
+    index.assign(window.items.size(), kNone);
+    auto item_index = [&](size_t k) {
+      if (index[k] == kNone) index[k] = Intern(window.items[k]);
+      return index[k];
+    };
+    const uint32_t* order = window.order.data();
+    if (window.starts.size() == 1) {
+      const uint32_t only = item_index(0);
+      for (int64_t p = stretch.begin; p < stretch.end; ++p) Set(i++, only, order[p]);
+      continue;
+    }
+    for (int64_t p = stretch.begin; p < stretch.end; ++p) {
+      const int64_t at = order[p];
+      const size_t k = std::upper_bound(window.starts.begin(), window.starts.end(), at) -
+                       window.starts.begin() - 1;
+      Set(i++, item_index(k), at - window.starts[k]);
+    }
+  }
+  Finish();
+}
+
+void BatchRows::Start(int64_t count) {
+  items = std::move(rows_scratch.items);
+  item = std::move(rows_scratch.item);
+  row = std::move(rows_scratch.row);
+  runs = std::move(rows_scratch.runs);
   items.clear();
   runs.clear();
   runs.reserve(count);
   item.resize(count);
   row.resize(count);
-  uint32_t last = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    const DecodedItem* it = refs[i].item;
-    if (items.empty() || items[last] != it) {
-      auto found = std::find(items.begin(), items.end(), it);
-      if (found == items.end()) {
-        items.push_back(it);
-        found = items.end() - 1;
-      }
-      last = static_cast<uint32_t>(found - items.begin());
-    }
-    item[i] = last;
-    row[i] = refs[i].row;
-    if (i > 0 && item[i] == item[i - 1] && row[i] == row[i - 1] + 1) {
-      ++runs.back().second;
-    } else {
-      runs.emplace_back(i, 1);
-    }
+}
+
+uint32_t BatchRows::Intern(const DecodedItem* it) {
+  auto found = std::find(items.begin(), items.end(), it);
+  if (found == items.end()) {
+    items.push_back(it);
+    found = items.end() - 1;
   }
-  use_runs = static_cast<int64_t>(runs.size()) * 8 <= count;
+  return static_cast<uint32_t>(found - items.begin());
 }
 
 BatchRows::~BatchRows() {

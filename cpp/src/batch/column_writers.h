@@ -33,11 +33,30 @@ struct RowRef {
   int64_t row;
 };
 
+/// A shuffle window's rows in delivery order: position p is window row order[p], which is row
+/// order[p] - starts[k] of items[k] for the last k with starts[k] <= order[p] (starts ascending,
+/// starts[0] == 0). The sequencer hands batches out as stretches of it, so the per-row work of
+/// resolving them runs on the workers that assemble the batches, not on the one sequencer.
+struct WindowRows {
+  std::vector<uint32_t> order;
+  std::vector<int64_t> starts;
+  std::vector<const DecodedItem*> items;
+};
+
+/// Positions [begin, end) of a window's rows.
+struct RowStretch {
+  std::shared_ptr<const WindowRows> window;
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
 /// The rows of one batch resolved once: which distinct item and which row each comes from, and
 /// the runs of consecutive rows of one item (long in natural order, length 1 when shuffled).
 struct BatchRows {
   /// Reuses the vectors of the last BatchRows destroyed on this thread (their capacity).
   explicit BatchRows(const std::vector<RowRef>& refs);
+  /// The same rows given as stretches of windows (the pipeline's batches).
+  explicit BatchRows(const std::vector<RowStretch>& stretches);
   ~BatchRows();
   BatchRows(const BatchRows&) = delete;
   BatchRows& operator=(const BatchRows&) = delete;
@@ -55,6 +74,23 @@ struct BatchRows {
   /// Keys of the transforms' random streams (with each row's global id): the plan's.
   uint64_t seed = 0;
   int64_t epoch = 0;
+
+ private:
+  /// Takes the vectors of the last BatchRows destroyed on this thread, sized for `count` rows.
+  void Start(int64_t count);
+  /// `it`'s index in `items`, added at its first use.
+  uint32_t Intern(const DecodedItem* it);
+  /// Sets batch row `i` and extends the runs.
+  void Set(int64_t i, uint32_t item_index, int64_t item_row) {
+    item[i] = item_index;
+    row[i] = item_row;
+    if (i > 0 && item[i - 1] == item_index && row[i - 1] + 1 == item_row) {
+      ++runs.back().second;
+    } else {
+      runs.emplace_back(i, 1);
+    }
+  }
+  void Finish() { use_runs = static_cast<int64_t>(runs.size()) * 8 <= size(); }
 };
 
 /// Where each tensor of a batch goes in its slab: 64-byte aligned offsets, in placement order.

@@ -108,6 +108,53 @@ TEST(BatchRows, FindsDistinctItemsAndRuns) {
   EXPECT_FALSE(rows.use_runs);  // 4 runs for 7 rows
 }
 
+// The pipeline's batches are stretches of window orders: the rows, their items (in order of
+// first use) and the runs are those of the same rows given one by one.
+TEST(BatchRows, StretchesOfWindowsResolveAsTheirRowsOneByOne) {
+  DecodedItem a, b, c, d;
+  auto first = std::make_shared<WindowRows>();
+  first->items = {&a, &b, &c};  // 3, 4 and 2 rows
+  first->starts = {0, 3, 7};
+  first->order = {8, 3, 4, 5, 0, 7, 1, 2, 6};
+  auto second = std::make_shared<WindowRows>();
+  second->items = {&d};
+  second->starts = {0};
+  second->order = {1, 2, 3, 0, 4};
+  const std::vector<RowStretch> stretches = {{first, 2, 9}, {second, 0, 3}};
+  std::vector<RowRef> refs;
+  for (const RowStretch& stretch : stretches) {
+    for (int64_t p = stretch.begin; p < stretch.end; ++p) {
+      const WindowRows& window = *stretch.window;
+      const int64_t at = window.order[p];
+      size_t k = 0;
+      while (k + 1 < window.starts.size() && window.starts[k + 1] <= at) ++k;
+      refs.push_back({window.items[k], at - window.starts[k]});
+    }
+  }
+  const BatchRows expected(refs);
+  const BatchRows rows(stretches);
+  EXPECT_EQ(rows.items, (std::vector<const DecodedItem*>{&b, &a, &c, &d}));
+  EXPECT_EQ(rows.items, expected.items);
+  EXPECT_EQ(rows.item, (std::vector<uint32_t>{0, 0, 1, 2, 1, 1, 0, 3, 3, 3}));
+  EXPECT_EQ(rows.item, expected.item);
+  EXPECT_EQ(rows.row, (std::vector<int64_t>{1, 2, 0, 0, 1, 2, 3, 1, 2, 3}));
+  EXPECT_EQ(rows.row, expected.row);
+  EXPECT_EQ(rows.runs, (std::vector<std::pair<int64_t, int64_t>>{
+                           {0, 2}, {2, 1}, {3, 1}, {4, 2}, {6, 1}, {7, 3}}));
+  EXPECT_EQ(rows.runs, expected.runs);
+  EXPECT_FALSE(rows.use_runs);
+  // A stretch of an item's rows in order (an unshuffled window) is one run.
+  auto in_order = std::make_shared<WindowRows>();
+  in_order->items = {&d};
+  in_order->starts = {0};
+  in_order->order = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const BatchRows run({{in_order, 4, 14}});
+  EXPECT_EQ(run.items, (std::vector<const DecodedItem*>{&d}));
+  EXPECT_EQ(run.runs, (std::vector<std::pair<int64_t, int64_t>>{{0, 10}}));
+  EXPECT_EQ(run.row.front(), 4);
+  EXPECT_TRUE(run.use_runs);
+}
+
 TEST(BatchRows, ABatchAfterALargerOneOnTheSameThreadHoldsOnlyItsOwnRows) {
   DecodedItem a, b, c;
   { const BatchRows larger({{&a, 2}, {&a, 3}, {&a, 4}, {&b, 0}, {&a, 5}, {&b, 1}, {&b, 2}}); }
@@ -1212,7 +1259,11 @@ TEST(BatchAssembler, AssemblesAllColumnsIntoOneSlab) {
   item.sources[2].values = reinterpret_cast<const uint8_t*>(feature);
   ASSERT_TRUE(assembler.Prepare(&item).ok());
 
-  auto made = assembler.Assemble(4, {{&item, 2}, {&item, 1}, {&item, 0}});
+  auto window = std::make_shared<WindowRows>();
+  window->order = {2, 1, 0};
+  window->starts = {0};
+  window->items = {&item};
+  auto made = assembler.Assemble(4, {{window, 0, 3}});
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   const Batch& batch = **made;
   EXPECT_EQ(batch.index, 4);

@@ -118,5 +118,49 @@ TEST(ApplyVocabulary, IdsAreTheNarrowestUnsignedTypeThatHoldsTheVocabulary) {
   }
 }
 
+// Dictionary chunks map every index type Arrow allows, offsets included, to the same ids; an
+// index outside the dictionary (Arrow's readers check, but a chunk built another way may not)
+// is a corrupt-file error naming the column, the place and the index.
+TEST(ApplyVocabulary, EveryIndexTypeMapsTheSameAndAnIndexOutsideTheDictionaryIsAnError) {
+  auto vocabulary = *Vocabulary::Make({"x", "y"}, Vocabulary::Origin::kGiven, "c");
+  auto values = FromJson(arrow::utf8(), R"(["w", "y", "x"])");
+  for (const auto& type : {arrow::int8(), arrow::uint8(), arrow::int16(), arrow::uint16(),
+                           arrow::int32(), arrow::uint32(), arrow::int64(), arrow::uint64()}) {
+    SCOPED_TRACE(type->ToString());
+    auto dict_type = arrow::dictionary(type, arrow::utf8());
+    // Sliced past its first row, so the indices' offset is not 0.
+    auto indices = FromJson(type, "[0, 2, 1, null, 0, 2]")->Slice(1);
+    auto dict = std::make_shared<arrow::DictionaryArray>(dict_type, indices, values);
+    ASSERT_OK_AND_ASSIGN(auto ids,
+                         ApplyVocabulary(*vocabulary, arrow::ChunkedArray(dict), "c", "here"));
+    EXPECT_EQ(Ids(*ids), (std::vector<int64_t>{1, 2, 0, 0, 1}));
+    EXPECT_TRUE(ids->IsNull(2));
+    EXPECT_EQ(ids->null_count(), 1);
+    for (const std::string& bad : {std::string("3"), std::string("100")}) {
+      auto outside = std::make_shared<arrow::DictionaryArray>(
+          dict_type, FromJson(type, "[1, " + bad + ", 0]"), values);
+      auto result =
+          ApplyVocabulary(*vocabulary, arrow::ChunkedArray(outside), "c", "file 'f', row group 4");
+      ASSERT_FALSE(result.ok());
+      EXPECT_EQ(GetErrorKind(result.status()), ErrorKind::kCorruptFile);
+      EXPECT_NE(result.status().message().find("column 'c' of file 'f', row group 4 has a "
+                                               "dictionary index " +
+                                               bad + " outside its 3 entries"),
+                std::string::npos)
+          << result.status().message();
+    }
+    if (arrow::is_signed_integer(type->id())) {
+      auto negative =
+          std::make_shared<arrow::DictionaryArray>(dict_type, FromJson(type, "[-1]"), values);
+      auto result = ApplyVocabulary(*vocabulary, arrow::ChunkedArray(negative), "c", "file 'f'");
+      ASSERT_FALSE(result.ok());
+      EXPECT_EQ(GetErrorKind(result.status()), ErrorKind::kCorruptFile);
+      // Arrow reads a negative int8 index as its unsigned byte (255): outside either way.
+      EXPECT_NE(result.status().message().find("outside its 3 entries"), std::string::npos)
+          << result.status().message();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace stoker

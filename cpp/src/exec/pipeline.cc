@@ -17,7 +17,6 @@ constexpr int kExtraBatches = 2;
 // also counted in prefetch_bytes): bounds the bookkeeping of tiny batches.
 constexpr int64_t kMaxBatchesAhead = 256;
 // Row lists of assembled jobs kept for the sequencer's next jobs.
-constexpr size_t kSpareRowLists = 4;
 // Stop() waits at most this long for the fetch stage's requests that are already sent (they
 // stop retrying at once, but an attempt under way lasts until the store answers or its
 // request_timeout passes). One still running after that keeps what it uses alive and ends on
@@ -217,8 +216,6 @@ void Pipeline::RunAssemblyJob(std::unique_lock<std::mutex>* lock) {
   job.items.clear();  // drop the references to decoded data before taking the lock
   job.rows.clear();
   lock->lock();
-  // The sequencer's next job reuses the row list (a fresh one per batch faulted its pages in).
-  if (spare_rows_.size() < kSpareRowLists) spare_rows_.push_back(std::move(job.rows));
   --assembling_;
   if (!batch.ok()) {
     if (job.slot < error_batch_) {
@@ -509,58 +506,48 @@ Status Pipeline::RunSequencer() {
   int64_t batch_index = start_batch_;
   const int64_t skip = start_batch_ * batch_size;  // rows of the rank stream already delivered
   AssemblyJob job;
-  job.rows.reserve(batch_size);
-  std::vector<uint32_t> order;
-  std::vector<int64_t> segment_starts;
+  int64_t job_rows = 0;
   std::vector<std::shared_ptr<DecodedItem>> window_items;
 
   for (int w = first_window_; w < static_cast<int>(plan.windows.size()); ++w) {
     const Window& window = plan.windows[w];
+    auto rows = std::make_shared<WindowRows>();
     window_items.clear();
-    segment_starts.clear();
     int64_t start = 0;
     for (int s = window.segment_begin; s < window.segment_end; ++s) {
       STOKER_ASSIGN_OR_RAISE(auto item, TakeSegment(s));
+      rows->items.push_back(item.get());
+      rows->starts.push_back(start);
       window_items.push_back(std::move(item));
-      segment_starts.push_back(start);
       start += plan.segments[s].num_rows;
     }
     int64_t busy_start = NowNs();
-    WindowOrder(plan, w, &order);
+    WindowOrder(plan, w, &rows->order);
     job.items.insert(job.items.end(), window_items.begin(), window_items.end());
+    // Batches are stretches of the window's order: the workers resolve their rows.
     for (int64_t position = std::max<int64_t>(0, skip - window.row_begin);
-         position < window.num_rows; ++position) {
-      const int64_t row = order[position];
-      const int k =
-          static_cast<int>(std::upper_bound(segment_starts.begin(), segment_starts.end(), row) -
-                           segment_starts.begin() - 1);
-      job.rows.push_back({window_items[k].get(), row - segment_starts[k]});
-      if (static_cast<int64_t>(job.rows.size()) == batch_size) {
+         position < window.num_rows;) {
+      const int64_t take = std::min(window.num_rows - position, batch_size - job_rows);
+      job.rows.push_back({rows, position, position + take});
+      job_rows += take;
+      position += take;
+      if (job_rows == batch_size) {
         job.index = batch_index++;
         counters_->sequence.busy_ns += NowNs() - busy_start;
         STOKER_RETURN_NOT_OK(SubmitIfSelected(std::move(job)));
         busy_start = NowNs();
         job = AssemblyJob{};
-        job.rows = SpareRows();
-        job.rows.reserve(batch_size);
         job.items = window_items;
+        job_rows = 0;
       }
     }
     counters_->sequence.busy_ns += NowNs() - busy_start;
   }
-  if (!job.rows.empty()) {
+  if (job_rows > 0) {
     job.index = batch_index++;
     STOKER_RETURN_NOT_OK(SubmitIfSelected(std::move(job)));
   }
   return Status::OK();
-}
-
-std::vector<RowRef> Pipeline::SpareRows() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (spare_rows_.empty()) return {};
-  std::vector<RowRef> rows = std::move(spare_rows_.back());
-  spare_rows_.pop_back();
-  return rows;
 }
 
 Status Pipeline::SubmitIfSelected(AssemblyJob job) {

@@ -135,7 +135,7 @@ class Pipeline {
   struct AssemblyJob {
     int64_t index = 0;  // in the plan's batch stream: seeds the batch's random transforms
     int64_t slot = 0;   // in this pipeline's output: (index - start_batch) / batch_step
-    std::vector<RowRef> rows;
+    std::vector<RowStretch> rows;
     std::vector<std::shared_ptr<DecodedItem>> items;  // keeps `rows` valid
   };
 
@@ -164,8 +164,6 @@ class Pipeline {
   Result<std::shared_ptr<DecodedItem>> TakeSegment(int s);
   /// Queues a batch for assembly; blocks while too many batches are outstanding.
   Status Submit(AssemblyJob job);
-  /// An emptied row list of an assembled job (its capacity kept), or an empty one.
-  std::vector<RowRef> SpareRows();
   /// Submit for a batch of this pipeline's stride (numbers its slot); drops any other batch.
   Status SubmitIfSelected(AssemblyJob job);
   bool DecodeAdmissible() const;  // REQUIRES(mutex_)
@@ -216,19 +214,18 @@ class Pipeline {
   };
   std::shared_ptr<Liveness> liveness_ = std::make_shared<Liveness>();
   std::vector<std::shared_ptr<arrow::io::RandomAccessFile>> fetched_;  // GUARDED_BY(mutex_)
-  std::vector<const void*> fetched_key_;         // GUARDED_BY(mutex_) CatalogFile of fetched_[t]
-  size_t next_task_ = 0;                         // GUARDED_BY(mutex_)
-  size_t fail_task_ = SIZE_MAX;                  // GUARDED_BY(mutex_)
-  int64_t inflight_bytes_ = 0;                   // GUARDED_BY(mutex_)
-  std::map<int, SegmentState> segments_;         // GUARDED_BY(mutex_)
-  std::deque<AssemblyJob> jobs_;                 // GUARDED_BY(mutex_)
-  int64_t outstanding_batches_ = 0;              // GUARDED_BY(mutex_) submitted, not taken
-  int64_t assembling_ = 0;                       // GUARDED_BY(mutex_) submitted, not yet assembled
-  std::vector<std::vector<RowRef>> spare_rows_;  // GUARDED_BY(mutex_) see SpareRows()
-  int consumer_assembling_ = 0;                  // GUARDED_BY(mutex_) jobs Next() runs (0 or 1)
-  std::thread::id consumer_thread_;              // GUARDED_BY(mutex_) the last that ran one
-  int64_t batch_bytes_ = 0;        // GUARDED_BY(mutex_) largest batch assembled so far
-  int64_t batch_bytes_ahead_ = 0;  // GUARDED_BY(mutex_) sum of batch_reserved_
+  std::vector<const void*> fetched_key_;  // GUARDED_BY(mutex_) CatalogFile of fetched_[t]
+  size_t next_task_ = 0;                  // GUARDED_BY(mutex_)
+  size_t fail_task_ = SIZE_MAX;           // GUARDED_BY(mutex_)
+  int64_t inflight_bytes_ = 0;            // GUARDED_BY(mutex_)
+  std::map<int, SegmentState> segments_;  // GUARDED_BY(mutex_)
+  std::deque<AssemblyJob> jobs_;          // GUARDED_BY(mutex_)
+  int64_t outstanding_batches_ = 0;       // GUARDED_BY(mutex_) submitted, not taken
+  int64_t assembling_ = 0;                // GUARDED_BY(mutex_) submitted, not yet assembled
+  int consumer_assembling_ = 0;           // GUARDED_BY(mutex_) jobs Next() runs (0 or 1)
+  std::thread::id consumer_thread_;       // GUARDED_BY(mutex_) the last that ran one
+  int64_t batch_bytes_ = 0;               // GUARDED_BY(mutex_) largest batch assembled so far
+  int64_t batch_bytes_ahead_ = 0;         // GUARDED_BY(mutex_) sum of batch_reserved_
   // Batches beyond num_workers + kExtraBatches outstanding, by slot: bytes counted in flight.
   std::map<int64_t, int64_t> batch_reserved_;  // GUARDED_BY(mutex_)
   // Output positions are slots (AssemblyJob::slot), not batch indices.
