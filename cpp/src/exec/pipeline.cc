@@ -16,7 +16,6 @@ constexpr int kExtraBatches = 2;
 // Finished batches ahead of the consumer, at most (beyond num_workers + kExtraBatches, each is
 // also counted in prefetch_bytes): bounds the bookkeeping of tiny batches.
 constexpr int64_t kMaxBatchesAhead = 256;
-// Row lists of assembled jobs kept for the sequencer's next jobs.
 // Stop() waits at most this long for the fetch stage's requests that are already sent (they
 // stop retrying at once, but an attempt under way lasts until the store answers or its
 // request_timeout passes). One still running after that keeps what it uses alive and ends on
