@@ -184,18 +184,23 @@ bool RecyclingPool::ResizeMapping(int64_t old_size, int64_t new_size, uint8_t** 
       if (new_size > old_size) total_ += new_size - old_size;
       return true;
     }
+    // Out of the table while the syscall runs unlocked (the buffer's owner is the only one to
+    // resize or free it): a moving mremap frees the old address, which another thread's mmap
+    // may get before this one relocks. Erasing the old entry only then dropped that thread's
+    // record of its new mapping, which was later freed as a malloc block (free() crashed).
+    mapped_.erase(it);
   }
-  // The buffer's owner is the only one to resize or free it: the syscall runs unlocked.
   const int64_t size = MappedSize(new_size);
   void* moved = mremap(*ptr, static_cast<size_t>(mapping.size), static_cast<size_t>(size),
                        size > mapping.size ? MREMAP_MAYMOVE : 0);
+  const int error = errno;
+  std::lock_guard<std::mutex> lock(mutex_);
   if (moved == MAP_FAILED) {
+    mapped_.emplace(*ptr, mapping);  // still mapped where it was
     *status = arrow::Status::OutOfMemory("mremap of ", mapping.size, " to ", size,
-                                         " bytes failed: ", std::strerror(errno));
+                                         " bytes failed: ", std::strerror(error));
     return true;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  mapped_.erase(*ptr);
   *ptr = static_cast<uint8_t*>(moved);
   mapped_.emplace(*ptr, Mapping{size, mapping.origin});
   in_use_ += new_size - old_size;
