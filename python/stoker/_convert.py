@@ -115,6 +115,8 @@ class Route:
         # reads only their name and values. Per column and batch, the other attributes cost
         # 0.4 us each through the bindings: 48 columns paid 0.1 ms a batch in the training loop.
         self.plain = frozenset(plain) - self.bfloat16
+        # Every column plain (and none added by the engine's keys): host() is Batch.values().
+        self.all_plain = bool(self.plain) and self.plain == set(self.added_keys)
 
     @classmethod
     def for_columns(cls, output: str, columns: Mapping[str, Any]) -> "Route":
@@ -144,6 +146,8 @@ class Route:
         ``<name>_lengths_1``..., ``<name>_mask``, ``<name>_mask_1``..., ``<name>_valid``);
         ragged lists and strings become :class:`Ragged`. bfloat16 values are their int16 bits
         (:meth:`output` views them as ``torch.bfloat16``)."""
+        if self.all_plain:  # the whole batch in one call (48 columns: 0.08 -> 0.02 ms)
+            return batch.values()
         out: Dict[str, Any] = {}
         plain = self.plain
         for column in batch.columns:
@@ -227,8 +231,9 @@ class Route:
 
         def tensor(key: str, array: Any) -> Any:
             try:
-                # nanobind's arrays may carry numpy's "long long" types, which from_numpy
-                # refuses where they alias "long" (uint64 on Linux): view them as the plain one.
+                # An array of numpy's "long long" types (np.ulonglong, or made through the
+                # buffer protocol), which from_numpy refuses where they alias "long" (uint64 on
+                # Linux): viewed as the plain one.
                 return torch.from_numpy(array.view(_plain_dtype(array.dtype)))
             except ValueError:  # negative strides
                 return torch.from_numpy(np.ascontiguousarray(array))
@@ -242,11 +247,11 @@ class Route:
         from_numpy, ndarray, bfloat16 = torch.from_numpy, np.ndarray, self.bfloat16
         for key, value in arrays.items():
             if type(value) is ndarray and key not in bfloat16:  # the common case, in one step
-                try:
-                    out[key] = from_numpy(value.view(_plain_dtype(value.dtype)))
+                try:  # the engine's arrays have numpy's plain dtypes: no view needed
+                    out[key] = from_numpy(value)
                     continue
                 except (ValueError, TypeError):
-                    pass  # negative strides or a dtype torch lacks: tensor() says which
+                    pass  # negative strides, a "long long" dtype or one torch lacks: tensor()
             converted = map_arrays(value, lambda array, key=key: tensor(key, array))
             if key in self.bfloat16:
                 converted = _map_innermost(converted, lambda t: t.view(torch.bfloat16))

@@ -370,6 +370,11 @@ class Batch:
     @property
     def columns(self) -> list[OutputColumn]: ...
 
+    def values(self) -> dict:
+        """
+        {name: values} of every column, in order: the whole batch where every column is dense values alone
+        """
+
 def usable_cpus() -> int:
     """
     CPUs this process may use: its affinity mask, capped by its cgroup's CPU quota.

@@ -367,3 +367,40 @@ def test_plain_dense_columns_take_the_short_route(dataset):
     assert {"f64", "u64", "i64"} <= plain
     assert not {"f32", "bf", "pad", "rag"} & plain  # a mask, bfloat16, lengths, a list
     assert first["u64"].dtype == torch.uint64 and first["f32_mask"].dtype == torch.bool
+
+
+def test_all_plain_batches_come_whole_and_equal_the_per_column_route(dataset):
+    """Where every column is dense values alone, host() takes the whole batch in one call
+    (``Batch.values()``); its batches equal the per-column route's (keys in order, dtypes, bytes).
+    The arrays carry numpy's own dtypes (``np.dtype("int64")`` itself, not a "long long" twin),
+    so ``torch.from_numpy`` takes every one as it is, uint64 included; they are writable and
+    keep their memory after the loader closes."""
+    from stoker._convert import Route
+
+    plain_columns = ["f16", "f64", "flag", "u8", "u16", "u32", "u64", "i8", "i16", "i32",
+                     "i64", "ts", "day", "fsl"]
+    options = dict(BASE, columns=plain_columns)
+    with stoker.Loader(dataset, **options) as loader:
+        assert loader._route.all_plain
+        whole = [dict(batch) for batch in loader]
+    with stoker.Loader(dataset, **options) as loader:
+        loader._route = Route("numpy", added_keys=loader._route.added_keys, plain=frozenset())
+        assert not loader._route.all_plain
+        per_column = list(loader)
+    assert len(whole) == len(per_column) == -(-ROWS // BATCH)
+    for got, want in zip(whole, per_column):
+        assert list(got) == list(want) == plain_columns
+        for key in plain_columns:
+            assert got[key].dtype is np.dtype(got[key].dtype.str), key  # numpy's own
+            assert got[key].dtype == want[key].dtype and got[key].shape == want[key].shape
+            assert got[key].tobytes() == want[key].tobytes(), key
+            assert got[key].flags.writeable and got[key].flags.c_contiguous
+    # The slabs outlive the loader: every row is still there, as pyarrow reads the file.
+    table = pq.read_table(dataset)
+    for key in ("u64", "i64", "i8"):
+        values = np.concatenate([batch[key] for batch in whole])
+        np.testing.assert_array_equal(np.sort(values), np.sort(table.column(key).to_numpy()))
+    with stoker.Loader(dataset, output="torch", **options) as loader:
+        first = next(iter(loader))
+    assert first["u64"].dtype == torch.uint64 and first["i64"].dtype == torch.int64
+    np.testing.assert_array_equal(first["u64"].numpy(), whole[0]["u64"])
