@@ -63,7 +63,7 @@ nb::object ToNumpy(const Tensor& tensor) {
       PyArray_New(&PyArray_Type, static_cast<int>(shape.size()), shape.data(),
                   NumpyType(tensor.dtype), nullptr, data, 0, NPY_ARRAY_CARRAY, nullptr);
   if (array == nullptr) throw nb::python_error();
-  // Steals the reference to the capsule, also when it fails (then the array frees it).
+  // Takes the capsule's reference, also when it fails (numpy then releases it).
   if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(array), owner.release().ptr()) < 0) {
     Py_DECREF(array);
     throw nb::python_error();
