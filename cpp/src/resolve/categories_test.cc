@@ -61,6 +61,23 @@ TEST(Vocabulary, IdsStartAtOneAndZeroIsOutOfVocabulary) {
   EXPECT_NE(twice.status().message().find("categories['col']"), std::string::npos);
 }
 
+TEST(Vocabulary, HashIsPinnedWhicheverWayTheVocabularyWasMade) {
+  // FNV-1a of "vocabulary-v1", then each value's size, bytes and size again (little-endian
+  // 64-bit sizes): part of resume fingerprints and cache entry names, so it must not drift.
+  // Computed on the first hash() call; the same from Make() and from an "auto" build.
+  auto made = Vocabulary::Make({"apple", "fig"}, Vocabulary::Origin::kGiven, "c");
+  ASSERT_TRUE(made.ok());
+  EXPECT_EQ((*made)->hash(), 0xc00f235ddc171f92ULL);
+  ViewIndex ids;
+  const std::vector<std::string> values = {"apple", "fig"};
+  for (const auto& value : values) ids.Insert(value, [&](int64_t i) { return values[i]; });
+  auto built =
+      Vocabulary::FromIndexed(values, std::move(ids), Vocabulary::Origin::kDictionaryPages);
+  EXPECT_EQ(built->hash(), 0xc00f235ddc171f92ULL);
+  EXPECT_EQ(built->Lookup("fig"), 2);
+  EXPECT_EQ(built->Lookup("kiwi"), 0);
+}
+
 TEST(LoaderOptions, GroupsAndCategoriesAreFingerprinted) {
   LoaderOptions base;
   base.source.sources = {"/data"};
@@ -195,6 +212,15 @@ TEST_F(FeaturesAndCategoriesTest, AutoVocabulariesAreInByteOrderWhateverTheThrea
       EXPECT_EQ((*alone)->hash(), (*one[i])->hash());
       for (int64_t id = 1; id <= (*one[i])->size(); ++id) {
         EXPECT_EQ((*one[i])->Lookup((*one[i])->values()[id - 1]), id);
+      }
+      // The built index (renumbered from the collecting one) and hash are what Make() gives
+      // the same values: ids, out-of-vocabulary and cache names do not depend on the route.
+      auto made = Vocabulary::Make((*one[i])->values(), Vocabulary::Origin::kGiven, fields[i]);
+      ASSERT_TRUE(made.ok());
+      EXPECT_EQ((*made)->hash(), (*one[i])->hash());
+      for (const std::string& probe : {std::string("pre\x81"), std::string("v99"),
+                                       std::string("zzzz"), std::string("absent")}) {
+        EXPECT_EQ((*one[i])->Lookup(probe), (*made)->Lookup(probe)) << probe;
       }
     }
   }

@@ -54,6 +54,15 @@ class ViewIndex {
 
   int64_t size() const { return size_; }
 
+  /// Moves every string to a new position: the one at position p is at `positions[p]` from now
+  /// on (a permutation of 0..size()-1, which the caller's `view` follows). Nothing is hashed or
+  /// compared again: a vocabulary sorted after it was collected keeps the collecting index.
+  void Renumber(const std::vector<int64_t>& positions) {
+    for (Slot& slot : slots_) {
+      if (slot.position != 0) slot.position = positions[slot.position - 1] + 1;
+    }
+  }
+
  private:
   struct Slot {
     size_t hash = 0;
