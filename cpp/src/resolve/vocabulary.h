@@ -9,7 +9,8 @@
 // cache, so a cache entry's name carries the vocabulary's hash (Decoder::CacheName). The decoder
 // stores them in the narrowest unsigned type that holds size() (IdDType: a warm epoch reads 1, 2
 // or 4 bytes per id, not 8); the column writers widen them to the delivered int64.
-// Thread safety: a Vocabulary is immutable after Make(); share it freely.
+// Thread safety: a Vocabulary is immutable once made (Make, FromIndexed; hash() computes its
+// value once, on any thread); share it freely.
 #pragma once
 
 #include <cstdint>
