@@ -136,7 +136,7 @@ void RegisterTensor(nb::module_& m) {
           [](const Batch& batch) {
             nb::dict out;
             for (const OutputColumn& column : batch.columns) {
-              out[column.name.c_str()] = ToNumpy(column.values);
+              out[nb::str(column.name.data(), column.name.size())] = ToNumpy(column.values);
             }
             return out;
           },

@@ -404,3 +404,16 @@ def test_all_plain_batches_come_whole_and_equal_the_per_column_route(dataset):
         first = next(iter(loader))
     assert first["u64"].dtype == torch.uint64 and first["i64"].dtype == torch.int64
     np.testing.assert_array_equal(first["u64"].numpy(), whole[0]["u64"])
+
+
+def test_whole_batch_keys_are_the_column_names_byte_for_byte(tmp_path):
+    """A column name with a NUL in it (Parquet allows any UTF-8) keeps its whole name as the key
+    on the whole-batch route, as on the per-column one."""
+    names = ["a\x00b", "c"]
+    pq.write_table(pa.table({names[0]: np.arange(10), names[1]: np.arange(10.0)}),
+                   str(tmp_path / "x.parquet"))
+    with stoker.Loader(str(tmp_path), batch_size=4, shuffle=False) as loader:
+        assert loader._route.all_plain and list(loader.columns) == names
+        first = next(iter(loader))
+    assert list(first) == names
+    np.testing.assert_array_equal(first["a\x00b"], np.arange(4))
