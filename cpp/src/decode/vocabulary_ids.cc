@@ -42,19 +42,57 @@ Status LookupChunk(const Vocabulary& vocabulary, const arrow::Array& chunk,
       std::vector<uint8_t> entry_valid(entries);
       STOKER_RETURN_NOT_OK(LookupChunk(vocabulary, *dict.dictionary(), field, where, ids.data(),
                                        entry_valid.data()));
-      for (int64_t i = 0; i < dict.length(); ++i) {
-        out[i] = 0;
-        valid[i] = 0;
-        if (dict.IsNull(i)) continue;
-        const int64_t index = dict.GetValueIndex(i);
-        if (index < 0 || index >= entries) {
-          return MakeError(ErrorKind::kCorruptFile, "column '" + field + "' of " + where +
-                                                        " has a dictionary index " +
-                                                        std::to_string(index) + " outside its " +
-                                                        std::to_string(entries) + " entries");
+      // Typed once per chunk (GetValueIndex switches on the index type for every row: a tenth
+      // of the strings set's later epochs).
+      int64_t bad = -1;
+      auto map = [&](const auto* indices) {
+        const bool any_nulls = dict.null_count() > 0;
+        for (int64_t i = 0; i < dict.length(); ++i) {
+          const auto index = indices[i];
+          if (any_nulls && dict.IsNull(i)) {
+            out[i] = 0;
+            valid[i] = 0;
+            continue;
+          }
+          if (static_cast<uint64_t>(index) >= static_cast<uint64_t>(entries)) {
+            bad = i;
+            return;
+          }
+          out[i] = ids[index];
+          valid[i] = entry_valid[index];
         }
-        out[i] = ids[index];
-        valid[i] = entry_valid[index];
+      };
+      const arrow::ArrayData& indices = *dict.indices()->data();
+      switch (indices.type->id()) {
+        case arrow::Type::INT8:
+          map(indices.GetValues<int8_t>(1));
+          break;
+        case arrow::Type::INT16:
+          map(indices.GetValues<int16_t>(1));
+          break;
+        case arrow::Type::INT32:
+          map(indices.GetValues<int32_t>(1));
+          break;
+        case arrow::Type::INT64:
+          map(indices.GetValues<int64_t>(1));
+          break;
+        case arrow::Type::UINT8:
+          map(indices.GetValues<uint8_t>(1));
+          break;
+        case arrow::Type::UINT16:
+          map(indices.GetValues<uint16_t>(1));
+          break;
+        case arrow::Type::UINT32:
+          map(indices.GetValues<uint32_t>(1));
+          break;
+        default:  // Arrow's dictionaries take integer indices only
+          map(indices.GetValues<uint64_t>(1));
+      }
+      if (bad >= 0) {
+        return MakeError(ErrorKind::kCorruptFile,
+                         "column '" + field + "' of " + where + " has a dictionary index " +
+                             std::to_string(dict.GetValueIndex(bad)) + " outside its " +
+                             std::to_string(entries) + " entries");
       }
       return Status::OK();
     }
