@@ -227,13 +227,12 @@ class FeaturesWriter final : public ColumnWriter {
 };
 
 /// A PackedRun (resolve/column_spec.h): `specs` in slots and outputs first_slot.. and output()..
-/// An item read from the ready-tensor cache holds the run's values packed by rows
-/// (DecodedItem::packed_rows[packed_index]); Fill gathers a block of rows at a time from them, so
-/// a shuffled row costs the few cache lines of its packed row instead of one miss per column.
-/// Rows of other items (decoded this epoch: a miss, the head, a row group with a null) come from
-/// their columns, as DenseWriter gathers them: packing a decoded row group first cost more than
-/// the prefetching column gathers (the cache's writer packs the entry it stores, off the epoch's
-/// path).
+/// An item packed by the worker that decoded it, or read from the ready-tensor cache, holds the
+/// run's values packed by rows (DecodedItem::packed_rows[packed_index]); Fill gathers a block of
+/// rows at a time from them, so a shuffled row costs the few cache lines of its packed row
+/// instead of one miss per column. Rows of other items (a run split between decode tasks, as the
+/// head's and the first windows' are, or a row group with a null) come from their columns, as
+/// DenseWriter gathers them.
 class PackedWriter final : public ColumnWriter {
  public:
   PackedWriter(std::vector<ColumnSpec> specs, int first_slot, int packed_index, int output);

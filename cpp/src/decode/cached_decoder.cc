@@ -224,17 +224,13 @@ class CachedDecoder::Writer {
     return std::shared_ptr<const NamedArrays>(it->second, &it->second->arrays);
   }
 
-  // Queues the entry (`arrays`, of `rows` rows, whose `packed` runs the writer packs before
-  // storing; their plans point into `spec`), or drops it (releasing `key_lock`) when the queue is
-  // full or closed.
-  void Submit(const std::string& key, NamedArrays arrays, std::shared_ptr<const OutputSpec> spec,
-              std::vector<FeatureBlockPlan> packed, int64_t rows,
+  // Queues the entry (`arrays`, of `rows` rows, in their stored layout), or drops it (releasing
+  // `key_lock`) when the queue is full or closed.
+  void Submit(const std::string& key, NamedArrays arrays, int64_t rows,
               std::unique_ptr<DiskCache::KeyLock> key_lock) {
     auto job = std::make_shared<Job>();
     job->key = key;
     job->arrays = std::move(arrays);
-    job->spec = std::move(spec);
-    job->packed = std::move(packed);
     job->rows = rows;
     for (const auto& [name, array] : job->arrays) {
       job->bytes += arrow::util::TotalBufferSize(*array->data());
@@ -306,23 +302,11 @@ class CachedDecoder::Writer {
  private:
   struct Job {
     std::string key;
-    NamedArrays arrays;                      // as decoded (Pending() hands them out)
-    std::shared_ptr<const OutputSpec> spec;  // what `packed` points into (a Flush() on another
-                                             // thread may write it after Close())
-    std::vector<FeatureBlockPlan> packed;    // runs packed into the stored entry
+    NamedArrays arrays;  // as decoded (Pending() hands them out)
     int64_t rows = 0;
     std::unique_ptr<DiskCache::KeyLock> lock;  // held until the entry is visible
     int64_t bytes = 0;
   };
-
-  // The entry's bytes: the job's arrays with its runs packed by rows. Packing here, on the
-  // writer's low priority rather than on the worker, keeps it off a saturated epoch's path (the
-  // worker's batches gather from the columns); the payload points into `*entry`.
-  static Result<std::shared_ptr<EntryPayload>> Build(const Job& job, NamedArrays* entry) {
-    *entry = job.arrays;
-    STOKER_RETURN_NOT_OK(BuildBlocks(job.packed, job.rows, entry));
-    return Serialize(*entry, job.rows);
-  }
 
   void Run() {
     // The writer runs on whatever CPU the workers leave (a low priority, per thread on Linux):
@@ -355,8 +339,7 @@ class CachedDecoder::Writer {
     // kernel put this thread to sleep in write(); a later epoch stores it.
     bool written = false;
     if (write) {
-      NamedArrays entry;
-      auto payload = Build(*job, &entry);
+      auto payload = Serialize(job->arrays, job->rows);
       written =
           payload.ok() && cache_->Put(kNamespace, job->key, (*payload)->parts(), when_behind).ok();
     }
@@ -484,17 +467,14 @@ Result<DecodedColumns> CachedDecoder::Decode(const Plan& plan, const DecodeTask&
     changed_[rg.file].store(true, std::memory_order_relaxed);
     return false;
   };
-  // Feature blocks are built on the worker (its batches would transpose the features anyway);
-  // packed runs by the writer, for the entry only (batches gather a decoded item's columns).
-  std::vector<FeatureBlockPlan> feature_plans;
-  std::vector<FeatureBlockPlan> packed_plans;
-  for (const FeatureBlockPlan& plan : plans) {
-    (plan.packed ? packed_plans : feature_plans).push_back(plan);
-  }
+  // Blocks are built on the worker, as stored: its batches would transpose the features anyway,
+  // and a packed run's rows cost a shuffled batch a few cache lines each instead of one miss per
+  // column (packing on the writer's low priority left the filling epoch's batches the columns'
+  // gathers: the many set's PackedWriter fell back to them, a third of a shuffled epoch's CPU).
   auto decode = [&]() -> Result<NamedArrays> {
     STOKER_ASSIGN_OR_RAISE(auto decoded, decode_whole());
     NamedArrays decoded_arrays = std::move(decoded.arrays);
-    STOKER_RETURN_NOT_OK(BuildBlocks(feature_plans, rg.num_rows, &decoded_arrays));
+    STOKER_RETURN_NOT_OK(BuildBlocks(plans, rg.num_rows, &decoded_arrays));
     return decoded_arrays;
   };
   // The epoch's head (its first batch's rows) waits for no whole row group: on a miss only its
@@ -536,7 +516,7 @@ Result<DecodedColumns> CachedDecoder::Decode(const Plan& plan, const DecodeTask&
     STOKER_ASSIGN_OR_RAISE(NamedArrays decoded, decode());
     STOKER_ASSIGN_OR_RAISE(usable, check());
     if (!usable) return std::nullopt;
-    writer_->Submit(key, decoded, spec_, packed_plans, rg.num_rows, std::move(key_lock));
+    writer_->Submit(key, decoded, rg.num_rows, std::move(key_lock));
     return decoded;
   };
 

@@ -18,8 +18,9 @@
 // are cached and then sliced, so a segment that is part of a row group (a rank boundary) shares
 // the entry with the rest of it.
 //
-// Write-behind: on a miss the worker decodes, hands the decoded arrays to the cache's own writer
-// thread (which packs the entry's runs, serializes and stores it) and returns at once; the batch
+// Write-behind: on a miss the worker decodes (stacked features and packed runs in their stored
+// blocks), hands the arrays to the cache's own writer thread (which serializes and stores them)
+// and returns at once; the batch
 // never waits on the disk. The queue holds at most
 // `write_buffer_bytes` of entries (the decoded arrays they reference); when it is full (the disk
 // is slower than decoding) the entry is not written and stats().write_skipped counts it (a later

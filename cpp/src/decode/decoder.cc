@@ -12,14 +12,16 @@
 #include "catalog/row_group_reader.h"
 #include "decode/cached_prefix.h"
 #include "decode/convert_values.h"
+#include "decode/tensor_entry.h"
 #include "decode/vocabulary_ids.h"
 #include "resolve/user_transform.h"
 #include "util/recycling_pool.h"
 
 namespace stoker {
 
-Decoder::Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const OutputSpec> spec)
-    : catalog_(std::move(catalog)), spec_(std::move(spec)) {
+Decoder::Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const OutputSpec> spec,
+                 bool pack_rows)
+    : catalog_(std::move(catalog)), spec_(std::move(spec)), pack_rows_(pack_rows) {
   int64_t start = 0;
   for (const auto& rg : catalog_->row_groups()) {
     row_group_starts_.push_back(start);
@@ -122,7 +124,27 @@ std::vector<DecodeTask> Decoder::MakeTasks(const Plan& plan, int segment, int64_
 
 Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task) const {
   const Segment& seg = plan.segments[task.segment];
-  return DecodeRows(seg.row_group, task.fields, seg.row_begin, seg.num_rows, seg.head);
+  STOKER_ASSIGN_OR_RAISE(DecodedColumns out, DecodeRows(seg.row_group, task.fields, seg.row_begin,
+                                                        seg.num_rows, seg.head));
+  if (pack_rows_) STOKER_RETURN_NOT_OK(PackRuns(task.fields, seg.num_rows, &out));
+  return out;
+}
+
+Status Decoder::PackRuns(const std::vector<std::string>& fields, int64_t rows,
+                         DecodedColumns* out) const {
+  std::vector<FeatureBlockPlan> plans = PlanBlocks(*spec_, fields, /*packed_runs=*/true);
+  // Stacked features are BatchAssembler::Prepare's (feature_rows); only the packed runs here.
+  std::erase_if(plans, [](const FeatureBlockPlan& plan) { return !plan.packed; });
+  if (plans.empty()) return Status::OK();
+  // A run with nulls, or split between tasks, stays as columns (PackedWriter reads either).
+  STOKER_RETURN_NOT_OK(BuildBlocks(plans, rows, &out->arrays));
+  auto block = std::stable_partition(out->arrays.begin(), out->arrays.end(),
+                                     [](const auto& named) { return !IsBlockName(named.first); });
+  for (auto it = block; it != out->arrays.end(); ++it) {
+    out->blocks.push_back(ParseBlock(it->first, std::move(it->second)));
+  }
+  out->arrays.erase(block, out->arrays.end());
+  return Status::OK();
 }
 
 Result<std::shared_ptr<arrow::Array>> Decoder::Flatten(const arrow::ChunkedArray& column,

@@ -81,7 +81,12 @@ struct DecodedItem {
 
 class Decoder {
  public:
-  Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const OutputSpec> spec);
+  /// `pack_rows`: a task that holds every column of a PackedRun (resolve/column_spec.h) delivers
+  /// them packed by rows, as a FeatureBlock like the ready-tensor cache's: a shuffled batch then
+  /// reads each row's few cache lines instead of one miss per column. For shuffled loaders
+  /// without a cache (with one, CachedDecoder packs the runs of the entries it stores).
+  Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const OutputSpec> spec,
+          bool pack_rows = false);
 
   /// Splits a segment's columns into tasks of about equal uncompressed bytes, at most about
   /// `task_bytes` each, and at least `min_tasks` of them while there are columns to split.
@@ -134,6 +139,9 @@ class Decoder {
   /// slices its outputs to the rows and runs their chains' cached prefixes.
   Result<DecodedColumns> DecodeTransformed(int row_group, int64_t row_begin,
                                            int64_t num_rows) const;
+  /// Replaces the packed runs' columns in `out` (a task's `fields`, `rows` rows) by their packed
+  /// blocks (pack_rows).
+  Status PackRuns(const std::vector<std::string>& fields, int64_t rows, DecodedColumns* out) const;
   /// The value conversion (time_unit, decimals) of `field`, or null.
   const ValueConversion* Conversion(const std::string& field) const;
   /// The spec of an output column read from `field`, when it has a transform chain.
@@ -144,6 +152,7 @@ class Decoder {
   std::vector<int64_t> row_group_starts_;  // dataset-wide id of each row group's first row
   // Categorical fields: read as dictionaries, so ids are looked up once per distinct value.
   std::set<std::string> dictionary_fields_;
+  const bool pack_rows_;
 };
 
 }  // namespace stoker

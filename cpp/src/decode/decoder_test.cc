@@ -6,6 +6,8 @@
 #include <arrow/api.h>
 
 #include <algorithm>
+#include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -231,6 +233,77 @@ TEST_F(DecoderTest, AHeadSegmentDecodesItsRowGroupOnlyUpToItsEnd) {
   }
   // The head's buffers hold the row group's first 15 rows, not its 40.
   EXPECT_LT(partial.bytes, whole.bytes);
+}
+
+// pack_rows (a shuffled loader without a cache): a task holding a whole packed run (8 or more
+// plain scalar columns) delivers it packed by rows, with the segment's rows, and the item joined
+// from it has the run's rows and no columns for it; a run split between tasks, or with a null in
+// the segment, stays as columns.
+TEST_F(DecoderTest, PackRowsPacksAWholeRunOfPlainColumnsAndNothingElse) {
+  constexpr int kColumns = 9;
+  std::vector<std::shared_ptr<arrow::Field>> fields;
+  std::vector<std::shared_ptr<arrow::Array>> arrays;
+  std::vector<std::string> names;
+  for (int c = 0; c < kColumns; ++c) {
+    names.push_back("c" + std::to_string(c));
+    std::ostringstream json;
+    for (int64_t i = 0; i < 60; ++i) {
+      json << (i ? "," : "[");
+      if (c == 4 && i == 45) {
+        json << "null";  // row group 1 only
+      } else {
+        json << i * 100 + c;
+      }
+    }
+    json << "]";
+    fields.push_back(arrow::field(names.back(), arrow::int32()));
+    arrays.push_back(test_parquet::ArrayFromJson(arrow::int32(), json.str()));
+  }
+  const std::string path = (dir_ / "run.parquet").string();
+  test_parquet::WriteTable(path, *arrow::Table::Make(arrow::schema(fields), arrays), 40);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_OK_AND_ASSIGN(auto catalog, Catalog::Open({path}, 1));
+  LoaderOptions options;
+  options.source.sources = {path};
+  options.columns.columns = names;
+  options.columns.column_options["c4"].has_fill_null = true;
+  ASSERT_OK_AND_ASSIGN(auto spec, ResolveColumns(*catalog, options.columns));
+  const Decoder decoder(catalog, std::make_shared<OutputSpec>(std::move(spec)),
+                        /*pack_rows=*/true);
+  const Plan plan = PlanOf({{0, 2, 10, false}, {1, 0, 20, false}});
+
+  ASSERT_OK_AND_ASSIGN(DecodedColumns whole, decoder.Decode(plan, DecodeTask{0, names}));
+  EXPECT_TRUE(whole.arrays.empty());
+  ASSERT_EQ(whole.blocks.size(), 1u);
+  const FeatureBlock& block = whole.blocks[0];
+  EXPECT_TRUE(block.packed);
+  EXPECT_EQ(block.first, 0);
+  EXPECT_EQ(block.count, kColumns);
+  ASSERT_EQ(block.array->length(), 10);
+  for (int64_t r = 0; r < 10; ++r) {
+    for (int c = 0; c < kColumns; ++c) {
+      int32_t value = 0;
+      std::memcpy(&value, block.rows + (r * kColumns + c) * 4, 4);
+      ASSERT_EQ(value, (r + 2) * 100 + c) << "row " << r << ", column " << c;
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(auto item, decoder.Join(plan, 0, {std::move(whole)}));
+  ASSERT_EQ(item->packed_rows.size(), 1u);
+  ASSERT_NE(item->packed_rows[0], nullptr);
+  EXPECT_EQ(item->packed_rows[0]->size(), 10 * kColumns * 4);
+  ASSERT_EQ(item->sources.size(), static_cast<size_t>(kColumns));
+  EXPECT_EQ(item->sources[0].values, nullptr);
+
+  // Half the run in a task: its columns as read.
+  const std::vector<std::string> half(names.begin(), names.begin() + 5);
+  ASSERT_OK_AND_ASSIGN(DecodedColumns split, decoder.Decode(plan, DecodeTask{0, half}));
+  EXPECT_TRUE(split.blocks.empty());
+  EXPECT_EQ(split.arrays.size(), half.size());
+  // A null in c4 (row 45, row group 1): the columns, the null kept for fill_null.
+  ASSERT_OK_AND_ASSIGN(DecodedColumns nulls, decoder.Decode(plan, DecodeTask{1, names}));
+  EXPECT_TRUE(nulls.blocks.empty());
+  ASSERT_EQ(nulls.arrays.size(), names.size());
+  EXPECT_EQ(ArrayOf(nulls, "c4")->null_count(), 1);
 }
 
 }  // namespace

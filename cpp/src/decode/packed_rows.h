@@ -1,5 +1,6 @@
-// Row-packed values of a PackedRun (resolve/column_spec.h): built once per row group by the
-// ready-tensor cache's writer (tensor_entry.h) and read row by row by PackedWriter::Fill.
+// Row-packed values of a PackedRun (resolve/column_spec.h): built once per decoded row group by
+// the worker that decoded it (BuildBlocks, tensor_entry.h; the ready-tensor cache stores them as
+// built) and read row by row by PackedWriter::Fill.
 // Thread safety: pure functions.
 #pragma once
 

@@ -118,7 +118,7 @@ WriterOptions MakeWriterOptions(const LoaderOptions& options, const PlanOptions&
   writer.padding_mask = options.order.padding_mask;
   writer.padding_name = options.order.padding_name;
   writer.lend = options.cache.dir.empty() && !options.execution.pin_memory;
-  writer.pack = plan.shuffle && plan.shuffle_window_rows > 1 && !options.cache.dir.empty();
+  writer.pack = plan.shuffle && plan.shuffle_window_rows > 1;
   return writer;
 }
 
@@ -192,8 +192,9 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
   }
   impl->catalog = catalog;
   impl->spec = std::make_shared<OutputSpec>(std::move(spec));
-  impl->decoder = std::make_shared<Decoder>(impl->catalog, impl->spec);
   const WriterOptions writer_options = MakeWriterOptions(options, impl->plan_options);
+  impl->decoder = std::make_shared<Decoder>(impl->catalog, impl->spec,
+                                            writer_options.pack && !impl->disk_cache);
   if (impl->disk_cache) {
     // The write-behind queue may hold half as much again as the decoded data in flight.
     impl->cached_decoder = std::make_shared<CachedDecoder>(
