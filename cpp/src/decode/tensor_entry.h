@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "cache/disk_cache.h"
-#include "decode/decoder.h"
+#include "decode/decoded_item.h"
 #include "resolve/column_spec.h"
 #include "stoker/error.h"
 
