@@ -6,6 +6,8 @@ width, and for adjacent 4- and 8-byte columns (packed 16 bytes of a row at a tim
 of a size no block divides; a row group with nulls (filled with fill_null) is read column by
 column beside packed ones."""
 
+import itertools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -90,3 +92,37 @@ def test_packed_columns_deliver_the_table_written(dataset, tmp_path):
     in_order = dict(options, shuffle=False)
     assert digest(stoker.Loader(root, cache_dir=str(tmp_path / "cache"), **in_order)) == \
         digest(stoker.Loader(root, **in_order))
+
+
+def test_packed_batches_do_not_depend_on_threads_resume_or_where_the_rows_were_packed(dataset):
+    """The workers pack a row group only when one task holds the whole run (not the epoch's head
+    or first windows, split among the workers; every row group with one thread): the batches must
+    be the same bytes whatever the thread count, after a mid-epoch resume (a new pipeline whose
+    first windows are others), and the ranks' shards together the epoch's rows."""
+    root, columns, group = dataset
+    options = dict(batch_size=256, seed=5, shuffle_window=1000, drop_last=False,
+                   fill_null={name: FILL for name in NULLS_IN})
+    loader = stoker.Loader(root, num_threads=2, **options)
+    loader.set_epoch(1)
+    full = digest(loader)
+    for threads in (1, 3):
+        other = stoker.Loader(root, num_threads=threads, **options)
+        other.set_epoch(1)
+        assert digest(other) == full, f"num_threads={threads}"
+    at = len(full) // 2
+    first = stoker.Loader(root, num_threads=2, **options)
+    first.set_epoch(1)
+    head = digest(itertools.islice(first, at))
+    resumed = stoker.Loader(root, num_threads=2, **options)
+    resumed.load_state_dict(first.state_dict())
+    assert head + digest(resumed) == full
+    ids = []
+    for rank in range(2):
+        shard = stoker.Loader(root, num_threads=2, rank=rank, world_size=2, **options)
+        shard.set_epoch(1)
+        for batch in shard:
+            want = expected(columns, np.asarray(batch["id"]), group)
+            for name in columns:
+                np.testing.assert_array_equal(np.asarray(batch[name]), want[name], err_msg=name)
+            ids.append(np.asarray(batch["id"]))
+    assert sorted(np.concatenate(ids).tolist()) == list(range(len(columns["id"])))
