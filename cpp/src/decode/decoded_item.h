@@ -53,7 +53,8 @@ struct DecodedItem {
   std::vector<std::shared_ptr<arrow::Buffer>> feature_rows;
   std::vector<std::shared_ptr<arrow::Buffer>> feature_masks;
   /// Per PackedRun: its columns' values row by row ([num_rows, row bytes], each column at its
-  /// offset), from the cache's packed block; null otherwise (its rows are read from the columns).
+  /// offset), from a packed block (the decoding worker's, or a cache entry's); null otherwise (a
+  /// run split between tasks or with a null: its rows are read from the columns).
   std::vector<std::shared_ptr<arrow::Buffer>> packed_rows;
   /// Feature blocks from the cache (every task's); a feature in a block has an empty source. A
   /// group wholly covered by blocks gets no matrix: batches copy from the blocks.
