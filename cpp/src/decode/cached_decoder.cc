@@ -567,11 +567,7 @@ Result<DecodedColumns> CachedDecoder::Decode(const Plan& plan, const DecodeTask&
                      ? array
                      : array->Slice(segment.row_begin, segment.num_rows);
     out.bytes += arrow::util::TotalBufferSize(*slice->data());
-    if (IsBlockName(name)) {
-      out.blocks.push_back(ParseBlock(name, std::move(slice)));
-      continue;
-    }
-    out.arrays.emplace_back(name, std::move(slice));
+    AddNamed(name, std::move(slice), &out);
   }
   return out;
 }

@@ -137,13 +137,10 @@ Status Decoder::PackRuns(const std::vector<std::string>& fields, int64_t rows,
   std::erase_if(plans, [](const FeatureBlockPlan& plan) { return !plan.packed; });
   if (plans.empty()) return Status::OK();
   // A run with nulls, or split between tasks, stays as columns (PackedWriter reads either).
-  STOKER_RETURN_NOT_OK(BuildBlocks(plans, rows, &out->arrays));
-  auto block = std::stable_partition(out->arrays.begin(), out->arrays.end(),
-                                     [](const auto& named) { return !IsBlockName(named.first); });
-  for (auto it = block; it != out->arrays.end(); ++it) {
-    out->blocks.push_back(ParseBlock(it->first, std::move(it->second)));
-  }
-  out->arrays.erase(block, out->arrays.end());
+  NamedArrays arrays = std::move(out->arrays);
+  STOKER_RETURN_NOT_OK(BuildBlocks(plans, rows, &arrays));
+  out->arrays.clear();
+  for (auto& [name, array] : arrays) AddNamed(name, std::move(array), out);
   return Status::OK();
 }
 

@@ -143,6 +143,14 @@ bool IsBlockName(const std::string& name) {
   return name.rfind(kBlockPrefix, 0) == 0 || name.rfind(kPackedPrefix, 0) == 0;
 }
 
+void AddNamed(const std::string& name, std::shared_ptr<arrow::Array> array, DecodedColumns* out) {
+  if (IsBlockName(name)) {
+    out->blocks.push_back(ParseBlock(name, std::move(array)));
+  } else {
+    out->arrays.emplace_back(name, std::move(array));
+  }
+}
+
 std::string BlocksLayout(const std::vector<FeatureBlockPlan>& plans) {
   if (plans.empty()) return "";
   std::string layout = "blocks";

@@ -97,6 +97,9 @@ std::vector<FeatureBlockPlan> PlanBlocks(const OutputSpec& spec,
 std::string BlockName(const FeatureBlockPlan& plan);
 /// Whether `name` is a block's (BlockName), not a field's.
 bool IsBlockName(const std::string& name);
+/// Adds `array` to `out` under `name`: a block's (IsBlockName) to its blocks (ParseBlock), any
+/// other to its arrays.
+void AddNamed(const std::string& name, std::shared_ptr<arrow::Array> array, DecodedColumns* out);
 /// What the blocks add to an entry's key (their plan: groups, places and dtypes); empty without.
 std::string BlocksLayout(const std::vector<FeatureBlockPlan>& plans);
 /// The block an array named `name` (BlockName) holds, over `rows` (the array, or its slice).
