@@ -29,12 +29,12 @@ class SlabPool::AlignedSlab : public Slab {
   bool pinned_ = false;
 };
 
-std::shared_ptr<SlabPool> SlabPool::Make(int max_free, bool pin) {
-  return std::shared_ptr<SlabPool>(new SlabPool(max_free, pin));
+std::shared_ptr<SlabPool> SlabPool::Make(int max_free, bool pin, int64_t max_free_bytes) {
+  return std::shared_ptr<SlabPool>(new SlabPool(max_free, pin, max_free_bytes));
 }
 
 SlabPool::~SlabPool() {
-  for (AlignedSlab* slab : free_) delete slab;
+  for (const auto& [capacity, slab] : free_) delete slab;
 }
 
 std::shared_ptr<Slab> SlabPool::Acquire(int64_t bytes) {
@@ -42,16 +42,10 @@ std::shared_ptr<Slab> SlabPool::Acquire(int64_t bytes) {
   AlignedSlab* slab = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    // Best fit among free slabs.
-    auto best = free_.end();
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if ((*it)->capacity() >= bytes &&
-          (best == free_.end() || (*it)->capacity() < (*best)->capacity())) {
-        best = it;
-      }
-    }
-    if (best != free_.end()) {
-      slab = *best;
+    // Best fit among free slabs: the smallest that holds the batch.
+    if (auto best = free_.lower_bound(bytes); best != free_.end()) {
+      slab = best->second;
+      free_bytes_ -= best->first;
       free_.erase(best);
     }
   }
@@ -75,8 +69,10 @@ std::shared_ptr<Slab> SlabPool::Acquire(int64_t bytes) {
 
 void SlabPool::Release(AlignedSlab* slab) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (static_cast<int>(free_.size()) < max_free_) {
-    free_.push_back(slab);
+  if (static_cast<int>(free_.size()) < max_free_ ||
+      free_bytes_ + slab->capacity() <= max_free_bytes_) {
+    free_.emplace(slab->capacity(), slab);
+    free_bytes_ += slab->capacity();
     return;
   }
   allocated_bytes_ -= slab->capacity();

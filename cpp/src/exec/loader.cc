@@ -201,7 +201,10 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
         impl->disk_cache, impl->decoder, std::max<int64_t>(1, options.execution.prefetch_bytes / 2),
         writer_options.pack);
   }
-  impl->pool = SlabPool::Make(8, options.execution.pin_memory);
+  // Freed slabs kept up to a quarter of the budget: the finished batches a slow consumer lets
+  // pile up (up to half of it) reuse them epoch after epoch (batch/slab_pool.h).
+  impl->pool =
+      SlabPool::Make(8, options.execution.pin_memory, options.execution.prefetch_bytes / 4);
   impl->assembler = std::make_shared<BatchAssembler>(impl->spec, writer_options, impl->pool);
   impl->shape = ComputeRankShape(catalog->total_rows(), impl->plan_options);
   if (impl->shape.num_batches == 0) {
