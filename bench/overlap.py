@@ -15,6 +15,11 @@ A ratio cannot go below the floor max(L + s, first batch + batches * s) / max(L,
 (the consumer cannot sleep before its first batch arrives, nor finish before the loader's last
 batch plus one step); ``vs floor`` is wall over that floor, the part that overlap can fix.
 
+The time the steps actually slept is reported beside it (over ``batches * s``): ``time.sleep``
+returns late when the workers hold every core, and a ratio includes that as well as the loader's
+share. ``--full`` uses the shapes' full sizes (8x the rows), where the epoch's start (the first
+batch, and the second, which waits for the rest of the head's row group) weighs 8x less.
+
 Loader construction (opening the footers) is outside the clock: it happens once, not per epoch;
 the epoch's start-up (first window) is inside. ``--stoker NAME=PATH`` (repeatable) measures
 other builds in the same run, interleaved (PATH holds a ``stoker`` package with its
@@ -76,6 +81,7 @@ def _child(job: dict) -> dict:
     rows = batches = 0
     first = None
     wait = 0.0
+    slept = 0.0  # time.sleep(s) returns late when every core is busy: the step's own overshoot
     start = time.perf_counter()
     it = iter(loader)
     while True:
@@ -100,12 +106,15 @@ def _child(job: dict) -> dict:
             time.sleep(pause)
             counting = True
         elif step > 0:
+            s0 = time.perf_counter()
             time.sleep(step)
+            slept += time.perf_counter() - s0
     wall = time.perf_counter() - start
     st = loader.stats()
     loader.close()
     return {"wall_s": wall, "first_batch_s": first, "open_s": open_s, "rows": rows,
             "batches": batches, "consumer_wait_s": wait, "step_s": step, "pause_s": pause,
+            "slept_s": slept,
             "ready_after_pause": instant,
             "stoker_file": os.path.relpath(stoker.__file__, ROOT),
             "stages": st.get("stages"), "peak_inflight_bytes": st.get("peak_inflight_bytes")}
@@ -120,9 +129,10 @@ def _median_run(runs: List[dict]) -> dict:
 
 
 def run_shape(shape: ms.Shape, root: str, builds: Dict[str, Optional[str]], threads: int,
-              repeats: int, tiny: Optional[int], fractions: List[float], seed: int = 7) -> dict:
-    path = ms.ensure(shape, root, tiny=tiny, log=_log)
-    expected = min(tiny, shape.rows) if tiny else shape.rows
+              repeats: int, tiny: Optional[int], fractions: List[float], seed: int = 7,
+              full: bool = False) -> dict:
+    path = ms.ensure(shape, root, full, tiny=tiny, log=_log)
+    expected = min(tiny, shape.rows) if tiny else ms.shape_rows(shape, full)
     base = {"shape": shape.name, "path": path, "threads": threads, "seed": seed}
     out = {"title": shape.title, "rows": expected, "builds": {}}
     loader_only: Dict[str, List[dict]] = {b: [] for b in builds}
@@ -166,6 +176,8 @@ def run_shape(shape: ms.Shape, root: str, builds: Dict[str, Optional[str]], thre
                 # The consumer's wait after its first batch (0 when the loader keeps ahead).
                 "stall_after_first_s": statistics.median(
                     r["consumer_wait_s"] - r["first_batch_s"] for r in runs),
+                # Time slept over batches * s (median): what the steps took beyond their length.
+                "overshoot": statistics.median(r["slept_s"] / (n * s) for r in runs),
                 "vs_floor": wall / floor, "consumer_wait_s": med["consumer_wait_s"],
                 "first_batch_s": med["first_batch_s"], "stages": med["stages"],
                 "peak_inflight_bytes": med["peak_inflight_bytes"],
@@ -220,17 +232,21 @@ def render(report: dict) -> str:
                 row += f" {st['ratio']:.2f}{flag} ({st['floor_ratio']:.2f}) |"
             row += f" {o['pause']['ready_after_pause']} | {'yes' if o['all_rows'] else 'NO'} |"
             lines.append(row)
-    lines += ["", "Best of the repeats (min wall / max(min L, batches * s): the least loaded runs) and "
+    lines += ["", "Best of the repeats (min wall / max(min L, batches * s): the least loaded runs), "
               "the consumer's wait after its first batch (median; ~0 when the loader keeps ahead "
-              "of a step slower than it):", ""]
-    head = "| shape | build |" + "".join(f" best {f}L | stall {f}L s |" for f in report["fractions"])
-    lines += [head, "| --- | --- |" + " ---: | ---: |" * len(report["fractions"])]
+              "of a step slower than it), and the time the steps slept over batches * s (median; "
+              "`time.sleep` returns late when the workers hold every core, so a ratio includes "
+              "it beside the loader's share):", ""]
+    head = "| shape | build |" + "".join(f" best {f}L | stall {f}L s | slept {f}L |"
+                                        for f in report["fractions"])
+    lines += [head, "| --- | --- |" + " ---: | ---: | ---: |" * len(report["fractions"])]
     for name, s in report["shapes"].items():
         for b in builds:
             o = s["builds"][b]
             lines.append(f"| {name} | {b} |" + "".join(
                 f" {o['steps'][str(f)]['ratio_best']:.2f} | "
-                f"{o['steps'][str(f)]['stall_after_first_s']:.3f} |" for f in report["fractions"]))
+                f"{o['steps'][str(f)]['stall_after_first_s']:.3f} | "
+                f"{o['steps'][str(f)]['overshoot']:.2f} |" for f in report["fractions"]))
     lines += ["", "## Per-stage stats of the median run (seconds, summed over threads)", "",
               "| shape | build | run | wall s | consumer wait s | stages |",
               "| --- | --- | --- | ---: | ---: | --- |"]
@@ -251,12 +267,12 @@ def render(report: dict) -> str:
 def run_overlap(data_root: str, out_dir: str, name: str = "overlap",
                 shapes: Optional[List[str]] = None, repeats: int = 3, tiny: Optional[int] = None,
                 threads: Optional[int] = None, builds: Optional[Dict[str, Optional[str]]] = None,
-                fractions: Optional[List[float]] = None) -> dict:
+                fractions: Optional[List[float]] = None, full: bool = False) -> dict:
     threads = threads or min(os.cpu_count() or 1, 2)
     builds = builds or {"this": None}
     fractions = fractions or FRACTIONS
     started = time.time()
-    report = {"name": name, "size": "tiny" if tiny else "small",
+    report = {"name": name, "size": "tiny" if tiny else ("full" if full else "small"),
               "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)),
               "machine": machine.describe(), "threads": threads, "repeats": repeats,
               "fractions": fractions, "target": TARGET, "builds": list(builds), "shapes": {}}
@@ -266,7 +282,7 @@ def run_overlap(data_root: str, out_dir: str, name: str = "overlap",
         shape = ms.BY_NAME[shape_name]
         _log(f"{shape_name}: {shape.title}")
         s = report["shapes"][shape_name] = run_shape(shape, root, builds, threads, repeats, tiny,
-                                                     fractions)
+                                                     fractions, full=full)
         for b, o in s["builds"].items():
             ratios = " ".join(f"{f}L {o['steps'][str(f)]['ratio']:.2f}" for f in fractions)
             _log(f"  {b}: L {o['L_s']:.3f} s, {o['batches']} batches, first batch "
@@ -285,6 +301,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--shapes", default=",".join(DEFAULT_SHAPES))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tiny", type=int, default=None, help="rows per dataset (tests)")
+    p.add_argument("--full", action="store_true",
+                   help="the shapes' full sizes (8x: epochs of hundreds of batches)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--fractions", default=",".join(str(f) for f in FRACTIONS))
     p.add_argument("--stoker", action="append", default=[], metavar="NAME=PATH",
@@ -304,7 +322,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         builds["this"] = None
     run_overlap(args.data_dir, args.out_dir, args.name, [s for s in args.shapes.split(",") if s],
                 args.repeats, args.tiny, args.threads, builds,
-                [float(f) for f in args.fractions.split(",")])
+                [float(f) for f in args.fractions.split(",")], full=args.full)
     return 0
 
 

@@ -27,6 +27,7 @@ def test_overlap_report_structure_and_every_row(tmp_path):
     assert cells == ["shape", "build", "rows", "batches", "L s", "first batch s",
                      "ratio 0.5L (floor)", "ratio 1.0L (floor)", "ratio 2.0L (floor)",
                      "ready after a pause", "every row"]
+    assert " best 1.0L | stall 1.0L s | slept 1.0L |" in md
     for name, s in report["shapes"].items():
         assert s["rows"] == 20000
         o = s["builds"]["this"]
@@ -39,6 +40,8 @@ def test_overlap_report_structure_and_every_row(tmp_path):
             # s was chosen so that batches * s is f * L.
             assert abs(o["batches"] * st["step_s"] - float(f) * o["L_s"]) < 1e-9
             assert st["ratio"] > 0 and st["floor_ratio"] >= 1.0 and st["ratio_best"] > 0
+            # time.sleep never returns early: the steps slept at least batches * s.
+            assert st["overshoot"] >= 0.99, (name, f, st["overshoot"])
             assert [x["name"] for x in st["stages"]] == ["decode", "sequence", "batch"]
         for r in runs:
             assert r["rows"] == 20000 and r["batches"] == o["batches"], (name, r)
