@@ -82,10 +82,20 @@ def _scalar_dataset(rng, root):
     return names, dtypes, values, nulls, start
 
 
-def _ids(batch):
-    ids = np.asarray(batch["id"])
-    real = ~np.asarray(batch["_padding"]) if "_padding" in batch else np.ones(len(ids), bool)
-    return ids, real
+def _every_batch(loader, cached, rows, seed):
+    """(epoch, batch, ids, real) of one epoch, or with a cache two (the filling epoch, then a
+    warm one); each epoch must deliver every row once. ``real``: the rows that are not padding."""
+    for epoch in range(2 if cached else 1):
+        loader.set_epoch(epoch)
+        seen = []
+        for batch in loader:
+            ids = np.asarray(batch["id"])
+            real = ~np.asarray(batch["_padding"]) if "_padding" in batch else np.ones(len(ids),
+                                                                                      bool)
+            seen.append(ids[real])
+            yield epoch, batch, ids[real], real
+        assert np.array_equal(np.sort(np.concatenate(seen)), np.arange(rows)), (seed, epoch)
+    loader.close()
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -106,32 +116,24 @@ def test_scalar_columns_equal_the_reference(seed, tmp_path):
     if cached:
         options["cache_dir"] = str(tmp_path / "cache")
     loader = stoker.Loader(str(tmp_path), **options)
-    for epoch in range(2 if cached else 1):  # with a cache: the filling epoch, then a warm one
-        loader.set_epoch(epoch)
-        seen = []
-        for batch in loader:
-            ids, real = _ids(batch)
-            ids = ids[real]
-            seen.append(ids)
-            for n in names:
-                got = np.asarray(batch[n])[real]
-                want = values[n][ids].copy()
-                null = nulls[n][ids]
-                if n in filled:
-                    want[null] = FILL
-                if n in masked:
-                    assert np.array_equal(np.asarray(batch[f"{n}_mask"])[real], ~null), (seed, n)
-                    got, want = got[~null], want[~null]
-                assert got.dtype == want.dtype, (seed, n, got.dtype, want.dtype)
-                # Bit for bit (floats compared as bytes: -0.0 and NaN payloads too).
-                same = got.view(np.uint8) if got.dtype.kind == "f" else got
-                ref = want.view(np.uint8) if want.dtype.kind == "f" else want
-                if not np.array_equal(same, ref):
-                    bad = np.nonzero(got != want)[0][:5]
-                    pytest.fail(f"seed {seed}, epoch {epoch}: {n} ({dtypes[n].__name__}) at ids "
-                                f"{ids[bad]}: {got[bad]} instead of {want[bad]}; {options}")
-        assert np.array_equal(np.sort(np.concatenate(seen)), np.arange(rows)), (seed, epoch)
-    loader.close()
+    for epoch, batch, ids, real in _every_batch(loader, cached, rows, seed):
+        for n in names:
+            got = np.asarray(batch[n])[real]
+            want = values[n][ids].copy()
+            null = nulls[n][ids]
+            if n in filled:
+                want[null] = FILL
+            if n in masked:
+                assert np.array_equal(np.asarray(batch[f"{n}_mask"])[real], ~null), (seed, n)
+                got, want = got[~null], want[~null]
+            assert got.dtype == want.dtype, (seed, n, got.dtype, want.dtype)
+            # Bit for bit (floats compared as bytes: -0.0 and NaN payloads too).
+            same = got.view(np.uint8) if got.dtype.kind == "f" else got
+            ref = want.view(np.uint8) if want.dtype.kind == "f" else want
+            if not np.array_equal(same, ref):
+                bad = np.nonzero(got != want)[0][:5]
+                pytest.fail(f"seed {seed}, epoch {epoch}: {n} ({dtypes[n].__name__}) at ids "
+                            f"{ids[bad]}: {got[bad]} instead of {want[bad]}; {options}")
 
 
 def _category_dataset(rng, root):
@@ -204,21 +206,13 @@ def test_category_ids_equal_the_reference(seed, tmp_path):
         else:
             assert vocabulary == categories[n], (seed, n)
         ids_of[n] = {v: i + 1 for i, v in enumerate(vocabulary)}
-    for epoch in range(2 if cached else 1):
-        loader.set_epoch(epoch)
-        seen = []
-        for batch in loader:
-            ids, real = _ids(batch)
-            ids = ids[real]
-            seen.append(ids)
-            for n in names:
-                got = np.asarray(batch[n])[real]
-                assert got.dtype == np.int64, (seed, n, got.dtype)
-                want = np.array([fill[n] if reference[n][i] is None else ids_of[n].get(
-                    reference[n][i], 0) for i in ids], dtype=np.int64)
-                if not np.array_equal(got, want):
-                    bad = np.nonzero(got != want)[0][:5]
-                    pytest.fail(f"seed {seed}, epoch {epoch}: {n} at ids {ids[bad]}: {got[bad]} "
-                                f"instead of {want[bad]}")
-        assert np.array_equal(np.sort(np.concatenate(seen)), np.arange(rows)), (seed, epoch)
-    loader.close()
+    for epoch, batch, ids, real in _every_batch(loader, cached, rows, seed):
+        for n in names:
+            got = np.asarray(batch[n])[real]
+            assert got.dtype == np.int64, (seed, n, got.dtype)
+            want = np.array([fill[n] if reference[n][i] is None else ids_of[n].get(
+                reference[n][i], 0) for i in ids], dtype=np.int64)
+            if not np.array_equal(got, want):
+                bad = np.nonzero(got != want)[0][:5]
+                pytest.fail(f"seed {seed}, epoch {epoch}: {n} at ids {ids[bad]}: {got[bad]} "
+                            f"instead of {want[bad]}")
