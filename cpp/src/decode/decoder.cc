@@ -18,10 +18,21 @@
 #include "util/recycling_pool.h"
 
 namespace stoker {
+namespace {
+
+// Bytes of categorical columns' dictionaries (and their ids) a loader keeps so that later epochs
+// do not look their strings up again (DictionaryIdsMemo): the strings set of the shape matrix
+// (30 columns, 8 row groups, 214,274 dictionary entries) keeps about 5 MB.
+constexpr int64_t kDictionaryIdsBytes = int64_t{64} << 20;
+
+}  // namespace
 
 Decoder::Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const OutputSpec> spec,
                  bool pack_rows)
-    : catalog_(std::move(catalog)), spec_(std::move(spec)), pack_rows_(pack_rows) {
+    : catalog_(std::move(catalog)),
+      spec_(std::move(spec)),
+      dictionary_ids_(std::make_shared<DictionaryIdsMemo>(kDictionaryIdsBytes)),
+      pack_rows_(pack_rows) {
   int64_t start = 0;
   for (const auto& rg : catalog_->row_groups()) {
     row_group_starts_.push_back(start);
@@ -148,7 +159,7 @@ Result<std::shared_ptr<arrow::Array>> Decoder::Flatten(const arrow::ChunkedArray
                                                        const std::string& field,
                                                        const std::string& where) const {
   if (auto vocabulary = spec_->vocabularies.find(field); vocabulary != spec_->vocabularies.end()) {
-    return ApplyVocabulary(*vocabulary->second, column, field, where);
+    return ApplyVocabulary(*vocabulary->second, column, field, where, dictionary_ids_.get());
   }
   return FlattenColumn(column, /*keep_extensions=*/false, field, where);
 }

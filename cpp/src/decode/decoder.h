@@ -19,6 +19,7 @@
 
 #include "catalog/catalog.h"
 #include "decode/decoded_item.h"
+#include "decode/vocabulary_ids.h"
 #include "plan/planner.h"
 #include "resolve/column_spec.h"
 
@@ -103,6 +104,9 @@ class Decoder {
   std::vector<int64_t> row_group_starts_;  // dataset-wide id of each row group's first row
   // Categorical fields: read as dictionaries, so ids are looked up once per distinct value.
   std::set<std::string> dictionary_fields_;
+  // Their dictionaries' ids, kept from epoch to epoch (thread-safe; the decoder's methods are
+  // const, the memo only saves work).
+  const std::shared_ptr<DictionaryIdsMemo> dictionary_ids_;
   const bool pack_rows_;
 };
 

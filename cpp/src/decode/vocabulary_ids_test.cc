@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "util/test_status_internal.h"
@@ -160,6 +161,139 @@ TEST(ApplyVocabulary, EveryIndexTypeMapsTheSameAndAnIndexOutsideTheDictionaryIsA
           << result.status().message();
     }
   }
+}
+
+// The memo serves a dictionary's ids only for the same bytes under the same vocabulary: the
+// same strings in another order, the same dictionary under another vocabulary, a large_string
+// copy, a dictionary with a null entry and a slice each get their own (right) ids.
+TEST(DictionaryIdsMemo, ServesOnlyEqualDictionariesUnderTheSameVocabulary) {
+  auto first = *Vocabulary::Make({"x", "y", "z"}, Vocabulary::Origin::kGiven, "c");
+  auto second = *Vocabulary::Make({"z", "y", "x"}, Vocabulary::Origin::kGiven, "d");
+  DictionaryIdsMemo memo(int64_t{1} << 20);
+  auto apply = [&](const Vocabulary& vocabulary, const std::shared_ptr<arrow::Array>& chunk) {
+    auto ids = ApplyVocabulary(vocabulary, arrow::ChunkedArray(chunk), "c", "here", &memo);
+    EXPECT_TRUE(ids.ok()) << ids.status().message();
+    return ids.ok() ? Ids(**ids) : std::vector<int64_t>{};
+  };
+  const std::string indices = "[0, 1, 2, 1]";
+  EXPECT_EQ(apply(*first, Dictionary(indices, R"(["x", "y", "q"])")),
+            (std::vector<int64_t>{1, 2, 0, 2}));
+  EXPECT_EQ(memo.hits(), 0);
+  EXPECT_GT(memo.bytes(), 0);
+  // Built again (new buffers), the same bytes: served.
+  EXPECT_EQ(apply(*first, Dictionary(indices, R"(["x", "y", "q"])")),
+            (std::vector<int64_t>{1, 2, 0, 2}));
+  EXPECT_EQ(memo.hits(), 1);
+  // Same strings, another order; same length and bytes but one character; another vocabulary.
+  EXPECT_EQ(apply(*first, Dictionary(indices, R"(["q", "y", "x"])")),
+            (std::vector<int64_t>{0, 2, 1, 2}));
+  EXPECT_EQ(apply(*first, Dictionary(indices, R"(["x", "z", "q"])")),
+            (std::vector<int64_t>{1, 3, 0, 3}));
+  EXPECT_EQ(apply(*second, Dictionary(indices, R"(["x", "y", "q"])")),
+            (std::vector<int64_t>{3, 2, 0, 2}));
+  // The offsets tell "xy", "" from "x", "y".
+  EXPECT_EQ(apply(*first, Dictionary("[0, 1]", R"(["xy", ""])")), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(apply(*first, Dictionary("[0, 1]", R"(["x", "y"])")), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(memo.hits(), 1);
+  // large_string dictionaries are kept too.
+  auto large = [&](const std::string& values) {
+    return arrow::DictionaryArray::FromArrays(
+               arrow::dictionary(arrow::int32(), arrow::large_utf8()),
+               FromJson(arrow::int32(), "[2, 0]"), FromJson(arrow::large_utf8(), values))
+        .ValueOrDie();
+  };
+  EXPECT_EQ(apply(*first, large(R"(["y", "q", "z"])")), (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(apply(*first, large(R"(["y", "q", "z"])")), (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(memo.hits(), 2);
+  // Not kept: a null entry (its row stays null), a sliced dictionary, an empty one.
+  const int64_t kept = memo.bytes();
+  for (int round = 0; round < 2; ++round) {
+    auto null_entry = Dictionary("[0, 1]", R"(["z", null])");
+    ASSERT_OK_AND_ASSIGN(
+        auto ids, ApplyVocabulary(*first, arrow::ChunkedArray(null_entry), "c", "here", &memo));
+    EXPECT_EQ(Ids(*ids), (std::vector<int64_t>{3, 0}));
+    EXPECT_TRUE(ids->IsNull(1));
+    auto sliced = std::make_shared<arrow::DictionaryArray>(
+        arrow::dictionary(arrow::int32(), arrow::utf8()), FromJson(arrow::int32(), "[1, 0]"),
+        FromJson(arrow::utf8(), R"(["q", "x", "y"])")->Slice(1));
+    EXPECT_EQ(apply(*first, sliced), (std::vector<int64_t>{2, 1}));
+    auto empty = Dictionary("[]", "[]");
+    EXPECT_EQ(apply(*first, empty), (std::vector<int64_t>{}));
+  }
+  EXPECT_EQ(memo.bytes(), kept);
+  EXPECT_EQ(memo.hits(), 2);
+}
+
+// With every dictionary hashed alike, only the byte comparison tells them apart.
+TEST(DictionaryIdsMemo, DictionariesThatHashAlikeAreComparedByTheirBytes) {
+  auto vocabulary = *Vocabulary::Make({"x", "y", "z"}, Vocabulary::Origin::kGiven, "c");
+  DictionaryIdsMemo memo(int64_t{1} << 20, /*hash_bits=*/0);
+  for (int round = 0; round < 2; ++round) {
+    for (const auto& [values, want] :
+         {std::pair<std::string, std::vector<int64_t>>{R"(["x", "y"])", {1, 2}},
+          {R"(["x", "z"])", {1, 3}},
+          {R"(["z", "x"])", {3, 1}},
+          {R"(["xz", ""])", {0, 0}}}) {
+      SCOPED_TRACE(values);
+      ASSERT_OK_AND_ASSIGN(
+          auto ids, ApplyVocabulary(*vocabulary, arrow::ChunkedArray(Dictionary("[0, 1]", values)),
+                                    "c", "here", &memo));
+      EXPECT_EQ(Ids(*ids), want);
+    }
+  }
+  EXPECT_EQ(memo.hits(), 4);
+}
+
+// Past its bound the memo keeps nothing more and every dictionary is still looked up right.
+TEST(DictionaryIdsMemo, KeepsNothingPastItsBound) {
+  auto vocabulary = Numbered(300);
+  DictionaryIdsMemo memo(0);
+  for (int round = 0; round < 3; ++round) {
+    auto dict = Dictionary("[1, 0]", R"(["v00299", "v00007"])");
+    ASSERT_OK_AND_ASSIGN(
+        auto ids, ApplyVocabulary(*vocabulary, arrow::ChunkedArray(dict), "c", "here", &memo));
+    EXPECT_EQ(ids->type_id(), arrow::Type::UINT16);
+    EXPECT_EQ(Ids(*ids), (std::vector<int64_t>{8, 300}));
+  }
+  EXPECT_EQ(memo.bytes(), 0);
+  EXPECT_EQ(memo.hits(), 0);
+}
+
+// Workers decode row groups at once: threads sharing one memo get the same ids as without it
+// (ThreadSanitizer checks the memo's locking in the tsan shard).
+TEST(DictionaryIdsMemo, ThreadsSharingOneMemoGetTheIdsOfTheirOwnDictionaries) {
+  auto vocabulary = Numbered(1000);
+  std::vector<std::shared_ptr<arrow::Array>> chunks;
+  std::vector<std::vector<int64_t>> expected;
+  for (int k = 0; k < 8; ++k) {
+    std::string values = "[";
+    std::string indices = "[";
+    std::vector<int64_t> want;
+    for (int v = 0; v < 50; ++v) {
+      char text[16];
+      std::snprintf(text, sizeof(text), "v%05d", (v * 37 + k * 101) % 1000);
+      values += (v ? ", \"" : "\"") + std::string(text) + "\"";
+      indices += (v ? ", " : "") + std::to_string(49 - v);
+    }
+    for (int v = 0; v < 50; ++v) want.push_back((((49 - v) * 37 + k * 101) % 1000) + 1);
+    chunks.push_back(Dictionary(indices + "]", values + "]"));
+    expected.push_back(want);
+  }
+  DictionaryIdsMemo memo(int64_t{1} << 20);
+  std::vector<std::thread> threads;
+  std::vector<int> wrong(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 50; ++round) {
+        const int k = (round + t) % 8;
+        auto ids = ApplyVocabulary(*vocabulary, arrow::ChunkedArray(chunks[k]), "c", "here", &memo);
+        if (!ids.ok() || Ids(**ids) != expected[k]) ++wrong[t];
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(wrong, std::vector<int>(4, 0));
+  EXPECT_GE(memo.hits(), 4 * 50 - 4 * 8);  // each thread misses each dictionary at most once
 }
 
 }  // namespace

@@ -313,7 +313,7 @@ def test_auto_vocabularies_over_more_files_than_a_builder_keeps_open(tmp_path):
                        row_group_size=20)
     for threads in (1, 2):
         with stoker.Loader(str(tmp_path), categories={"a": "auto", "b": "auto"}, batch_size=100,
-                           num_threads=threads) as loader:
+                           num_threads=threads, drop_last=False) as loader:
             assert loader.vocabulary("a") == sorted(expected["a"])
             assert loader.vocabulary("b") == sorted(expected["b"])
             assert sum(len(batch["a"]) for batch in loader) == 800
@@ -405,3 +405,42 @@ def test_narrow_decoded_ids_deliver_the_same_int64_batches(write_parquet, tmp_pa
     warm, _, stats = run(cache_dir=cache)
     assert as_bytes(warm) == reference  # served from it
     assert stats["hits"] > 0, stats
+
+
+def test_later_epochs_map_each_row_groups_own_dictionary(tmp_path):
+    """A loader keeps each dictionary's ids from epoch to epoch (the decoder's memo, by content):
+    row groups whose dictionaries hold the same strings in another order, or the same strings
+    read under another vocabulary, must each get their own ids in every epoch, with one thread
+    or several, and with the row groups' dictionaries identical across files."""
+    order = ["paris", "oslo", "lima", "kyiv"]
+    groups = [order, order[::-1], order[1:] + order[:1], order]  # first-appearance orders
+    path = str(tmp_path / "cities.parquet")
+    label = 0
+    with pq.ParquetWriter(path, pa.schema([("a", pa.string()), ("b", pa.string()),
+                                           ("label", pa.int64())])) as writer:
+        for first in groups:
+            rest = list(np.random.default_rng(label).choice(order, 96))
+            cities = first + rest
+            writer.write_table(pa.table({"a": cities, "b": cities,
+                                         "label": np.arange(label, label + 100)}))
+            label += 100
+    dictionaries = [pq.ParquetFile(path, read_dictionary=["a"]).read_row_group(g, columns=["a"])
+                    .column("a").chunk(0).dictionary.to_pylist() for g in range(len(groups))]
+    assert dictionaries == groups  # what the test relies on: the writer's first-appearance order
+    cities = pq.read_table(path).column("a").to_pylist()
+    vocab_a, vocab_b = sorted(order), sorted(order, reverse=True)
+    want_a = np.array(_expected(cities, vocab_a))
+    want_b = np.array(_expected(cities, vocab_b))
+    for threads in (1, 3):
+        with stoker.Loader(path, columns=["label", "a", "b"], batch_size=64, seed=5,
+                           shuffle_window=150, categories={"a": vocab_a, "b": vocab_b},
+                           num_threads=threads, drop_last=False) as loader:
+            for epoch in range(3):
+                loader.set_epoch(epoch)
+                seen = 0
+                for batch in loader:
+                    rows = batch["label"]
+                    assert batch["a"].tolist() == want_a[rows].tolist(), (threads, epoch)
+                    assert batch["b"].tolist() == want_b[rows].tolist(), (threads, epoch)
+                    seen += len(rows)
+                assert seen == len(cities)
