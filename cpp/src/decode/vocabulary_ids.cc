@@ -144,7 +144,8 @@ Result<std::shared_ptr<arrow::Array>> ApplyAs(const Vocabulary& vocabulary,
   auto* out = reinterpret_cast<Id*>(ids->mutable_data());
   int64_t at = 0;
   for (const auto& chunk : column.chunks()) {
-    STOKER_RETURN_NOT_OK(LookupChunk(vocabulary, *chunk, field, where, out + at, &valid[at], memo));
+    STOKER_RETURN_NOT_OK(
+        LookupChunk(vocabulary, *chunk, field, where, out + at, valid.data() + at, memo));
     at += chunk->length();
   }
   int64_t nulls = 0;
