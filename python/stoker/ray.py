@@ -52,6 +52,8 @@ __all__ = ["RayLoader"]
 _POLL_MS = 100
 # A batch whose actor died this many times in a row is not tried again: its error is raised.
 _MAX_TRIES_PER_BATCH = 3
+# close() waits at most this long for the killed actors to refuse calls (ray.kill is asynchronous).
+_KILL_WAIT_S = 10.0
 # Loader options that belong to the training process; the actors cannot honour them.
 _TRAINER_ONLY = {
     "device": "device= moves batches to an accelerator in the training process; use "
@@ -72,6 +74,26 @@ def _nbytes(value: Any) -> int:
     if isinstance(value, Ragged):
         return _nbytes(value.values) + _nbytes(value.offsets)
     return int(getattr(value, "nbytes", 0))
+
+
+def _await_deaths(actors: List[Any], timeout_s: float) -> None:
+    """Returns once each killed actor refuses a call, or after ``timeout_s``. ``ray.kill`` only
+    asks the cluster to kill: a call made just after it can still run (about 1 in 6 on a local
+    cluster), so close() would leave actors that answer. A refused call also marks the handle
+    dead here, so every later call fails at once."""
+    deadline = time.monotonic() + timeout_s
+    for actor in actors:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                ray.get(actor.__ray_ready__.remote(), timeout=left)
+            except RayActorError:
+                break
+            except Exception:  # noqa: BLE001  (timed out, or Ray shut down: stop waiting)
+                return
+            time.sleep(0.002)
 
 
 def _start_strided(engine: Any, epoch: int, elastic: Optional[Tuple[int, int]], start: int,
@@ -506,17 +528,21 @@ class RayLoader:
         return plan
 
     def close(self) -> None:
-        """Kills the actors (``ray.kill``) and closes the planning Loader; a live iteration
-        then raises LoaderClosedError. Safe to call twice."""
+        """Kills the actors (``ray.kill``), waits until they refuse calls (at most 10 s) and
+        closes the planning Loader; a live iteration then raises LoaderClosedError. Safe to
+        call twice."""
         plan, self._plan = self._plan, None
         actors, self._actors = self._actors, []
         for pending in getattr(self, "_pending", ()):
             pending.clear()
+        killed = []
         for actor in actors:
             try:
                 ray.kill(actor, no_restart=True)
+                killed.append(actor)
             except Exception:  # noqa: BLE001  (Ray already shut down, actor gone)
                 pass
+        _await_deaths(killed, _KILL_WAIT_S)
         if plan is not None:
             plan.close()
 
