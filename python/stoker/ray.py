@@ -389,7 +389,7 @@ class RayLoader:
     def _receive(self, index: int) -> Dict[str, Any]:
         slot = index % self._num_actors
         failures = 0
-        stall = self._live_plan()._stall
+        stall = self._actors_plan()._stall
         while True:
             if self._plan is None:  # closed (from another thread) meanwhile
                 raise LoaderClosedError("this RayLoader was closed")
@@ -445,7 +445,7 @@ class RayLoader:
         return route.output(out)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
-        plan = self._live_plan()
+        plan = self._actors_plan()
         generation = plan._new_generation("a newer iter(loader)")
         with plan._handover:
             if generation != plan._generation:
@@ -501,7 +501,7 @@ class RayLoader:
         loop's ``loop_s`` and ``stall_fraction``. With
         ``actors=True`` each slot also has ``loader``: its actor's ``Loader.stats()`` (cache,
         stages...) plus ``delivered`` (batches it returned), asked from the actor."""
-        plan = self._live_plan()
+        plan = self._actors_plan() if actors else self._live_plan()
         slots = [{"batches": self._batches[k], "bytes": self._bytes[k],
                   "wait_ms": self._wait_s[k] * 1e3,
                   "replacements": self._replaced[k], "in_flight": len(self._pending[k]),
@@ -518,13 +518,25 @@ class RayLoader:
     def flush_cache(self) -> None:
         """Waits until every actor has written the ``cache_dir`` entries it queued so far (as
         ``Loader.flush_cache``; after the calls already submitted to it)."""
-        self._live_plan()
+        self._actors_plan()
         ray.get([actor.flush_cache.remote() for actor in self._actors])
 
     def _live_plan(self) -> Loader:
         plan = self._plan
         if plan is None:
             raise LoaderClosedError("this RayLoader is closed")
+        return plan
+
+    def _actors_plan(self) -> Loader:
+        """``_live_plan()`` for the calls that reach the actors. After ``ray.shutdown()`` the
+        actors are gone with the cluster, and any Ray call would start a new local Ray (8 s)
+        only to fail on objects it does not know: the loader is closed instead."""
+        plan = self._live_plan()
+        if not ray.is_initialized():
+            self.close()
+            raise LoaderClosedError(
+                "Ray was shut down (ray.shutdown()) while this RayLoader was open, and its "
+                "actors with it: make a new RayLoader after ray.init()")
         return plan
 
     def close(self) -> None:
@@ -535,6 +547,10 @@ class RayLoader:
         actors, self._actors = self._actors, []
         for pending in getattr(self, "_pending", ()):
             pending.clear()
+        if not ray.is_initialized():
+            # ray.shutdown() ended them (this driver owns them), and ray.kill would start a new
+            # local Ray (7.8 s here) to kill actors that are gone.
+            actors = []
         killed = []
         for actor in actors:
             try:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
 import time
 import warnings
 
@@ -267,14 +269,15 @@ def test_break_restarts_promptly_and_close_stops_the_actors(cluster, data):
 
 
 def test_killed_actors_refuse_calls_once_close_returns(cluster):
-    # ray.kill only asks: a call made just after it ran on about 1 in 6 actors of a local
-    # cluster, so without the wait this fails but for a 1% chance (5/6 ** 24).
+    # ray.kill only asks: a call made just after it ran on 6 of 48 actors here (7 of 40 on a
+    # local Ray), so without the wait this fails about 4 times in 5. An actor is a process
+    # importing Ray (1-3 s of CPU each on 2 cores): 12 of them.
     @ray.remote(num_cpus=0)
     class Echo:
         def echo(self):
             return 1
 
-    actors = [Echo.remote() for _ in range(24)]
+    actors = [Echo.remote() for _ in range(12)]
     ray.get([actor.__ray_ready__.remote() for actor in actors])
     answered = 0
     for actor in actors:
@@ -286,6 +289,37 @@ def test_killed_actors_refuse_calls_once_close_returns(cluster):
         except ray.exceptions.RayActorError:
             pass
     assert answered == 0
+
+
+_CLOSE_AFTER_SHUTDOWN = """
+import os, sys, ray, stoker.ray
+runtime_env = {"py_executable": sys.argv[2]} if sys.argv[2] else {}
+ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR",
+         runtime_env=runtime_env, object_store_memory=80 * 1024 * 1024)
+from stoker.errors import LoaderClosedError
+loader = stoker.ray.RayLoader(sys.argv[1], num_actors=1, batch_size=60, columns=["id"], seed=5)
+it = iter(loader)
+next(it)
+ray.shutdown()
+try:
+    next(it)
+except LoaderClosedError as error:
+    print("next:", error)
+loader.close()
+print("initialized after close:", ray.is_initialized())
+"""
+
+
+def test_after_ray_shutdown_the_loader_is_closed_and_starts_no_new_ray(data):
+    # Any Ray call after ray.shutdown() starts a new local Ray (8 s): ray.kill in close() to
+    # kill actors that are gone, ray.get in next() to fail on objects it does not know.
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_ENABLE_UV_RUN_RUNTIME_ENV="0")
+    proc = subprocess.run([sys.executable, "-c", _CLOSE_AFTER_SHUTDOWN, data,
+                           os.environ.get("STOKER_TEST_RAY_PY_EXECUTABLE", "")],
+                          capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "next: Ray was shut down (ray.shutdown())" in proc.stdout, proc.stdout + proc.stderr
+    assert "initialized after close: False" in proc.stdout, proc.stdout + proc.stderr[-3000:]
 
 
 def test_trainer_only_options_are_refused(cluster, data):
