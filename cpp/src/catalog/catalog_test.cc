@@ -197,6 +197,48 @@ TEST_F(CatalogTest, HiveFoldersBecomeColumnsAfterTheFilesOwn) {
   EXPECT_EQ(GetErrorKind(differing.status()), ErrorKind::kSchemaMismatch);
 }
 
+// Bytes this process has read from files so far (read and pread system calls).
+int64_t BytesRead() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  int64_t value = 0;
+  while (io >> key >> value) {
+    if (key == "rchar:") return value;
+  }
+  return -1;
+}
+
+// The epoch's head decodes a row group's first rows only: its column chunks are read page by
+// page as far as those rows, not whole (a 3.2 MB chunk of 1 MB pages: one page and the read-ahead).
+TEST_F(CatalogTest, APartialReadReadsTheColumnChunkOnlyAsFarAsItsRows) {
+  constexpr int64_t kRows = 400000;
+  arrow::Int64Builder ids;
+  ASSERT_OK(ids.Reserve(kRows));
+  for (int64_t i = 0; i < kRows; ++i) ids.UnsafeAppend(i * 7);
+  ASSERT_OK_AND_ASSIGN(auto column, ids.Finish());
+  auto table = arrow::Table::Make(arrow::schema({arrow::field("id", arrow::int64())}), {column});
+  const fs::path path = dir_ / "a.parquet";
+  test_parquet::WriteTable(path.string(), *table, kRows, /*dictionary=*/false);
+  ASSERT_OK_AND_ASSIGN(auto catalog, Catalog::Open({dir_.string()}, 1));
+  const int64_t chunk_bytes = kRows * 8;
+  ASSERT_GE(BytesRead(), 0) << "no /proc/self/io";
+
+  const int64_t before_head = BytesRead();
+  ASSERT_OK_AND_ASSIGN(auto head, ReadRowGroupTable(*catalog, 0, {"id"}, {}, 1000));
+  const int64_t head_bytes = BytesRead() - before_head;
+  ASSERT_EQ(head->num_rows(), 1000);
+  const auto head_ids = std::static_pointer_cast<arrow::Int64Array>(head->column(0)->chunk(0));
+  EXPECT_EQ(head_ids->Value(0), 0);
+  EXPECT_EQ(head_ids->Value(999), 999 * 7);
+  EXPECT_LT(head_bytes, chunk_bytes / 2);
+
+  // The whole row group reads the whole chunk (the measure sees reads at all).
+  const int64_t before_whole = BytesRead();
+  ASSERT_OK_AND_ASSIGN(auto whole, ReadRowGroupTable(*catalog, 0, {"id"}));
+  EXPECT_GE(BytesRead() - before_whole, chunk_bytes);
+  EXPECT_EQ(whole->num_rows(), kRows);
+}
+
 TEST_F(CatalogTest, IdentityAndFingerprintFollowTheFilesBytes) {
   const std::string path = Write("a.parquet", Ids(0, 10));
   ASSERT_OK_AND_ASSIGN(auto before, Catalog::Open({path}, 1));

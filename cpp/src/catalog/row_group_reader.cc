@@ -14,6 +14,28 @@
 #include "util/recycling_pool.h"
 
 namespace stoker {
+namespace {
+
+// A partial read (the epoch's head) reads its column chunks page by page, through a buffer of
+// this size (a page header and small pages come in one read; a larger page is read on its own),
+// when they average at least kPagedChunkBytes: chunks of several pages, of which the first rows
+// need the first. Smaller chunks are most often one page (writers' default page size is 1 MiB),
+// and reading them through the buffer only cost an allocation and a copy more: the wide set's
+// first batch (84 KB chunks) came 10% later.
+constexpr int64_t kPartialReadBuffer = 64 << 10;
+constexpr int64_t kPagedChunkBytes = 1 << 20;
+
+// Whether the row group's `leaves` average kPagedChunkBytes of compressed bytes.
+bool LargeChunks(const parquet::FileMetaData& metadata, int row_group,
+                 const std::vector<int>& leaves) {
+  if (leaves.empty()) return false;
+  const auto group = metadata.RowGroup(row_group);
+  int64_t bytes = 0;
+  for (int leaf : leaves) bytes += group->ColumnChunk(leaf)->total_compressed_size();
+  return bytes >= kPagedChunkBytes * static_cast<int64_t>(leaves.size());
+}
+
+}  // namespace
 
 Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, int row_group,
                                                         const std::vector<std::string>& fields,
@@ -59,8 +81,14 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
       SetReaderProperties(*file.fs, &arrow_props);  // pre-buffer coalesced ranges if remote
       for (int leaf : dictionary_leaves) arrow_props.set_read_dictionary(leaf, true);
       // Page buffers and arrays come from the recycling pool: the same sizes every row group.
-      auto reader = parquet::ParquetFileReader::Open(
-          *input, parquet::ReaderProperties(RecyclingPool::Get()), file.metadata);
+      parquet::ReaderProperties reader_props(RecyclingPool::Get());
+      if (partial && !IsRemote(*file.fs) && LargeChunks(*file.metadata, rg.row_group, leaves)) {
+        // The head decodes its first rows only: its column chunks are read page by page, as far
+        // as those rows, instead of whole (unbuffered, Arrow reads a chunk in one call).
+        reader_props.enable_buffered_stream();
+        reader_props.set_buffer_size(kPartialReadBuffer);
+      }
+      auto reader = parquet::ParquetFileReader::Open(*input, reader_props, file.metadata);
       auto arrow_reader =
           parquet::arrow::FileReader::Make(RecyclingPool::Get(), std::move(reader), arrow_props);
       if (!arrow_reader.ok()) {
