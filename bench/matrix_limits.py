@@ -66,6 +66,7 @@ imported before the clock (``bench.matrix._preimport``), as is the vocabulary's 
 from __future__ import annotations
 
 import collections
+import hashlib
 import io
 import os
 import threading
@@ -963,15 +964,29 @@ def _compare_batch(out, arrays, idx, b) -> Optional[str]:
     return None
 
 
+# Arrays with more values per row than this are hashed row by row (one digest of each row's
+# bytes) instead of value position by value position: a 512x512x3 image has 786,432 positions,
+# each a numpy pass over the rows, and the check of the large-images shape took 10+ minutes.
+_ROW_DIGEST_ABOVE = 64
+
+
+def _row_digests(a: np.ndarray) -> np.ndarray:
+    """A 64-bit digest of the bytes of each row of the 2-D contiguous `a`."""
+    rows = a.view(np.uint8).reshape(len(a), -1)
+    return np.frombuffer(b"".join(hashlib.blake2b(r, digest_size=8).digest() for r in rows),
+                         np.uint64).copy()
+
+
 def row_hashes(arrays: Dict[str, np.ndarray], keys: List[str]) -> np.ndarray:
-    """One 64-bit hash per row over the bits of the row's values in `keys` (1-D or 2-D arrays):
-    equal multisets of hashes mean the same rows, each row whole."""
+    """One 64-bit hash per row over the bits of the row's values in `keys` (arrays of any rank,
+    rows on the first axis): equal multisets of hashes mean the same rows, each row whole."""
     n = len(arrays[keys[0]])
     h = np.full(n, 0x2545F4914F6CDD1D, np.uint64)
     for key in keys:
         a = np.ascontiguousarray(arrays[key]).reshape(n, -1)
-        for j in range(a.shape[1]):
-            v = np.ascontiguousarray(a[:, j])
+        columns = ([_row_digests(a)] if a.shape[1] > _ROW_DIGEST_ABOVE else
+                   (np.ascontiguousarray(a[:, j]) for j in range(a.shape[1])))
+        for v in columns:
             bits = (v.view(np.uint64) if v.dtype.itemsize == 8 else
                     v.view({4: np.uint32, 2: np.uint16, 1: np.uint8}[v.dtype.itemsize]).astype(np.uint64))
             h ^= bits

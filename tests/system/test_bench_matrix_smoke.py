@@ -134,6 +134,37 @@ def test_window_order_keeps_batches_inside_few_row_groups():
     assert not np.array_equal(order, ml.window_order(groups, 256, 4096, seed=4))
 
 
+def test_row_hashes_see_every_value_of_rows_wide_and_narrow():
+    """The check's row hashes (``row_hashes``), on rows of many values (images, hashed row by
+    row) and of few (hashed value position by position): a part of the rows hashes as in the
+    whole; one bit of one value changes that row's hash only; rows whose images are swapped while
+    their labels stay change both."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    import numpy as np
+
+    from bench import matrix_limits as ml
+
+    rng = np.random.default_rng(5)
+    arrays = {"image": rng.integers(0, 256, (12, 8, 8, 3), dtype=np.uint8),
+              "features": rng.standard_normal((12, 3)).astype(np.float32),
+              "label": np.arange(12)}
+    keys = list(arrays)
+    whole = ml.row_hashes(arrays, keys)
+    parts = [ml.row_hashes({k: v[lo:lo + 5] for k, v in arrays.items()}, keys)
+             for lo in range(0, 12, 5)]
+    assert np.array_equal(whole, np.concatenate(parts))
+    assert len(np.unique(whole)) == 12
+    for key, index in (("image", (4, 7, 2, 1)), ("features", (4, 2))):
+        changed = {k: v.copy() for k, v in arrays.items()}
+        changed[key].view(np.uint8)[index] ^= 1  # one bit of one value of row 4
+        differ = np.flatnonzero(ml.row_hashes(changed, keys) != whole)
+        assert differ.tolist() == [4], (key, differ)
+    swapped = {k: v.copy() for k, v in arrays.items()}
+    swapped["image"][[2, 9]] = swapped["image"][[9, 2]]
+    assert np.flatnonzero(ml.row_hashes(swapped, keys) != whole).tolist() == [2, 9]
+
+
 def test_prepared_native_gathers_equal_the_reference_and_a_wrong_one_is_caught():
     """The layout-prepared gathers (``window-c-columns``, ``-narrow``, ``-packed``: ids stored
     narrow and widened, rows packed, padded lists from values + offsets to the batch's longest)
