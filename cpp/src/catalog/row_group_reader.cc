@@ -133,6 +133,13 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
         // when a local file cannot be opened any more), not a wrong source.
         kind = ErrorKind::kStorage;
         why = "the file no longer exists (deleted after the loader opened it?): " + why;
+      } else if (kind == ErrorKind::kCorruptFile && !IsRemote(*file.fs)) {
+        // Decoded against the footer read at open: a file rewritten in place since then fails
+        // here. Say that it changed, as a loader with a cache does, not that it is corrupt.
+        if (const Status changed = file.CheckUnchanged(); !changed.ok()) {
+          kind = ErrorKind::kStorage;
+          why = changed.message() + " (decoding it with the footer read at open: " + why + ")";
+        }
       }
       return MakeError(
           kind, std::string(kind == ErrorKind::kCorruptFile ? "cannot decode" : "cannot read") +

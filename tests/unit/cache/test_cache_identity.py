@@ -144,6 +144,21 @@ def test_a_loader_opened_before_a_rewrite_with_another_layout_raises(table, tmp_
     np.testing.assert_array_equal(values(path, cache_dir=cache_dir), swapped(x))
 
 
+def test_without_a_cache_a_rewrite_with_another_layout_raises_that_the_file_changed(table,
+                                                                                   tmp_path):
+    """Without cache_dir too, a loader opened before a rewrite that its footer no longer
+    describes says that the file changed (StorageError), not that it is corrupt; its advice,
+    a new Loader, reads the new contents."""
+    path, x = table
+    loader = stoker.Loader(path, **OPTIONS)
+    pq.write_table(pa.table({"x": swapped(x)}), path, row_group_size=7_000)
+    with pytest.raises(stoker.errors.StorageError,
+                       match="changed since the loader opened it.*open a new Loader") as error:
+        epoch(loader)
+    assert path in str(error.value)
+    np.testing.assert_array_equal(values(path), swapped(x))
+
+
 def test_without_a_trusted_identity_entries_are_keyed_on_the_chunks_read(table, tmp_path,
                                                                         monkeypatch):
     monkeypatch.setenv("STOKER_CACHE_IDENTITY", "content")
