@@ -18,22 +18,12 @@ namespace {
 
 // A partial read (the epoch's head) reads its column chunks page by page, through a buffer of
 // this size (a page header and small pages come in one read; a larger page is read on its own),
-// when they average at least kPagedChunkBytes: chunks of several pages, of which the first rows
-// need the first. Smaller chunks are most often one page (writers' default page size is 1 MiB),
-// and reading them through the buffer only cost an allocation and a copy more: the wide set's
-// first batch (84 KB chunks) came 10% later.
+// when they average at least kPagedChunkBytes uncompressed (what writers' page size bounds): chunks
+// of several pages, of which the first rows need the first. Smaller chunks are most often one page
+// (writers' default page size is 1 MiB), and reading them through the buffer only cost an
+// allocation and a copy more: the wide set's first batch (84 KB chunks) came 10% later.
 constexpr int64_t kPartialReadBuffer = 64 << 10;
 constexpr int64_t kPagedChunkBytes = 1 << 20;
-
-// Whether the row group's `leaves` average kPagedChunkBytes of compressed bytes.
-bool LargeChunks(const parquet::FileMetaData& metadata, int row_group,
-                 const std::vector<int>& leaves) {
-  if (leaves.empty()) return false;
-  const auto group = metadata.RowGroup(row_group);
-  int64_t bytes = 0;
-  for (int leaf : leaves) bytes += group->ColumnChunk(leaf)->total_compressed_size();
-  return bytes >= kPagedChunkBytes * static_cast<int64_t>(leaves.size());
-}
 
 }  // namespace
 
@@ -49,10 +39,12 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
   // A column this file lacks (added to the dataset later) is read as nulls.
   std::vector<int> leaves;
   std::vector<int> dictionary_leaves;
+  int64_t partial_bytes = 0;  // a partial read's column chunks, uncompressed
   for (const auto& field : fields) {
     auto it = file.fields.find(field);
     if (it == file.fields.end()) continue;
     leaves.insert(leaves.end(), it->second.leaves.begin(), it->second.leaves.end());
+    if (partial) partial_bytes += catalog.FieldBytes(rg, field);
     // Only plain string and binary columns whose type is the dataset's: their dictionary then
     // needs no conforming (a dictionary-typed column is read as one anyway).
     const auto unified = catalog.schema()->GetFieldByName(field);
@@ -82,7 +74,8 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
       for (int leaf : dictionary_leaves) arrow_props.set_read_dictionary(leaf, true);
       // Page buffers and arrays come from the recycling pool: the same sizes every row group.
       parquet::ReaderProperties reader_props(RecyclingPool::Get());
-      if (partial && !IsRemote(*file.fs) && LargeChunks(*file.metadata, rg.row_group, leaves)) {
+      if (partial && !IsRemote(*file.fs) &&
+          partial_bytes >= kPagedChunkBytes * static_cast<int64_t>(leaves.size())) {
         // The head decodes its first rows only: its column chunks are read page by page, as far
         // as those rows, instead of whole (unbuffered, Arrow reads a chunk in one call).
         reader_props.enable_buffered_stream();
