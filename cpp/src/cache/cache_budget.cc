@@ -182,6 +182,12 @@ Status CacheBudget::CleanTemps(const FolderLock& lock) const {
   return Status::OK();
 }
 
+Result<int64_t> CacheBudget::Capacity(const FolderLock& lock) const {
+  STOKER_ASSIGN_OR_RAISE(const int64_t used, ReadUsed(lock));
+  STOKER_ASSIGN_OR_RAISE(const int64_t free_bytes, FreeBytes());
+  return std::clamp<int64_t>(used + free_bytes - min_free_bytes_, 0, max_bytes_);
+}
+
 Result<int64_t> CacheBudget::FreeBytes() const {
   if (free_bytes_for_testing_) return free_bytes_for_testing_();
   struct statvfs fs;

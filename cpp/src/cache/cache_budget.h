@@ -80,6 +80,9 @@ class CacheBudget {
   Status Recount(const FolderLock& lock) const;
   /// Removes temporary files whose writer is dead (or that are 10 minutes stale).
   Status CleanTemps(const FolderLock& lock) const;
+  /// What the cache can hold on its file system now: its entries and the free space above the
+  /// floor, within the budget.
+  Result<int64_t> Capacity(const FolderLock& lock) const;
 
   /// Evicts least-recently-used entries until `incoming_bytes` more fit in the budget and
   /// `incoming_disk_bytes` more leave the floor free; false when even an empty cache would not

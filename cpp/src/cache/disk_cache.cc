@@ -101,6 +101,11 @@ Result<std::shared_ptr<DiskCache>> DiskCache::Open(const DiskCacheOptions& optio
   }
   STOKER_RETURN_NOT_OK(cache->budget_->CleanTemps(lock));
   STOKER_RETURN_NOT_OK(cache->budget_->Recount(lock));
+  // Kept mappings hold their entries against eviction: at most a quarter of what the cache can
+  // hold on this file system (its entries and the free space above the floor), so that on a
+  // small disk they do not keep what other processes need to evict.
+  STOKER_ASSIGN_OR_RAISE(const int64_t capacity, cache->budget_->Capacity(lock));
+  cache->known_.LowerBound(capacity / 4);
   return cache;
 }
 

@@ -85,10 +85,12 @@ struct DiskCacheOptions {
   /// of our own; the kernel-wide test still applies). See cache/write_backlog.h.
   int64_t max_write_backlog_bytes = int64_t{64} << 20;
   /// Mappings this object keeps after their entries are released, least recently used dropped
-  /// beyond this many bytes (0: none). Mapping an entry (page tables for each of its pages) was
-  /// half of a warm epoch's cost on wide rows; a kept mapping is reused while its file is
-  /// unchanged. Kept mappings hold their entries' read locks: other processes do not evict them
-  /// (stats().kept_in_use) until this object drops them or is destroyed.
+  /// beyond this many bytes (0: none), and beyond a quarter of what the cache can hold when
+  /// Open() runs (its entries and the free space above min_free_bytes, within max_bytes).
+  /// Mapping an entry (page tables for each of its pages) was half of a warm epoch's cost on
+  /// wide rows; a kept mapping is reused while its file is unchanged. Kept mappings hold their
+  /// entries' read locks: other processes do not evict them (stats().kept_in_use) until this
+  /// object drops them or is destroyed.
   int64_t kept_mapping_bytes = 0;
 
   /// Test seams; leave empty. `free_bytes_for_testing` replaces statvfs();

@@ -556,7 +556,7 @@ TEST_F(DiskCacheTest, KeptMappingsAreReusedUntilTheirFileChanges) {
 TEST_F(DiskCacheTest, OtherProcessesReadsNeitherReverifyNorRemapAndCountAsUses) {
   // Two objects on one folder stand for two ranks of a node. Each one's reads mark the entries
   // used (eviction's recency) without changing the version the other verified and mapped.
-  DiskCacheOptions options = Options(3 * kEntryFileBytes + 500);
+  DiskCacheOptions options = Options();
   options.kept_mapping_bytes = 10 * kEntryFileBytes;
   auto first = OpenOrDie(options), second = OpenOrDie(options);
   ASSERT_NE(first, nullptr);
@@ -597,7 +597,9 @@ TEST_F(DiskCacheTest, OtherProcessesReadsNeitherReverifyNorRemapAndCountAsUses) 
 }
 
 TEST_F(DiskCacheTest, KeptMappingsStayWithinTheirBoundAndKeepTheirEntriesInPlace) {
-  DiskCacheOptions options = Options(3 * kEntryFileBytes + 500);
+  // The reader's own budget is large: kept mappings stay within a quarter of what its cache can
+  // hold (KeptMappingsStayWithinAQuarterOfWhatTheDiskHolds); the writer's holds three entries.
+  DiskCacheOptions options = Options();
   options.kept_mapping_bytes = 2 * kEntryFileBytes;
   auto reader = OpenOrDie(options);
   auto writer = OpenOrDie(Options(3 * kEntryFileBytes + 500));
@@ -629,6 +631,34 @@ TEST_F(DiskCacheTest, KeptMappingsStayWithinTheirBoundAndKeepTheirEntriesInPlace
   EXPECT_EQ(writer->stats().kept_in_use, 2);
   EXPECT_FALSE(fs::exists(writer->EntryPath("blocks", "a")));
   EXPECT_TRUE(fs::exists(writer->EntryPath("blocks", "c")));
+}
+
+TEST_F(DiskCacheTest, KeptMappingsStayWithinAQuarterOfWhatTheDiskHolds) {
+  // Kept mappings hold their entries against eviction: on a disk with room for 8 entries above
+  // the floor, an object keeps at most 2 entries mapped, whatever kept_mapping_bytes asks.
+  DiskCacheOptions options = Options();
+  options.kept_mapping_bytes = 100 * kEntryFileBytes;
+  options.min_free_bytes = 4 * kEntryFileBytes;
+  options.free_bytes_for_testing = [] { return 12 * kEntryFileBytes; };
+  auto cache = OpenOrDie(options);
+  ASSERT_NE(cache, nullptr);
+  for (int i = 0; i < 5; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    ASSERT_OK(cache->Put("blocks", key, PartsOf(Pattern(1000, i))));
+    EXPECT_EQ(GetString(*cache, "blocks", key), Pattern(1000, i));
+  }
+  EXPECT_EQ(cache->kept_mapping_bytes(), 2 * kEntryFileBytes);
+  EXPECT_EQ(cache->stats().maps, 5);  // each mapped once, by its Put; three dropped since
+
+  // Within max_bytes too: a budget of 4 entries keeps one.
+  DiskCacheOptions small = Options(4 * kEntryFileBytes);
+  small.kept_mapping_bytes = 100 * kEntryFileBytes;
+  auto other = OpenOrDie(small);
+  ASSERT_NE(other, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(GetString(*other, "blocks", "k" + std::to_string(i)), Pattern(1000, i));
+  }
+  EXPECT_EQ(other->kept_mapping_bytes(), kEntryFileBytes);
 }
 
 TEST_F(DiskCacheTest, EntryStaysReadableAfterReplaceEvictAndClear) {

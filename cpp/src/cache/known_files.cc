@@ -98,6 +98,11 @@ void KnownFiles::DropMappings() {
   while (!mapped_.empty()) dropped.push_back(ForgetMappingLocked(&versions_.at(mapped_.front())));
 }
 
+void KnownFiles::LowerBound(int64_t max_mapped_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  max_mapped_bytes_ = std::min(max_mapped_bytes_, max_mapped_bytes);
+}
+
 int64_t KnownFiles::mapped_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mapped_bytes_;

@@ -44,6 +44,8 @@ class KnownFiles {
   void Add(const std::string& path, const struct stat& st, std::shared_ptr<Mapping> mapping);
   /// Drops every kept mapping (their files are about to go: Clear()).
   void DropMappings();
+  /// Lowers the bound on kept mappings (DiskCache::Open, before any mapping is kept).
+  void LowerBound(int64_t max_mapped_bytes);
   int64_t mapped_bytes() const;
 
  private:
@@ -64,7 +66,7 @@ class KnownFiles {
   // The mapping kept for `path` unless it belongs to `inode`, moved out.
   std::shared_ptr<Mapping> ForgetPathLocked(const std::string& path, uint64_t inode);
 
-  const int64_t max_mapped_bytes_;
+  int64_t max_mapped_bytes_;  // guarded by mu_
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Version> versions_;        // by inode
   std::unordered_map<std::string, uint64_t> kept_paths_;  // path -> inode of its kept mapping

@@ -161,15 +161,21 @@ def test_warm_epochs_hash_each_entry_once_and_a_rewrite_again(dataset, tmp_path)
 
 def test_warm_epochs_map_each_entry_once(dataset, tmp_path):
     """A loader keeps the mappings of the entries it reads and writes for its later epochs
-    (within min(prefetch_bytes, cache_bytes / 4)): after an entry's first read, or the loader's
-    own write of it, no epoch maps it again, with the same bytes as no cache; a loader whose
-    bound holds no entry maps every entry it reads, every epoch."""
+    (within cache_bytes / 4, whatever prefetch_bytes: the pages are the page cache's): after an
+    entry's first read, or the loader's own write of it, no epoch maps it again, with the same
+    bytes as no cache; a loader whose bound holds no entry maps every entry it reads, every
+    epoch."""
     cache_dir = str(tmp_path / "cache")
     fill(dataset, cache_dir)
     files = entries(cache_dir)
     expected = uncached_digests(dataset, 3)
 
-    loader = stoker.Loader(dataset, cache_dir=cache_dir, **OPTIONS)
+    # A prefetch budget below the entries' bytes (it bounded the mappings kept before: a warm
+    # epoch of a larger dataset mapped nearly every entry again) and above one row group's.
+    total, largest = sum(os.path.getsize(p) for p in files), max(os.path.getsize(p) for p in files)
+    assert total > 4 * largest
+    prefetch = 2 * largest
+    loader = stoker.Loader(dataset, cache_dir=cache_dir, **dict(OPTIONS, prefetch_bytes=prefetch))
     for epoch in range(3):
         loader.set_epoch(epoch)
         assert digest(loader) == expected[epoch]
@@ -189,7 +195,8 @@ def test_warm_epochs_map_each_entry_once(dataset, tmp_path):
 
     # Kept bytes below the smallest entry: nothing is kept, every read maps.
     smallest = min(os.path.getsize(p) for p in files)
-    tight = stoker.Loader(dataset, cache_dir=cache_dir, **dict(OPTIONS, prefetch_bytes=smallest - 1))
+    tight = stoker.Loader(dataset, cache_dir=cache_dir,
+                          **dict(OPTIONS, cache_bytes=4 * (smallest - 1)))
     for epoch in range(2):
         tight.set_epoch(epoch)
         assert digest(tight) == expected[epoch]
