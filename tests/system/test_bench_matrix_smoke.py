@@ -65,6 +65,9 @@ def test_matrix_table_rows_and_checked_limits(tmp_path):
         # The shuffle's cost compares the same loader with and without it.
         assert s["cold_vs_ordered"] == pytest.approx(
             s["results"]["stoker-cold"]["rows_per_s"] / s["results"]["stoker-cold-ordered"]["rows_per_s"])
+        # The warm measure records what its epoch decoded (the report flags any): one count a run.
+        assert len(s["warm_misses"]) == len(s["raw"]["stoker-warm"]), name
+        assert all(isinstance(m, int) and m >= 0 for m in s["warm_misses"]), name
         # The later cold epoch is the loader's second epoch: no cache, so nothing is read from one.
         assert s["cold_next_vs_decode"] == pytest.approx(
             s["results"]["stoker-cold-next"]["rows_per_s"] / s["decode_limit"]["rows_per_s"])
