@@ -146,6 +146,8 @@ def test_wheel_metadata_tag_and_contents(wheel):
         metadata_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
         metadata = archive.read(metadata_name).decode()
         info = archive.read("stoker/_build_info.py").decode()
+    # `make build` writes bytecode beside the sources: none of it goes into the wheel.
+    assert not any("__pycache__" in n or n.endswith(".pyc") for n in names), names
     vendored = [os.path.basename(n) for n in names if n.startswith("stoker.libs/")]
     for stem in ("libturbojpeg", "libjpeg", "libspng", "libwebp", "libxxhash"):
         assert any(v.startswith(stem) for v in vendored), (stem, vendored)
