@@ -229,3 +229,57 @@ def test_prepared_native_gathers_equal_the_reference_and_a_wrong_one_is_caught()
     finally:
         ml._narrowest = real
     assert not ok and "differs" in why, why
+
+
+
+def _bench_modules():
+    sys.path.insert(0, ROOT)
+    try:
+        from bench import matrix_limits as ml
+        from bench import matrix_shapes as ms
+    finally:
+        sys.path.remove(ROOT)
+    return ml, ms
+
+
+@pytest.mark.parametrize("shape_name, reader", [("images-small", "pyarrow-rg-pool+tj"),
+                                                ("strings", "pyarrow-rg-pool-memo")])
+def test_the_stronger_limits_deliver_the_reference(tmp_path, shape_name, reader):
+    """The TurboJPEG range decoder (images) and the later-epoch reader that keeps each
+    dictionary's ids (strings) deliver the reference's values, checked as the matrix checks
+    every limit before it may win."""
+    ml, ms = _bench_modules()
+    shape = ms.BY_NAME[shape_name]
+    path = ms.ensure(shape, str(tmp_path), tiny=400, log=lambda *a: None)
+    cols = ms.raw(shape, False, 400)
+    vocab = ms.vocabularies(shape, cols)
+    assert ml.reader_available(reader) is None
+    assert ml.check_reader(reader, shape, ms.files(path), 2, vocab, ms.reference(shape, cols)) == (
+        True, "values equal to the reference")
+
+
+def test_the_turbojpeg_limit_refuses_a_corrupt_jpeg():
+    import pyarrow as pa
+
+    ml, ms = _bench_modules()
+    converter = ml.Converter(ms.BY_NAME["images-small"], {}, "tj")
+    with pytest.raises(ValueError, match="could not decode row 0"):
+        converter.images(pa.array([b"\xff\xd8 not a jpeg"], pa.binary()))
+
+
+def test_the_memo_maps_each_dictionary_once_by_its_bytes():
+    import pyarrow as pa
+
+    ml, ms = _bench_modules()
+    vocab = ml.Vocab({"s00": ["a", "b", "c"]})
+    vocab.memo = {}
+    converter = ml.Converter(ms.BY_NAME["strings"], vocab)
+
+    def chunk(values, indices):
+        return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(values))
+
+    first = converter.ids("s00", chunk(["c", "a"], [0, 1, 1]))
+    again = converter.ids("s00", chunk(["c", "a"], [1, 0]))  # equal bytes, another object
+    other = converter.ids("s00", chunk(["b", "z"], [0, 1]))  # "z": not in the vocabulary
+    assert first.tolist() == [3, 1, 1] and again.tolist() == [1, 3] and other.tolist() == [2, 0]
+    assert len(vocab.memo) == 2
