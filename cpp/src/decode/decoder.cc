@@ -39,29 +39,34 @@ Decoder::Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const O
     start += rg.num_rows;
   }
   for (const auto& [field, vocabulary] : spec_->vocabularies) dictionary_fields_.insert(field);
+  // The first column, then the first feature, of each field (emplace keeps the first).
+  for (const auto& column : spec_->columns) {
+    if (column.chain) chained_.emplace(column.Field(), &column);
+    if (column.conversion.active()) conversions_.emplace(column.Field(), &column.conversion);
+  }
+  for (const auto& feature : spec_->features) {
+    if (feature.chain) chained_.emplace(feature.name, &feature);
+    if (feature.conversion.active()) conversions_.emplace(feature.Field(), &feature.conversion);
+  }
+  for (const auto& field : spec_->file_fields) cache_names_.emplace(field, ComputeCacheName(field));
 }
 
 const ColumnSpec* Decoder::ChainedColumn(const std::string& field) const {
-  for (const auto& column : spec_->columns) {
-    if (column.chain && column.Field() == field) return &column;
-  }
-  for (const auto& feature : spec_->features) {
-    if (feature.chain && feature.name == field) return &feature;
-  }
-  return nullptr;
+  const auto it = chained_.find(field);
+  return it == chained_.end() ? nullptr : it->second;
 }
 
 const ValueConversion* Decoder::Conversion(const std::string& field) const {
-  for (const auto& column : spec_->columns) {
-    if (column.conversion.active() && column.Field() == field) return &column.conversion;
-  }
-  for (const auto& feature : spec_->features) {
-    if (feature.conversion.active() && feature.Field() == field) return &feature.conversion;
-  }
-  return nullptr;
+  const auto it = conversions_.find(field);
+  return it == conversions_.end() ? nullptr : it->second;
 }
 
 std::string Decoder::CacheName(const std::string& field) const {
+  const auto it = cache_names_.find(field);
+  return it != cache_names_.end() ? it->second : ComputeCacheName(field);
+}
+
+std::string Decoder::ComputeCacheName(const std::string& field) const {
   // A converted column's entries hold the converted values (time_unit, decimals).
   const ValueConversion* conversion = Conversion(field);
   std::string base = conversion ? field + "|" + conversion->tag : field;
