@@ -455,7 +455,9 @@ Result<DecodedColumns> CachedDecoder::Decode(const Plan& plan, const DecodeTask&
     }
   }
   // Feature groups are stored in their final layout; the plan of blocks is part of the key.
-  const std::vector<FeatureBlockPlan> plans = PlanBlocks(*spec_, task.fields, packed_runs_);
+  const std::shared_ptr<const std::vector<FeatureBlockPlan>> block_plans =
+      decoder.BlockPlans(task.fields, packed_runs_);
+  const std::vector<FeatureBlockPlan>& plans = *block_plans;
   if (std::string layout = BlocksLayout(plans); !layout.empty()) names.push_back(std::move(layout));
   const CatalogFile& file = catalog_->files()[rg.file];
   const bool local = !IsRemote(*file.fs);

@@ -25,6 +25,10 @@ namespace {
 // (30 columns, 8 row groups, 214,274 dictionary entries) keeps about 5 MB.
 constexpr int64_t kDictionaryIdsBytes = int64_t{64} << 20;
 
+// Field sets whose block plans a decoder keeps (Decoder::BlockPlans): tasks group a row group's
+// fields by its size, so a dataset has a few sets, and one of row groups of many sizes is bounded.
+constexpr size_t kMaxBlockPlans = 1024;
+
 }  // namespace
 
 Decoder::Decoder(std::shared_ptr<const Catalog> catalog, std::shared_ptr<const OutputSpec> spec,
@@ -146,9 +150,23 @@ Result<DecodedColumns> Decoder::Decode(const Plan& plan, const DecodeTask& task)
   return out;
 }
 
+std::shared_ptr<const std::vector<FeatureBlockPlan>> Decoder::BlockPlans(
+    const std::vector<std::string>& fields, bool packed_runs) const {
+  auto key = std::make_pair(packed_runs, fields);
+  {
+    std::lock_guard<std::mutex> lock(block_plans_mutex_);
+    if (auto it = block_plans_.find(key); it != block_plans_.end()) return it->second;
+  }
+  auto plans = std::make_shared<const std::vector<FeatureBlockPlan>>(
+      PlanBlocks(*spec_, fields, packed_runs));
+  std::lock_guard<std::mutex> lock(block_plans_mutex_);
+  if (block_plans_.size() < kMaxBlockPlans) block_plans_.emplace(std::move(key), plans);
+  return plans;
+}
+
 Status Decoder::PackRuns(const std::vector<std::string>& fields, int64_t rows,
                          DecodedColumns* out) const {
-  std::vector<FeatureBlockPlan> plans = PlanBlocks(*spec_, fields, /*packed_runs=*/true);
+  std::vector<FeatureBlockPlan> plans = *BlockPlans(fields, /*packed_runs=*/true);
   // Stacked features are BatchAssembler::Prepare's (feature_rows); only the packed runs here.
   std::erase_if(plans, [](const FeatureBlockPlan& plan) { return !plan.packed; });
   if (plans.empty()) return Status::OK();
