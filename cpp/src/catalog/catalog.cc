@@ -827,13 +827,22 @@ std::string Catalog::ReadAs(int file, const std::string& name) const {
   return it->second.type->Equals(*unified->type()) ? "" : unified->type()->ToString();
 }
 
-int64_t Catalog::FieldBytes(const RowGroupRef& rg, const std::string& field) const {
+std::vector<int64_t> Catalog::FieldBytes(const RowGroupRef& rg,
+                                         const std::vector<std::string>& fields) const {
   const CatalogFile& file = files_[rg.file];
-  auto it = file.fields.find(field);
-  if (it == file.fields.end()) return rg.num_rows * 8;  // a partition column
-  auto meta = file.metadata->RowGroup(rg.row_group);
-  int64_t bytes = 0;
-  for (int leaf : it->second.leaves) bytes += meta->ColumnChunk(leaf)->total_uncompressed_size();
+  std::vector<int64_t> bytes(fields.size(), 0);
+  std::unique_ptr<parquet::RowGroupMetaData> meta;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    auto it = file.fields.find(fields[i]);
+    if (it == file.fields.end()) {
+      bytes[i] = rg.num_rows * 8;  // a partition column
+      continue;
+    }
+    if (!meta) meta = file.metadata->RowGroup(rg.row_group);
+    for (int leaf : it->second.leaves) {
+      bytes[i] += meta->ColumnChunk(leaf)->total_uncompressed_size();
+    }
+  }
   return bytes;
 }
 

@@ -125,8 +125,10 @@ class Catalog {
   /// Identity of the dataset: paths, sizes and row counts.
   uint64_t fingerprint() const { return fingerprint_; }
 
-  /// Uncompressed bytes of `field` in one row group, from the footer.
-  int64_t FieldBytes(const RowGroupRef& rg, const std::string& field) const;
+  /// Uncompressed bytes of each of `fields` in one row group, from the footer (one pass: the
+  /// footer's row group and column chunk objects are made once per call, not per field).
+  std::vector<int64_t> FieldBytes(const RowGroupRef& rg,
+                                  const std::vector<std::string>& fields) const;
   /// "path, row group N" for error messages.
   std::string Where(const RowGroupRef& rg) const;
 

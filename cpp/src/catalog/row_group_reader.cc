@@ -39,12 +39,12 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
   // A column this file lacks (added to the dataset later) is read as nulls.
   std::vector<int> leaves;
   std::vector<int> dictionary_leaves;
-  int64_t partial_bytes = 0;  // a partial read's column chunks, uncompressed
+  std::vector<std::string> present;  // the fields this file has
   for (const auto& field : fields) {
     auto it = file.fields.find(field);
     if (it == file.fields.end()) continue;
+    present.push_back(field);
     leaves.insert(leaves.end(), it->second.leaves.begin(), it->second.leaves.end());
-    if (partial) partial_bytes += catalog.FieldBytes(rg, field);
     // Only plain string and binary columns whose type is the dataset's: their dictionary then
     // needs no conforming (a dictionary-typed column is read as one anyway).
     const auto unified = catalog.schema()->GetFieldByName(field);
@@ -55,6 +55,10 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
       dictionary_leaves.insert(dictionary_leaves.end(), it->second.leaves.begin(),
                                it->second.leaves.end());
     }
+  }
+  int64_t partial_bytes = 0;  // a partial read's column chunks, uncompressed
+  if (partial) {
+    for (int64_t field_bytes : catalog.FieldBytes(rg, present)) partial_bytes += field_bytes;
   }
   std::sort(leaves.begin(), leaves.end());
   leaves.erase(std::unique(leaves.begin(), leaves.end()), leaves.end());

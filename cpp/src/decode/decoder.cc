@@ -102,12 +102,9 @@ std::vector<DecodeTask> Decoder::MakeTasks(const Plan& plan, int segment, int64_
   // are grouped by it alone, so every segment of a row group (wherever an epoch's rank or
   // drop_last cut falls) gets the same groups: the ready-tensor cache keys an entry by its
   // group, and a grouping that moved with the cut missed it epoch after epoch.
-  std::vector<int64_t> bytes(fields.size());
+  const std::vector<int64_t> bytes = catalog_->FieldBytes(rg, fields);
   int64_t total = 0;
-  for (size_t i = 0; i < fields.size(); ++i) {
-    bytes[i] = catalog_->FieldBytes(rg, fields[i]);
-    total += bytes[i];
-  }
+  for (int64_t field_bytes : bytes) total += field_bytes;
   // Equal shares, not tasks filled to task_bytes and a remainder: a row group of 1.1 x task_bytes
   // was a full task and a tenth of one, so the first batch waited for the full one alone. A user
   // transform sees all its inputs at once: one task.

@@ -90,7 +90,7 @@ Status InheritedError() {
 int64_t RowBytes(const Catalog& catalog, const OutputSpec& spec) {
   int64_t bytes = 0;
   for (const auto& rg : catalog.row_groups()) {
-    for (const auto& field : spec.file_fields) bytes += catalog.FieldBytes(rg, field);
+    for (int64_t field_bytes : catalog.FieldBytes(rg, spec.file_fields)) bytes += field_bytes;
   }
   return std::max<int64_t>(1, bytes / std::max<int64_t>(1, catalog.total_rows()));
 }
