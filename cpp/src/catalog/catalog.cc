@@ -790,6 +790,15 @@ Result<std::shared_ptr<Catalog>> Catalog::Open(const std::vector<std::string>& s
   for (const auto& field : catalog->schema_->fields()) {
     static_cast<void>(field->type()->fingerprint());
   }
+  for (auto& file : catalog->files_) {
+    file.as_dataset = true;
+    for (int i = 0; i < catalog->num_file_fields_ && file.as_dataset; ++i) {
+      const auto& field = catalog->schema_->field(i);
+      const auto it = file.fields.find(field->name());
+      file.as_dataset =
+          it != file.fields.end() && it->second.type && it->second.type->Equals(*field->type());
+    }
+  }
 
   Fnv1a hash;
   for (size_t f = 0; f < catalog->files_.size(); ++f) {
@@ -819,6 +828,15 @@ std::string Catalog::MissingIn(const std::string& name) const {
 }
 
 std::string Catalog::ReadAs(int file, const std::string& name) const {
+  // Asked for every field of every task: most files have the dataset's columns and types, and
+  // then only a partition column (after the file's columns) reads otherwise.
+  if (files_[file].as_dataset) {
+    bool partition = false;
+    for (int i = num_file_fields_; i < schema_->num_fields() && !partition; ++i) {
+      partition = schema_->field(i)->name() == name;
+    }
+    if (!partition) return "";
+  }
   auto unified = schema_->GetFieldByName(name);
   if (!unified) return "";
   const auto& fields = files_[file].fields;

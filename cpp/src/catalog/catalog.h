@@ -75,6 +75,9 @@ struct CatalogFile {
   std::unordered_map<std::string, FieldLeaves> fields;
   /// Hive partition values, in the order of Catalog::partition_fields().
   std::vector<std::string> partition_values;
+  /// Whether every column of the dataset's schema (partition columns aside) is in this file with
+  /// the dataset's type: Catalog::ReadAs then has nothing to say for them.
+  bool as_dataset = false;
 
   /// Opens the file for reading (through the block cache when there is one; with
   /// `exact_ranges`, caching each read as it is asked rather than whole blocks).
