@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "catalog/row_group_reader.h"
@@ -273,13 +275,15 @@ Result<std::shared_ptr<DecodedItem>> Decoder::Join(const Plan& plan, int segment
   item->first_row_id = row_group_starts_[seg.row_group] + seg.row_begin;
   // Null counts are of the segment's rows: say which rows when that is not the whole row group.
   const std::string where = RowsWhere(*catalog_, rg, seg.row_begin, seg.num_rows);
+  // The first array of each name, in the parts' order (a scan per output was quadratic in the
+  // fields: 3% of a cold epoch's CPU with 1,000 features).
+  std::unordered_map<std::string_view, const std::shared_ptr<arrow::Array>*> by_name;
+  for (const auto& part : parts) {
+    for (const auto& [field, array] : part.arrays) by_name.emplace(field, &array);
+  }
   auto find = [&](const std::string& name) -> std::shared_ptr<arrow::Array> {
-    for (const auto& part : parts) {
-      for (const auto& [field, array] : part.arrays) {
-        if (field == name) return array;
-      }
-    }
-    return nullptr;
+    const auto it = by_name.find(name);
+    return it == by_name.end() ? nullptr : *it->second;
   };
   // Columns in a packed block have no array: their rows are the item's packed_rows.
   std::vector<bool> in_packed_block(spec_->columns.size(), false);
