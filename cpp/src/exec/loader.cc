@@ -153,10 +153,10 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
     cache_options.min_free_bytes = options.cache.min_free_bytes;
     // Entries mapped in one epoch stay mapped for the next, within a quarter of the cache's
     // budget (kept entries are not evicted while kept; DiskCache::Open lowers it to a quarter of
-    // what the disk holds for the cache). Not within prefetch_bytes: a mapping's
-    // pages are the page cache's, not the loader's memory, and with entries beyond the bound
-    // every warm epoch mapped nearly every entry again (least recently used dropped first, in
-    // an order that changes each epoch).
+    // what the disk holds for the cache). Not within prefetch_bytes: a mapping's pages are the
+    // page cache's, not the loader's memory, and with entries beyond that bound every warm epoch
+    // mapped nearly every entry again (least recently used dropped first, in an order that
+    // changes each epoch).
     cache_options.kept_mapping_bytes = options.cache.bytes / 4;
     STOKER_ASSIGN_OR_RAISE(impl->disk_cache, DiskCache::Open(cache_options));
   }
