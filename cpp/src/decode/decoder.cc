@@ -263,7 +263,7 @@ Result<DecodedColumns> Decoder::DecodeRows(int row_group, const std::vector<std:
 }
 
 Result<std::shared_ptr<DecodedItem>> Decoder::Join(const Plan& plan, int segment,
-                                                   std::vector<DecodedColumns> parts) const {
+                                                   const std::vector<DecodedColumns>& parts) const {
   const Segment& seg = plan.segments[segment];
   const RowGroupRef& rg = catalog_->row_groups()[seg.row_group];
   auto item = std::make_shared<DecodedItem>();

@@ -83,7 +83,7 @@ class Decoder {
   /// Joins every task's columns of one segment into the item batch assembly reads (one
   /// ColumnSource per output slot, PrepareSource); checks nulls against the options.
   Result<std::shared_ptr<DecodedItem>> Join(const Plan& plan, int segment,
-                                            std::vector<DecodedColumns> parts) const;
+                                            const std::vector<DecodedColumns>& parts) const;
 
   const std::shared_ptr<const Catalog>& catalog() const { return catalog_; }
   const std::shared_ptr<const OutputSpec>& spec() const { return spec_; }

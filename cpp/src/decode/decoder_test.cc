@@ -160,7 +160,7 @@ TEST_F(DecoderTest, JoinChecksNullsAgainstTheOptionsAndNamesTheRows) {
       STOKER_ASSIGN_OR_RAISE(auto part, decoder->Decode(plan, task));
       parts.push_back(std::move(part));
     }
-    return decoder->Join(plan, 0, std::move(parts));
+    return decoder->Join(plan, 0, parts);
   };
   // x has two nulls in rows 45..54, and no option says what they become.
   auto refused = decode_and_join(Options({"id", "x"}));
@@ -202,7 +202,7 @@ TEST_F(DecoderTest, ListsKeepTheirRowsAndTheirOffsets) {
   ASSERT_OK_AND_ASSIGN(auto part, decoder->Decode(plan, decoder->MakeTasks(plan, 0, 1)[0]));
   std::vector<DecodedColumns> parts;
   parts.push_back(std::move(part));
-  ASSERT_OK_AND_ASSIGN(auto item, decoder->Join(plan, 0, std::move(parts)));
+  ASSERT_OK_AND_ASSIGN(auto item, decoder->Join(plan, 0, parts));
   const ColumnSource& l = item->sources[0];
   // 81 % 4 == 1 element, 82: 2, 83: 3, 84: 0.
   std::vector<int64_t> lengths;
@@ -287,7 +287,7 @@ TEST_F(DecoderTest, PackRowsPacksAWholeRunOfPlainColumnsAndNothingElse) {
       ASSERT_EQ(value, (r + 2) * 100 + c) << "row " << r << ", column " << c;
     }
   }
-  ASSERT_OK_AND_ASSIGN(auto item, decoder.Join(plan, 0, {std::move(whole)}));
+  ASSERT_OK_AND_ASSIGN(auto item, decoder.Join(plan, 0, {whole}));
   ASSERT_EQ(item->packed_rows.size(), 1u);
   ASSERT_NE(item->packed_rows[0], nullptr);
   EXPECT_EQ(item->packed_rows[0]->size(), 10 * kColumns * 4);

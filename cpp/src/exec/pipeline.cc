@@ -296,7 +296,8 @@ void Pipeline::RunDecodeTask(std::unique_lock<std::mutex>* lock) {
   Result<std::shared_ptr<DecodedItem>> item;
   {
     ScopedTimer timer(&counters_->decode.busy_ns);
-    item = decoder_->Join(*plan_, segment, std::move(parts));
+    item = decoder_->Join(*plan_, segment, parts);
+    parts = {};  // the item holds what it reads: Prepare may release columns it transposes
     if (item.ok()) {
       const Status prepared = assembler_->Prepare(item->get());
       if (!prepared.ok()) item = prepared;
