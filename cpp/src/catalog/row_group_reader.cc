@@ -39,11 +39,11 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
   // A column this file lacks (added to the dataset later) is read as nulls.
   std::vector<int> leaves;
   std::vector<int> dictionary_leaves;
-  std::vector<std::string> present;  // the fields this file has
+  std::vector<std::string> present;  // a partial read's fields that this file has
   for (const auto& field : fields) {
     auto it = file.fields.find(field);
     if (it == file.fields.end()) continue;
-    present.push_back(field);
+    if (partial) present.push_back(field);
     leaves.insert(leaves.end(), it->second.leaves.begin(), it->second.leaves.end());
     // Only plain string and binary columns whose type is the dataset's: their dictionary then
     // needs no conforming (a dictionary-typed column is read as one anyway).

@@ -165,9 +165,12 @@ std::shared_ptr<const std::vector<FeatureBlockPlan>> Decoder::BlockPlans(
 
 Status Decoder::PackRuns(const std::vector<std::string>& fields, int64_t rows,
                          DecodedColumns* out) const {
-  std::vector<FeatureBlockPlan> plans = *BlockPlans(fields, /*packed_runs=*/true);
-  // Stacked features are BatchAssembler::Prepare's (feature_rows); only the packed runs here.
-  std::erase_if(plans, [](const FeatureBlockPlan& plan) { return !plan.packed; });
+  // Stacked features are BatchAssembler::Prepare's (feature_rows); only the packed runs here
+  // (copied from the kept plans: a feature group's plans hold a pointer per feature).
+  std::vector<FeatureBlockPlan> plans;
+  for (const FeatureBlockPlan& plan : *BlockPlans(fields, /*packed_runs=*/true)) {
+    if (plan.packed) plans.push_back(plan);
+  }
   if (plans.empty()) return Status::OK();
   // A run with nulls, or split between tasks, stays as columns (PackedWriter reads either).
   NamedArrays arrays = std::move(out->arrays);
