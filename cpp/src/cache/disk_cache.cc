@@ -103,9 +103,11 @@ Result<std::shared_ptr<DiskCache>> DiskCache::Open(const DiskCacheOptions& optio
   STOKER_RETURN_NOT_OK(cache->budget_->Recount(lock));
   // Kept mappings hold their entries against eviction: at most a quarter of what the cache can
   // hold on this file system (its entries and the free space above the floor), so that on a
-  // small disk they do not keep what other processes need to evict.
-  STOKER_ASSIGN_OR_RAISE(const int64_t capacity, cache->budget_->Capacity(lock));
-  cache->known_.LowerBound(capacity / 4);
+  // small disk they do not keep what other processes need to evict. A file system that cannot
+  // say (statvfs failing, as on some FUSE mounts) fails each Put as before, not the open.
+  if (const Result<int64_t> capacity = cache->budget_->Capacity(lock); capacity.ok()) {
+    cache->known_.LowerBound(*capacity / 4);
+  }
   return cache;
 }
 
