@@ -167,8 +167,10 @@ Status Decoder::PackRuns(const std::vector<std::string>& fields, int64_t rows,
                          DecodedColumns* out) const {
   // Stacked features are BatchAssembler::Prepare's (feature_rows); only the packed runs here
   // (copied from the kept plans: a feature group's plans hold a pointer per feature).
+  const std::shared_ptr<const std::vector<FeatureBlockPlan>> kept =
+      BlockPlans(fields, /*packed_runs=*/true);
   std::vector<FeatureBlockPlan> plans;
-  for (const FeatureBlockPlan& plan : *BlockPlans(fields, /*packed_runs=*/true)) {
+  for (const FeatureBlockPlan& plan : *kept) {
     if (plan.packed) plans.push_back(plan);
   }
   if (plans.empty()) return Status::OK();
