@@ -3,6 +3,9 @@
 // the identity that tells a rewritten file apart.
 #include "catalog/catalog.h"
 
+#include <arrow/io/file.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/arrow/writer.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -245,6 +248,94 @@ TEST_F(CatalogTest, APartialReadReadsTheColumnChunkOnlyAsFarAsItsRows) {
   ASSERT_OK_AND_ASSIGN(auto whole, ReadRowGroupTable(*catalog, 0, {"id"}));
   EXPECT_GE(BytesRead() - before_whole, chunk_bytes);
   EXPECT_EQ(whole->num_rows(), kRows);
+}
+
+// Fixed-width columns without nulls are read by Parquet's column reader, not Arrow's record
+// reader (row_group_reader.cc, ReadDirect): every type, encoding, page layout and fallback gives
+// what Arrow's reader gives, whole row groups and partial (head) reads alike.
+TEST_F(CatalogTest, DirectReadsGiveWhatArrowsReaderGives) {
+  constexpr int64_t kRows = 25000;
+  arrow::Int32Builder i32;
+  arrow::Int64Builder i64, r64, n64, ts_values;
+  arrow::FloatBuilder f32;
+  arrow::DoubleBuilder f64;
+  arrow::Int8Builder i8;
+  arrow::UInt32Builder u32;
+  for (int64_t i = 0; i < kRows; ++i) {
+    ASSERT_OK(i32.Append(static_cast<int32_t>(i * 7919 % 100003) - 50000));
+    ASSERT_OK(i64.Append(i % 13));  // dictionary-friendly
+    ASSERT_OK(r64.Append(i * 1000003));
+    if (i % 17 == 3) {
+      ASSERT_OK(n64.AppendNull());
+    } else {
+      ASSERT_OK(n64.Append(-i));
+    }
+    ASSERT_OK(ts_values.Append(i * 1000));
+    ASSERT_OK(f32.Append(static_cast<float>(i) / 8.0f));
+    ASSERT_OK(f64.Append(static_cast<double>(i * i) * 1e-3));
+    ASSERT_OK(i8.Append(static_cast<int8_t>(i % 100)));
+    ASSERT_OK(u32.Append(static_cast<uint32_t>(i) * 40503u));
+  }
+  auto ts_type = arrow::timestamp(arrow::TimeUnit::MICRO);
+  ASSERT_OK_AND_ASSIGN(auto ts_ints, ts_values.Finish());
+  auto ts = std::make_shared<arrow::TimestampArray>(ts_type, kRows, ts_ints->data()->buffers[1]);
+  auto schema =
+      arrow::schema({arrow::field("i32", arrow::int32()), arrow::field("i64", arrow::int64()),
+                     arrow::field("r64", arrow::int64(), /*nullable=*/false),
+                     arrow::field("n64", arrow::int64()), arrow::field("ts", ts_type),
+                     arrow::field("f32", arrow::float32()), arrow::field("f64", arrow::float64()),
+                     arrow::field("i8", arrow::int8()), arrow::field("u32", arrow::uint32())});
+  std::vector<std::shared_ptr<arrow::Array>> columns(9);
+  ASSERT_OK(i32.Finish(&columns[0]));
+  ASSERT_OK(i64.Finish(&columns[1]));
+  ASSERT_OK(r64.Finish(&columns[2]));
+  ASSERT_OK(n64.Finish(&columns[3]));
+  columns[4] = ts;
+  ASSERT_OK(f32.Finish(&columns[5]));
+  ASSERT_OK(f64.Finish(&columns[6]));
+  ASSERT_OK(i8.Finish(&columns[7]));
+  ASSERT_OK(u32.Finish(&columns[8]));
+  auto table = arrow::Table::Make(schema, columns);
+  const std::vector<std::string> fields = {"i32", "i64", "r64", "n64", "ts",
+                                           "f32", "f64", "i8",  "u32"};
+
+  // Small pages (several per chunk), dictionary pages with a plain fallback, and a file whose
+  // chunks carry no statistics (a null found while reading sends the column to Arrow's reader).
+  for (const bool statistics : {true, false}) {
+    SCOPED_TRACE(statistics ? "with statistics" : "without statistics");
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    parquet::WriterProperties::Builder properties;
+    properties.data_pagesize(4096)->dictionary_pagesize_limit(8192);
+    if (!statistics) properties.disable_statistics();
+    const std::string path = (dir_ / "a.parquet").string();
+    {
+      ASSERT_OK_AND_ASSIGN(auto sink, arrow::io::FileOutputStream::Open(path));
+      ASSERT_OK(parquet::arrow::WriteTable(
+          *table, arrow::default_memory_pool(), sink, 10000, properties.build(),
+          parquet::ArrowWriterProperties::Builder().store_schema()->build()));
+      ASSERT_OK(sink->Close());
+    }
+    ASSERT_OK_AND_ASSIGN(auto catalog, Catalog::Open({path}, 1));
+    ASSERT_OK_AND_ASSIGN(auto input, arrow::io::ReadableFile::Open(path));
+    ASSERT_OK_AND_ASSIGN(auto arrow_reader,
+                         parquet::arrow::OpenFile(input, arrow::default_memory_pool()));
+    for (int g = 0; g < 3; ++g) {
+      ASSERT_OK_AND_ASSIGN(auto expected, arrow_reader->ReadRowGroup(g));
+      ASSERT_OK_AND_ASSIGN(auto got, ReadRowGroupTable(*catalog, g, fields));
+      ASSERT_OK_AND_ASSIGN(auto head, ReadRowGroupTable(*catalog, g, fields, {}, 1234));
+      ASSERT_EQ(got->num_rows(), expected->num_rows());
+      ASSERT_EQ(head->num_rows(), 1234);
+      for (const std::string& name : fields) {
+        SCOPED_TRACE(name + " in row group " + std::to_string(g));
+        const auto want = expected->GetColumnByName(name);
+        ASSERT_NE(want, nullptr);
+        EXPECT_TRUE(got->GetColumnByName(name)->type()->Equals(want->type()));
+        EXPECT_TRUE(got->GetColumnByName(name)->Equals(*want));
+        EXPECT_TRUE(head->GetColumnByName(name)->Equals(*want->Slice(0, 1234)));
+      }
+    }
+  }
 }
 
 TEST_F(CatalogTest, IdentityAndFingerprintFollowTheFilesBytes) {

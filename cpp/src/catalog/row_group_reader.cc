@@ -3,10 +3,13 @@
 #include <arrow/array/concatenate.h>
 #include <arrow/extension_type.h>
 #include <parquet/arrow/reader.h>
+#include <parquet/column_reader.h>
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
+#include <parquet/statistics.h>
 
 #include <algorithm>
+#include <map>
 
 #include "catalog/dictionary.h"
 #include "catalog/nested.h"
@@ -25,6 +28,90 @@ namespace {
 constexpr int64_t kPartialReadBuffer = 64 << 10;
 constexpr int64_t kPagedChunkBytes = 1 << 20;
 
+// Definition levels checked per ReadBatch call of a direct read.
+constexpr int64_t kDirectLevels = 16 << 10;
+
+// Whether a leaf is read directly (ReadDirect): a top-level, non-repeated column whose Parquet
+// physical type is `type` as it is, and whose chunk does not say it holds nulls.
+bool DirectReadable(const parquet::ColumnDescriptor& column,
+                    const parquet::ColumnChunkMetaData& chunk, const arrow::DataType& type) {
+  if (column.max_repetition_level() != 0 || column.max_definition_level() > 1) return false;
+  int bits = 0;
+  switch (column.physical_type()) {
+    case parquet::Type::INT32:
+      if (type.id() != arrow::Type::INT32) return false;
+      bits = 32;
+      break;
+    case parquet::Type::INT64:
+      if (type.id() != arrow::Type::INT64) return false;
+      bits = 64;
+      break;
+    case parquet::Type::FLOAT:
+      if (type.id() != arrow::Type::FLOAT) return false;
+      break;
+    case parquet::Type::DOUBLE:
+      if (type.id() != arrow::Type::DOUBLE) return false;
+      break;
+    default:
+      return false;
+  }
+  const auto& logical = column.logical_type();
+  if (logical && !logical->is_none()) {
+    // Only an annotation that says what the physical type already is (a signed integer).
+    if (bits == 0 || !logical->is_int()) return false;
+    const auto& integer = static_cast<const parquet::IntLogicalType&>(*logical);
+    if (integer.bit_width() != bits || !integer.is_signed()) return false;
+  }
+  if (column.max_definition_level() == 0) return true;
+  const auto stats = chunk.statistics();
+  return !(stats && stats->HasNullCount() && stats->null_count() > 0);
+}
+
+// The first `rows` values of one leaf with no nulls, read by Parquet's column reader straight into
+// one buffer: no Arrow record reader, no validity bitmap from the definition levels, no spaced
+// decoding. Arrow's ReadRowGroup spent twice the time on 300 float columns (dictionary-encoded,
+// optional, no nulls: 78 against 36 ms a file; 48 int64 and float32 columns 63 against 43 ms).
+// nullptr when the levels show a null after all (the statistics left the count out): the caller
+// reads the leaf through Arrow instead.
+template <typename ParquetType>
+Result<std::shared_ptr<arrow::Array>> ReadDirect(parquet::ColumnReader* column,
+                                                 const std::shared_ptr<arrow::DataType>& type,
+                                                 int64_t rows, std::vector<int16_t>* levels) {
+  using T = typename ParquetType::c_type;
+  auto* reader = static_cast<parquet::TypedColumnReader<ParquetType>*>(column);
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> values,
+                        arrow::AllocateBuffer(rows * sizeof(T), RecyclingPool::Get()));
+  T* out = reinterpret_cast<T*>(values->mutable_data());
+  levels->resize(kDirectLevels);
+  int64_t done = 0;
+  while (done < rows) {
+    int64_t values_read = 0;
+    const int64_t levels_read = reader->ReadBatch(
+        std::min(rows - done, kDirectLevels), levels->data(), nullptr, out + done, &values_read);
+    if (levels_read == 0) return Status::IOError("fewer rows than the footer says");
+    if (values_read != levels_read) return nullptr;  // a null
+    done += levels_read;
+  }
+  return arrow::MakeArray(arrow::ArrayData::Make(type, rows, {nullptr, std::move(values)}, 0));
+}
+
+Result<std::shared_ptr<arrow::Array>> ReadDirectLeaf(parquet::ColumnReader* column,
+                                                     const std::shared_ptr<arrow::DataType>& type,
+                                                     int64_t rows, std::vector<int16_t>* levels) {
+  switch (column->type()) {
+    case parquet::Type::INT32:
+      return ReadDirect<parquet::Int32Type>(column, type, rows, levels);
+    case parquet::Type::INT64:
+      return ReadDirect<parquet::Int64Type>(column, type, rows, levels);
+    case parquet::Type::FLOAT:
+      return ReadDirect<parquet::FloatType>(column, type, rows, levels);
+    case parquet::Type::DOUBLE:
+      return ReadDirect<parquet::DoubleType>(column, type, rows, levels);
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace
 
 Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, int row_group,
@@ -40,15 +127,35 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
   std::vector<int> leaves;
   std::vector<int> dictionary_leaves;
   std::vector<std::string> present;  // a partial read's fields that this file has
+  // Fixed-width columns without nulls, read directly (ReadDirect); local files only (a remote
+  // read pre-buffers the chunks through Arrow's reader).
+  struct DirectField {
+    const std::string* top;
+    int leaf;
+    std::shared_ptr<arrow::DataType> type;
+  };
+  std::vector<DirectField> direct;
+  const bool remote = IsRemote(*file.fs);
+  std::unique_ptr<parquet::RowGroupMetaData> rg_metadata;
   for (const auto& field : fields) {
     auto it = file.fields.find(field);
     if (it == file.fields.end()) continue;
     if (partial) present.push_back(field);
+    const auto unified = catalog.schema()->GetFieldByName(field);
+    const auto& type = it->second.type;
+    if (!remote && it->second.path.empty() && it->second.leaves.size() == 1 && unified && type &&
+        type->Equals(*unified->type())) {
+      const int leaf = it->second.leaves[0];
+      if (!rg_metadata) rg_metadata = file.metadata->RowGroup(rg.row_group);
+      if (DirectReadable(*file.metadata->schema()->Column(leaf), *rg_metadata->ColumnChunk(leaf),
+                         *type)) {
+        direct.push_back({&it->second.top, leaf, type});
+        continue;
+      }
+    }
     leaves.insert(leaves.end(), it->second.leaves.begin(), it->second.leaves.end());
     // Only plain string and binary columns whose type is the dataset's: their dictionary then
     // needs no conforming (a dictionary-typed column is read as one anyway).
-    const auto unified = catalog.schema()->GetFieldByName(field);
-    const auto& type = it->second.type;
     if (as_dictionary.contains(field) && it->second.path.empty() && unified && type &&
         (type->id() == arrow::Type::STRING || type->id() == arrow::Type::BINARY) &&
         type->Equals(*unified->type())) {
@@ -60,12 +167,12 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
   if (partial) {
     for (int64_t field_bytes : catalog.FieldBytes(rg, present)) partial_bytes += field_bytes;
   }
-  std::sort(leaves.begin(), leaves.end());
-  leaves.erase(std::unique(leaves.begin(), leaves.end()), leaves.end());
+  const int64_t num_leaves = static_cast<int64_t>(leaves.size() + direct.size());
 
   std::shared_ptr<arrow::Table> table;
+  std::map<std::string, std::shared_ptr<arrow::ChunkedArray>> direct_columns;  // by top name
   Status failure;
-  if (!leaves.empty()) {
+  if (num_leaves > 0) {
     auto input = file.Open();
     if (!input.ok()) {
       return MakeError(ErrorKind::kStorage,
@@ -78,41 +185,62 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
       for (int leaf : dictionary_leaves) arrow_props.set_read_dictionary(leaf, true);
       // Page buffers and arrays come from the recycling pool: the same sizes every row group.
       parquet::ReaderProperties reader_props(RecyclingPool::Get());
-      if (partial && !IsRemote(*file.fs) &&
-          partial_bytes >= kPagedChunkBytes * static_cast<int64_t>(leaves.size())) {
+      if (partial && !remote && partial_bytes >= kPagedChunkBytes * num_leaves) {
         // The head decodes its first rows only: its column chunks are read page by page, as far
         // as those rows, instead of whole (unbuffered, Arrow reads a chunk in one call).
         reader_props.enable_buffered_stream();
         reader_props.set_buffer_size(kPartialReadBuffer);
       }
       auto reader = parquet::ParquetFileReader::Open(*input, reader_props, file.metadata);
-      auto arrow_reader =
-          parquet::arrow::FileReader::Make(RecyclingPool::Get(), std::move(reader), arrow_props);
-      if (!arrow_reader.ok()) {
-        failure = arrow_reader.status();
-      } else if (partial) {
-        // The row group's first batch of `rows` rows, read page by page; the rest stays undecoded.
-        (*arrow_reader)->set_batch_size(std::max<int64_t>(rows, 1));
-        auto batches = (*arrow_reader)->GetRecordBatchReader({rg.row_group}, leaves);
-        std::shared_ptr<arrow::RecordBatch> batch;
-        failure = batches.ok() ? (*batches)->ReadNext(&batch) : batches.status();
-        if (failure.ok() && (!batch || batch->num_rows() < rows)) {
-          failure = Status::IOError("fewer rows than the footer says");
+      if (!direct.empty()) {
+        auto row_group_reader = reader->RowGroup(rg.row_group);
+        std::vector<int16_t> levels;
+        for (const DirectField& d : direct) {
+          auto array =
+              ReadDirectLeaf(row_group_reader->Column(d.leaf).get(), d.type, rows, &levels);
+          if (!array.ok()) {
+            failure = array.status();
+            break;
+          }
+          if (*array) {
+            direct_columns[*d.top] = std::make_shared<arrow::ChunkedArray>(std::move(*array));
+          } else {
+            leaves.push_back(d.leaf);  // it has nulls: through Arrow's reader
+          }
         }
-        if (failure.ok()) {
-          auto result = arrow::Table::FromRecordBatches({batch->Slice(0, rows)});
+      }
+      std::sort(leaves.begin(), leaves.end());
+      leaves.erase(std::unique(leaves.begin(), leaves.end()), leaves.end());
+      if (failure.ok() && !leaves.empty()) {
+        auto arrow_reader =
+            parquet::arrow::FileReader::Make(RecyclingPool::Get(), std::move(reader), arrow_props);
+        if (!arrow_reader.ok()) {
+          failure = arrow_reader.status();
+        } else if (partial) {
+          // The row group's first batch of `rows` rows, read page by page; the rest stays
+          // undecoded.
+          (*arrow_reader)->set_batch_size(std::max<int64_t>(rows, 1));
+          auto batches = (*arrow_reader)->GetRecordBatchReader({rg.row_group}, leaves);
+          std::shared_ptr<arrow::RecordBatch> batch;
+          failure = batches.ok() ? (*batches)->ReadNext(&batch) : batches.status();
+          if (failure.ok() && (!batch || batch->num_rows() < rows)) {
+            failure = Status::IOError("fewer rows than the footer says");
+          }
+          if (failure.ok()) {
+            auto result = arrow::Table::FromRecordBatches({batch->Slice(0, rows)});
+            if (result.ok()) {
+              table = *result;
+            } else {
+              failure = result.status();
+            }
+          }
+        } else {
+          auto result = (*arrow_reader)->ReadRowGroup(rg.row_group, leaves);
           if (result.ok()) {
             table = *result;
           } else {
             failure = result.status();
           }
-        }
-      } else {
-        auto result = (*arrow_reader)->ReadRowGroup(rg.row_group, leaves);
-        if (result.ok()) {
-          table = *result;
-        } else {
-          failure = result.status();
         }
       }
     } catch (const parquet::ParquetStatusException& e) {
@@ -120,7 +248,7 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
     } catch (const parquet::ParquetException& e) {
       failure = Status::IOError(e.what());
     }
-    if (!table) {
+    if (!failure.ok() || (!leaves.empty() && !table)) {
       std::string columns;
       for (const auto& f : fields) columns += (columns.empty() ? "'" : ", '") + f + "'";
       ErrorKind kind = ReadFailureKind(failure);
@@ -160,6 +288,11 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
       STOKER_ASSIGN_OR_RAISE(auto nulls, arrow::MakeArrayOfNull(type, rows));
       out_fields.push_back(arrow::field(field, type));
       out_columns.push_back(std::make_shared<arrow::ChunkedArray>(std::move(nulls)));
+      continue;
+    }
+    if (auto d = direct_columns.find(it->second.top); d != direct_columns.end()) {
+      out_fields.push_back(arrow::field(field, type));
+      out_columns.push_back(d->second);
       continue;
     }
     auto top = table ? table->GetColumnByName(it->second.top) : nullptr;

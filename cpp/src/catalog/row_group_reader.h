@@ -1,6 +1,7 @@
 // Reading a row group through the catalog: the requested columns of one catalog row group as the
 // dataset's unified types (nested leaves extracted, each file's types conformed), through Arrow's
-// Parquet reader with the footer the catalog read. Used at open (an "auto" vocabulary's scan, the
+// Parquet reader with the footer the catalog read (local fixed-width columns without nulls
+// through Parquet's column reader: README.md). Used at open (an "auto" vocabulary's scan, the
 // user transform's probe) and by the decoder on the workers.
 // Thread safety: pure functions of the (immutable) catalog; any thread.
 #pragma once
@@ -19,7 +20,8 @@
 
 namespace stoker {
 
-/// Reads `fields` of catalog row group `row_group` through Arrow's Parquet reader.
+/// Reads `fields` of catalog row group `row_group` (local fixed-width columns without nulls
+/// directly, with Parquet's column reader; the others through Arrow's Parquet reader).
 /// Fields in `as_dictionary` (string columns) come back as dictionary arrays where the file
 /// stores them dictionary-encoded, so a caller can work per distinct value instead of per row.
 /// With `num_rows` in [0, the row group's rows), only its first `num_rows` rows are decoded
