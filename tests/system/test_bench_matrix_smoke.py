@@ -283,3 +283,97 @@ def test_the_memo_maps_each_dictionary_once_by_its_bytes():
     other = converter.ids("s00", chunk(["b", "z"], [0, 1]))  # "z": not in the vocabulary
     assert first.tolist() == [3, 1, 1] and again.tolist() == [1, 3] and other.tolist() == [2, 0]
     assert len(vocab.memo) == 2
+
+
+@pytest.mark.parametrize("shape_name, rows", [("narrow", 3000), ("wide", 5000), ("many", 3000)])
+def test_the_parquet_column_reader_delivers_the_reference(tmp_path, shape_name, rows):
+    """``parquet-cpp`` (Parquet's column reader in C++, the loader's way for fixed-width columns)
+    and its warm variant deliver the reference's values; on the wide set with row groups of 1,250
+    rows, more than one block of the stacked features (``_PQ_BLOCK``). Batches kept by the
+    consumer stay as delivered: the reader's reused buffers are not written while held."""
+    import numpy as np
+
+    ml, ms = _bench_modules()
+    shape = ms.BY_NAME[shape_name]
+    path = ms.ensure(shape, str(tmp_path), tiny=rows, log=lambda *a: None)
+    ref = ms.reference(shape, ms.raw(shape, False, rows))
+    paths = ms.files(path)
+    assert ml.reader_available("parquet-cpp") is None
+    assert {"parquet-cpp", "parquet-cpp-warm"} <= set(ml.readers(shape))
+    if shape_name == "wide":
+        assert ml.row_groups(paths)[0] > ml._PQ_BLOCK
+    for reader in ("parquet-cpp", "parquet-cpp-warm"):
+        assert ml.check_reader(reader, shape, paths, 2, {}, ref) == (
+            True, "values equal to the reference"), reader
+    # Every batch kept: no buffer is reused, and the kept batches stay equal to the reference.
+    outputs = ml._Outputs()
+    kept = list(ml.read_parquet_cpp(shape, paths, 1, {}, outputs=outputs))
+    made = len(outputs._buffers)
+    assert made == sum(len(out) for _, out in kept)
+    for key, want in ref.items():
+        assert ml.same(np.concatenate([out[key] for _, out in kept]), want), key
+    # Every batch dropped: the next pass reuses those buffers.
+    del kept
+    assert sum(n for n, _ in ml.read_parquet_cpp(shape, paths, 1, {}, outputs=outputs)) == rows
+    assert len(outputs._buffers) == made
+
+
+def test_the_parquet_column_reader_only_for_fixed_width_shapes():
+    ml, ms = _bench_modules()
+    for shape in ms.SHAPES:
+        assert ("parquet-cpp" in ml.readers(shape)) == (shape.name in ("narrow", "wide", "many"))
+
+
+def test_the_parquet_column_reader_refuses_nulls(tmp_path):
+    """A null is an error, not a value: in a 1-D output (narrow's c) and in a stacked feature
+    (wide's f007), through the reader and through the check that would let it win."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ml, ms = _bench_modules()
+    n = 40
+    narrow = {"a": pa.array(np.arange(n)), "b": pa.array(np.arange(n)),
+              "c": pa.array([None if i == 5 else float(i) for i in range(n)], pa.float32()),
+              "d": pa.array(np.arange(n, dtype=np.float64))}
+    wide = {f"f{j:03d}": pa.array([None if (j, i) == (7, 23) else float(i) for i in range(n)],
+                                  pa.float32()) for j in range(ms.WIDE_F)}
+    wide["label"] = pa.array(np.arange(n))
+    for name, columns, column, group in (("narrow", narrow, "c", 0), ("wide", wide, "f007", 1)):
+        path = str(tmp_path / f"{name}.parquet")
+        pq.write_table(pa.table(columns), path, row_group_size=20)
+        shape = ms.BY_NAME[name]
+        with pytest.raises(ValueError, match=f"row group {group}: column {column} holds a null"):
+            for _ in ml.read("parquet-cpp", shape, [path], 2, {}):
+                pass
+        ref = {k: c.to_numpy(zero_copy_only=False) for k, c in columns.items()}
+        if name == "wide":
+            ref = {"features": np.stack([ref[f"f{j:03d}"] for j in range(ms.WIDE_F)], axis=1)
+                   .astype(np.float32), "label": ref["label"]}
+        ok, why = ml.check_reader("parquet-cpp", shape, [path], 1, {}, ref)
+        assert not ok and "holds a null" in why, why
+
+
+def test_the_parquet_column_reader_reuses_only_buffers_nobody_holds():
+    import numpy as np
+
+    ml, _ = _bench_modules()
+    outputs = ml._Outputs()
+    first = outputs.take(10, np.int64)
+    held = outputs.take(10, np.int64)[2:]  # a view of a view holds the buffer too
+    address = first.ctypes.data
+    del first
+    again = outputs.take(8, np.int64)  # the released buffer, cut to 8 rows
+    assert again.ctypes.data == address and len(again) == 8
+    assert outputs.take(10, np.int64).ctypes.data not in (address, held.ctypes.data - 16)
+    assert len(outputs._buffers) == 3
+    assert outputs.take(10, np.float32, 3).shape == (10, 3)
+
+
+def test_the_parquet_column_reader_that_does_not_build_is_unavailable(monkeypatch):
+    """A reader that does not compile is left out with a reason (in the matrix's checks), not
+    a crash."""
+    ml, _ = _bench_modules()
+    monkeypatch.setattr(ml, "_PQ_SOURCE", "#error not C++\n")
+    monkeypatch.setattr(ml, "_PQ_LIB", [])
+    assert "C++20 compiler" in ml.reader_available("parquet-cpp-warm")
