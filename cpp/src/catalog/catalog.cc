@@ -9,6 +9,7 @@
 #include <parquet/arrow/schema.h>
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
+#include <parquet/statistics.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <time.h>  // NOLINT(modernize-deprecated-headers): POSIX clock_gettime, CLOCK_REALTIME_COARSE
@@ -69,8 +70,10 @@ struct ListedFile {
 
 // Arrow builds a column chunk's metadata (and checks its size statistics) only when it is asked
 // for, and reports a corrupt one by throwing: check every chunk once here, so planning and
-// decoding never meet a throwing footer, and the error names the chunk.
-Status CheckFooter(const parquet::FileMetaData& metadata, const std::string& display) {
+// decoding never meet a throwing footer, and the error names the chunk. Notes which chunks'
+// statistics count a null in `chunk_nulls` (CatalogFile::chunk_nulls).
+Status CheckFooter(const parquet::FileMetaData& metadata, const std::string& display,
+                   std::vector<bool>* chunk_nulls) {
   const parquet::SchemaDescriptor* schema = metadata.schema();
   for (int c = 0; c < schema->num_columns(); ++c) {
     const std::shared_ptr<parquet::schema::ColumnPath> path = schema->Column(c)->path();
@@ -84,6 +87,8 @@ Status CheckFooter(const parquet::FileMetaData& metadata, const std::string& dis
       }
     }
   }
+  chunk_nulls->assign(static_cast<size_t>(metadata.num_row_groups()) * schema->num_columns(),
+                      false);
   for (int rg = 0; rg < metadata.num_row_groups(); ++rg) {
     const std::string where = "'" + display + "', row group " + std::to_string(rg);
     int column = -1;
@@ -108,7 +113,11 @@ Status CheckFooter(const parquet::FileMetaData& metadata, const std::string& dis
                                "': corrupt footer: the chunk's physical type disagrees with the "
                                "schema's");
         }
-        if (chunk->is_stats_set()) chunk->statistics();
+        if (chunk->is_stats_set()) {
+          const auto stats = chunk->statistics();
+          (*chunk_nulls)[static_cast<size_t>(rg) * schema->num_columns() + column] =
+              stats && stats->HasNullCount() && stats->null_count() > 0;
+        }
         // Since Arrow 26 an unknown codec number throws where it is read (describe() and the
         // decoders read it): an unreadable footer, found here with the others.
         static_cast<void>(chunk->compression());
@@ -524,7 +533,7 @@ Status ReadFooter(const ListedFile& listed, std::shared_ptr<DiskCache> block_cac
     return MakeError(ErrorKind::kCorruptFile,
                      "'" + listed.display + "' is not a valid Parquet file: " + e.what());
   }
-  STOKER_RETURN_NOT_OK(CheckFooter(*out->metadata, listed.display));
+  STOKER_RETURN_NOT_OK(CheckFooter(*out->metadata, listed.display, &out->chunk_nulls));
   parquet::ArrowReaderProperties props;
   parquet::arrow::SchemaManifest manifest;
   const Status st = parquet::arrow::SchemaManifest::Make(
@@ -664,6 +673,12 @@ Result<std::shared_ptr<arrow::io::RandomAccessFile>> CatalogFile::Open(bool exac
   if (!block_cache) return file;
   return MakeBlockCachedFile(std::move(file), block_cache, display_path + '\n' + identity, size,
                              version_check, kCacheBlockBytes, exact_ranges);
+}
+
+bool CatalogFile::ChunkCountsNulls(int row_group, int leaf) const {
+  const size_t index =
+      static_cast<size_t>(row_group) * static_cast<size_t>(metadata->num_columns()) + leaf;
+  return index < chunk_nulls.size() && chunk_nulls[index];
 }
 
 Status CatalogFile::CheckUnchanged() const {

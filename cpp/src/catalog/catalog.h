@@ -78,6 +78,13 @@ struct CatalogFile {
   /// Whether every column of the dataset's schema (partition columns aside) is in this file with
   /// the dataset's type: Catalog::ReadAs then has nothing to say for them.
   bool as_dataset = false;
+  /// Per column chunk (row group * leaves + leaf): whether its statistics count a null, read
+  /// once with the footer (such a leaf is not read directly: row_group_reader.cc).
+  std::vector<bool> chunk_nulls;
+
+  /// Whether the footer's statistics count a null in leaf `leaf` of row group `row_group` (false
+  /// when they do not say, or for a chunk the footer check did not see).
+  bool ChunkCountsNulls(int row_group, int leaf) const;
 
   /// Opens the file for reading (through the block cache when there is one; with
   /// `exact_ranges`, caching each read as it is asked rather than whole blocks).

@@ -317,6 +317,13 @@ TEST_F(CatalogTest, DirectReadsGiveWhatArrowsReaderGives) {
       ASSERT_OK(sink->Close());
     }
     ASSERT_OK_AND_ASSIGN(auto catalog, Catalog::Open({path}, 1));
+    // The footer's null counts, noted at open: only n64's chunks count nulls, and only where
+    // the statistics were written.
+    const CatalogFile& file = catalog->files()[0];
+    const int n64 = file.fields.at("n64").leaves[0];
+    const int i64 = file.fields.at("i64").leaves[0];
+    EXPECT_EQ(file.ChunkCountsNulls(0, n64), statistics);
+    EXPECT_FALSE(file.ChunkCountsNulls(0, i64));
     ASSERT_OK_AND_ASSIGN(auto input, arrow::io::ReadableFile::Open(path));
     ASSERT_OK_AND_ASSIGN(auto arrow_reader,
                          parquet::arrow::OpenFile(input, arrow::default_memory_pool()));

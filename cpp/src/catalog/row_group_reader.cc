@@ -6,7 +6,6 @@
 #include <parquet/column_reader.h>
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
-#include <parquet/statistics.h>
 
 #include <algorithm>
 #include <map>
@@ -33,8 +32,8 @@ constexpr int64_t kDirectLevels = 16 << 10;
 
 // Whether a leaf is read directly (ReadDirect): a top-level, non-repeated column whose Parquet
 // physical type is `type` as it is, and whose chunk does not say it holds nulls.
-bool DirectReadable(const parquet::ColumnDescriptor& column,
-                    const parquet::ColumnChunkMetaData& chunk, const arrow::DataType& type) {
+bool DirectReadable(const parquet::ColumnDescriptor& column, bool chunk_counts_nulls,
+                    const arrow::DataType& type) {
   if (column.max_repetition_level() != 0 || column.max_definition_level() > 1) return false;
   int bits = 0;
   switch (column.physical_type()) {
@@ -62,9 +61,7 @@ bool DirectReadable(const parquet::ColumnDescriptor& column,
     const auto& integer = static_cast<const parquet::IntLogicalType&>(*logical);
     if (integer.bit_width() != bits || !integer.is_signed()) return false;
   }
-  if (column.max_definition_level() == 0) return true;
-  const auto stats = chunk.statistics();
-  return !(stats && stats->HasNullCount() && stats->null_count() > 0);
+  return column.max_definition_level() == 0 || !chunk_counts_nulls;
 }
 
 // The first `rows` values of one leaf with no nulls, read by Parquet's column reader straight into
@@ -136,7 +133,6 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
   };
   std::vector<DirectField> direct;
   const bool remote = IsRemote(*file.fs);
-  std::unique_ptr<parquet::RowGroupMetaData> rg_metadata;
   for (const auto& field : fields) {
     auto it = file.fields.find(field);
     if (it == file.fields.end()) continue;
@@ -146,9 +142,8 @@ Result<std::shared_ptr<arrow::Table>> ReadRowGroupTable(const Catalog& catalog, 
     if (!remote && it->second.path.empty() && it->second.leaves.size() == 1 && unified && type &&
         type->Equals(*unified->type())) {
       const int leaf = it->second.leaves[0];
-      if (!rg_metadata) rg_metadata = file.metadata->RowGroup(rg.row_group);
-      if (DirectReadable(*file.metadata->schema()->Column(leaf), *rg_metadata->ColumnChunk(leaf),
-                         *type)) {
+      if (DirectReadable(*file.metadata->schema()->Column(leaf),
+                         file.ChunkCountsNulls(rg.row_group, leaf), *type)) {
         direct.push_back({&it->second.top, leaf, type});
         continue;
       }
