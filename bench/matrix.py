@@ -19,7 +19,15 @@ limits (``bench.matrix_limits``):
   over its steady-state time per batch; and the same after the constructor returned (the epoch's
   own wait: a categorical shape's constructor builds its vocabularies);
 - shuffled / unshuffled: the cold and the warm shuffled epoch against the same loader with
-  ``shuffle=False`` (what the row shuffle costs; the target is >= 0.9).
+  ``shuffle=False`` (what the row shuffle costs; the target is >= 0.9);
+- shuffled floor (narrow, wide, many: ``matrix_limits.floors``): ``parquet-cpp-shuffled``, the
+  decode limit's own reader (``parquet-cpp-warm``) with the rows shuffled as the loader's shuffle
+  demands (row groups in a random order, windows of at least ``shuffle_window`` rows, each
+  window's rows uniformly permuted and gathered into the batches, in C), over the decode limit:
+  the best a shuffled epoch could reach against the unshuffled limit; and stoker's cold epoch over
+  it. Not a decode limit (it does more work than the unshuffled readers, so it never wins one);
+  checked by ``check_shuffled`` (every row once, each window's rows at its places and permuted,
+  the batch sizes); above 1.10 the floor is flagged weak.
 
 Every measurement runs in a fresh process (``bench.jobs.run_job``, module ``bench.matrix``);
 medians over the repeats. The in-memory gathers share one process per repeat (their arrays are
@@ -40,6 +48,7 @@ from . import machine, metrics
 from . import matrix_shapes as ms
 
 WEAK = 1.10  # a ratio above this says the limit is weak, not that stoker beat it
+SHUFFLED_FLOOR = "parquet-cpp-shuffled"  # matrix_limits.SHUFFLED (imported by the workers only)
 TIMEOUT = 600
 
 
@@ -187,7 +196,8 @@ def run(job: dict) -> dict:
         import pyarrow
 
         pyarrow.set_cpu_count(job["threads"])
-        result = metrics.consume(ml.read(job["reader"], shape, paths, job["threads"], job["vocab"]))
+        result = metrics.consume(ml.read(job["reader"], shape, paths, job["threads"], job["vocab"],
+                                         seed=job.get("seed", 7)))
         result["status"] = "ok"
         return result
     if job["kind"] == "memory":
@@ -292,6 +302,10 @@ def run_shape(shape: ms.Shape, data_root: str, threads: int, repeats: int, full:
     for name in ml.readers(shape):
         reason = ml.reader_available(name)
         checks[name] = (False, reason) if reason else ml.check_reader(name, shape, paths, threads, vocab, ref)
+    for name in ml.floors(shape):  # the shuffled floor: every row once, in the windows, permuted
+        reason = ml.reader_available(name)
+        checks[name] = (False, reason) if reason else ml.check_shuffled(name, shape, paths, threads, ref,
+                                                                        seed)
     arrays = ml.memory_arrays(ref, shape)
     groups = ml.row_groups(paths)
     for kind in ml.gathers_for(arrays):
@@ -313,6 +327,7 @@ def run_shape(shape: ms.Shape, data_root: str, threads: int, repeats: int, full:
     runs: Dict[str, List[dict]] = {}
     stoker_variants = ["cold", "fill", "warm", "cold-ordered", "warm-ordered", "cold-next"]
     decoders = [n for n in ml.readers(shape) if checks[n][0]]
+    floors = [n for n in ml.floors(shape) if checks[n][0]]
     for rep in range(repeats):
         for v in stoker_variants:
             r = run_job({**base, "kind": "stoker", "variant": v}, "bench.matrix", timeout=TIMEOUT,
@@ -320,7 +335,7 @@ def run_shape(shape: ms.Shape, data_root: str, threads: int, repeats: int, full:
             if _ok(r) and r["rows"] != rows:
                 r = {"status": "failed", "reason": f"stoker delivered {r['rows']} of {rows} rows"}
             runs.setdefault(f"stoker-{v}", []).append(r)
-        for n in decoders:
+        for n in decoders + floors:
             r = run_job({**base, "kind": "decode", "reader": n}, "bench.matrix", timeout=TIMEOUT,
                         env=WORKER_ENV, timed=True)
             if _ok(r) and r["rows"] != rows:
@@ -381,6 +396,11 @@ def run_shape(shape: ms.Shape, data_root: str, threads: int, repeats: int, full:
     ordered = lambda a, b: ratio(a, b["rows_per_s"]) if b.get("status") == "ok" else None  # noqa: E731
     out["cold_vs_ordered"] = ordered(cold, cold_ordered)
     out["warm_vs_ordered"] = ordered(warm, warm_ordered)
+    floor_rate, floor_name = best(floors)
+    out["shuffled_floor"] = ({"reader": floor_name, "rows_per_s": floor_rate,
+                              "vs_decode": floor_rate / dec_rate if dec_rate == dec_rate else None}
+                             if floor_name else None)
+    out["cold_vs_shuffled_floor"] = ratio(cold, floor_rate) if floor_name else None
     out["first_batch_batches"] = (cold["first_batch_s"] / cold["batch_s"]
                                   if cold.get("status") == "ok" and cold.get("batch_s") else None)
     out["first_after_open_batches"] = (
@@ -388,7 +408,8 @@ def run_shape(shape: ms.Shape, data_root: str, threads: int, repeats: int, full:
         if cold.get("status") == "ok" and cold.get("batch_s") and cold.get("open_s") is not None else None)
     decode_best = max((v for v in (out["cold_vs_decode"], out["cold_next_vs_decode"]) if v is not None),
                       default=None)
-    out["weak_limits"] = [n for n, v in (("decode", decode_best), ("memory", out["warm_vs_memory"]))
+    out["weak_limits"] = [n for n, v in (("decode", decode_best), ("memory", out["warm_vs_memory"]),
+                                         ("shuffled floor", out["cold_vs_shuffled_floor"]))
                           if v is not None and v > WEAK]
     out["warm_misses"] = [r.get("warm_misses") for r in runs.get("stoker-warm", []) if _ok(r)]
     return out
@@ -413,11 +434,12 @@ def markdown(report: dict) -> str:
              "NumPy reference; the winner is named.", "",
              "| shape | rows | cold / decode limit | later cold / decode limit | fill / no cache | "
              "warm / memory limit | first batch (batch times) | after open | "
-             "shuffled / unshuffled: cold, warm | decode limit won | memory limit won | flags |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
+             "shuffled / unshuffled: cold, warm | shuffled floor / decode limit, cold / shuffled floor | "
+             "decode limit won | memory limit won | flags |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
     for name, s in report["shapes"].items():
         if s["status"] != "ok":
-            lines.append(f"| {s['title']} | - | {s['status']}: {s['reason']} | | | | | | | | | |")
+            lines.append(f"| {s['title']} | - | {s['status']}: {s['reason']} | | | | | | | | | | |")
             continue
         flags = ", ".join(f"{w} limit weak" for w in s["weak_limits"])
         unchecked = [k for k, c in s["checks"].items() if not c["equal"] and k != "stoker"]
@@ -435,12 +457,15 @@ def markdown(report: dict) -> str:
         won = f"{d['reader'] or '-'} ({_f(d['rows_per_s'], ',.0f')} rows/s)"
         if later["reader"] != d["reader"]:
             won += f"; later: {later['reader']} ({_f(later['rows_per_s'], ',.0f')} rows/s)"
+        floor = s.get("shuffled_floor")
+        floor_cell = (f"{_f(floor.get('vs_decode'))}, {_f(s.get('cold_vs_shuffled_floor'))}"
+                      if floor else "-")
         lines.append(
             f"| {s['title']} | {s['rows']:,} | {_f(s['cold_vs_decode'])} | "
             f"{_f(s.get('cold_next_vs_decode'))} | {_f(s['fill_vs_nocache'])} | "
             f"{_f(s['warm_vs_memory'])} | {_f(s['first_batch_batches'], '.1f')} | "
             f"{_f(s.get('first_after_open_batches'), '.1f')} | "
-            f"{_f(s.get('cold_vs_ordered'))}, {_f(s.get('warm_vs_ordered'))} | "
+            f"{_f(s.get('cold_vs_ordered'))}, {_f(s.get('warm_vs_ordered'))} | {floor_cell} | "
             f"{won} | "
             f"{mm['gather'] or '-'} ({_f(mm['rows_per_s'], ',.0f')} rows/s) | {flags} |")
     lines += ["", "## Rows/s of every measure (medians)", "",
@@ -452,6 +477,8 @@ def markdown(report: dict) -> str:
         for k, r in s["results"].items():
             check = s["checks"].get("stoker" if k.startswith("stoker-") else k, {}).get("equal")
             mark = "equal" if check else "NOT equal"
+            if k == SHUFFLED_FLOOR:  # its rows checked as multisets, per window, not in order
+                mark = "shuffled floor: rows checked" if check else "shuffled floor: NOT checked"
             if check is None:
                 mark = r.get("bottleneck", "-")
             elif k.startswith("stoker-"):
@@ -488,7 +515,9 @@ def run_matrix(data_root: str, out_dir: str, name: str = "matrix", shapes: Optio
         if s["status"] == "ok":
             _log(f"  {shape.name}: cold/decode {_f(s['cold_vs_decode'])} fill/nocache "
                  f"{_f(s['fill_vs_nocache'])} warm/memory {_f(s['warm_vs_memory'])} first batch "
-                 f"{_f(s['first_batch_batches'], '.1f')} batch times")
+                 f"{_f(s['first_batch_batches'], '.1f')} batch times"
+                 + (f" shuffled floor/decode {_f(s['shuffled_floor']['vs_decode'])} cold/floor "
+                    f"{_f(s['cold_vs_shuffled_floor'])}" if s.get("shuffled_floor") else ""))
     report["elapsed_s"] = time.time() - started
     try:
         report["machine"]["load_average_at_end"] = list(os.getloadavg())

@@ -29,6 +29,12 @@ Decode readers (``READERS``) yield ``(rows, arrays)`` in file order, arrays in t
   while in cache; output buffers reused once the consumer dropped them (``_Outputs``); a null is
   an error, not a value. ``parquet-cpp-warm``: the same after one untimed pass, its buffers kept.
 
+Not a decode reader but timed as one (``floors``): ``parquet-cpp-shuffled``, the shuffled floor of
+narrow, wide and many: ``parquet-cpp-warm``'s decode with the rows shuffled as the loader's shuffle
+demands (row groups in a random order, windows of at least ``shuffle_window`` rows, each window's
+rows uniformly permuted and gathered into the batches, in C; ``read_parquet_cpp_shuffled``),
+checked by ``check_shuffled`` (every row once, inside its window, permuted; the batch sizes).
+
 Strings: the readers get the vocabulary (stoker builds it at open: the limit does not pay that);
 a dictionary-encoded chunk maps its dictionary once and takes the ids by its indices. Images:
 the JPEG decode of each row into ``[n, H, W, 3]`` uint8 (Pillow, OpenCV for ``+cv2``, or for ``+tj``
@@ -412,6 +418,7 @@ _PQ_SOURCE = r"""
 #include <memory>
 #include <string>
 #include <vector>
+#include <ctime>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -565,9 +572,107 @@ int64_t ReadStacked(parquet::RowGroupReader& rg, int64_t n, const int32_t* leave
   return kOk;
 }
 
+// Rows [0, b) of n scratch columns (column j at s + j * ld * 8, w[j] = 4 or 8 bytes a value)
+// packed into out's rows (row_bytes each, column j's value at off[j]), 64 rows at a time through
+// a tile in L1 streamed out with non-temporal stores (the rows are contiguous in out).
+void PackRows(const char* s, int64_t n, const int64_t* w, const int64_t* off, int64_t ld, int64_t b,
+              int64_t row_bytes, char* out) {
+  constexpr int64_t kTile = 64;
+  thread_local std::vector<char> store;
+  store.resize(kTile * row_bytes + 64);
+  char* tile = store.data() + (64 - reinterpret_cast<uintptr_t>(store.data()) % 64) % 64;
+  bool stream = false;
+#ifdef __SSE2__
+  stream = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+#endif
+  for (int64_t r0 = 0; r0 < b; r0 += kTile) {
+    const int64_t m = std::min(kTile, b - r0);
+    char* t = stream ? tile : out + r0 * row_bytes;
+    for (int64_t j = 0; j < n; ++j) {
+      const char* c = s + j * ld * 8 + r0 * w[j];
+      char* d = t + off[j];
+      if (w[j] == 8) {
+        for (int64_t r = 0; r < m; ++r) std::memcpy(d + r * row_bytes, c + 8 * r, 8);
+      } else {
+        for (int64_t r = 0; r < m; ++r) std::memcpy(d + r * row_bytes, c + 4 * r, 4);
+      }
+    }
+#ifdef __SSE2__
+    if (stream) {
+      char* o = out + r0 * row_bytes;
+      for (int64_t k = 0; k < m * row_bytes; k += 16) {
+        _mm_stream_si128(reinterpret_cast<__m128i*>(o + k),
+                         _mm_load_si128(reinterpret_cast<const __m128i*>(tile + k)));
+      }
+    }
+#endif
+  }
+#ifdef __SSE2__
+  if (stream) _mm_sfence();
+#endif
+}
+
+double ThreadSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 }  // namespace
 
 extern "C" {
+
+// Row group g (`rows` rows): the n leaves (type codes[k], 4 or 8 bytes) decoded `block` rows at a
+// time into a scratch that stays in cache, each block's rows then packed into out's rows
+// (row_bytes each, leaf k's value at off[k]): the shuffled floor's window, one row in one or a
+// few cache lines. seconds, when not null, gets the thread CPU seconds of the decoding
+// (seconds[0]) and of the packing (seconds[1]) added.
+int64_t pq_read_packed(void* file, int64_t g, int64_t rows, int64_t n, const int32_t* leaves,
+                       const char* codes, const int64_t* off, int64_t row_bytes, int64_t block,
+                       char* out, double* seconds, char* err, int64_t size) {
+  try {
+    const File& f = *static_cast<File*>(file);
+    auto reader =
+        parquet::ParquetFileReader::Open(f.map, parquet::default_reader_properties(), f.metadata);
+    auto rg = reader->RowGroup(static_cast<int>(g));
+    if (rg->metadata()->num_rows() != rows) {
+      return Fail(err, size, "the row group's rows are not the outputs'", kError);
+    }
+    std::vector<std::shared_ptr<parquet::ColumnReader>> columns(n);
+    std::vector<int64_t> w(n);
+    for (int64_t j = 0; j < n; ++j) {
+      columns[j] = rg->Column(leaves[j]);
+      if (codes[j] == 0 || TypeCode(*columns[j]->descr()) != codes[j]) {
+        return Fail(err, size, "leaf " + std::to_string(leaves[j]), kType);
+      }
+      w[j] = codes[j] == 'q' || codes[j] == 'd' ? 8 : 4;
+    }
+    thread_local std::vector<int16_t> levels(kLevels);
+    const int64_t ld = block + 16;
+    thread_local std::vector<char> scratch;
+    scratch.resize(n * ld * 8);
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+      const int64_t b = std::min(block, rows - r0);
+      const double t0 = seconds ? ThreadSeconds() : 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t rc = ReadLeaf(columns[j].get(), codes[j], b, scratch.data() + j * ld * 8,
+                                    levels.data());
+        if (rc != kOk) return Fail(err, size, "leaf " + std::to_string(leaves[j]), rc);
+      }
+      const double t1 = seconds ? ThreadSeconds() : 0;
+      PackRows(scratch.data(), n, w.data(), off, ld, b, row_bytes, out + r0 * row_bytes);
+      if (seconds) {
+        const double t2 = ThreadSeconds();
+        seconds[0] += t1 - t0;
+        seconds[1] += t2 - t1;
+      }
+    }
+    return kOk;
+  } catch (const std::exception& e) {
+    return Fail(err, size, e.what(), kError);
+  }
+}
+
 
 void* pq_open(const char* path, char* err, int64_t size) {
   try {
@@ -673,7 +778,9 @@ def _pq_build():
         for fn, args, res in (("pq_open", [ctypes.c_char_p, p, i64], p), ("pq_close", [p], None),
                               ("pq_row_groups", [p], i64), ("pq_rows", [p, i64], i64),
                               ("pq_leaf", [p, ctypes.c_char_p], i64), ("pq_type", [p, i64], i64),
-                              ("pq_read", read, i64)):
+                              ("pq_read", read, i64),
+                              ("pq_read_packed", [p, i64, i64, i64, p, p, p, i64, i64, p, p, p, i64],
+                               i64)):
             getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, res
     return lib
 
@@ -715,6 +822,23 @@ class _PqFile:
                               plan.feature_leaves.ctypes.data,
                               None if features is None else features.ctypes.data, _PQ_BLOCK,
                               err, len(err))
+        if rc:
+            what = err.value.decode(errors="replace")
+            if what.startswith("leaf "):
+                what = f"column {plan.name_of.get(int(what[5:]), what)} {_PQ_ERRORS.get(rc, rc)}"
+            raise ValueError(f"{self.path}, row group {g}: {what}")
+
+    def read_packed(self, g: int, rows: int, plan: "_PqPlan", out: np.ndarray, off: np.ndarray,
+                    seconds=None) -> None:
+        """Row group `g` into the rows of `out` ([rows, row bytes] uint8), plan.columns' values
+        at the byte offsets `off` (``pq_read_packed``); `seconds` (ctypes double[2]) gets the
+        decoding's and the packing's thread CPU seconds added."""
+        import ctypes
+
+        err = ctypes.create_string_buffer(256)
+        rc = self.lib.pq_read_packed(self.handle, g, rows, len(plan.columns), plan.leaves.ctypes.data,
+                                     plan.codes.encode(), off.ctypes.data, out.shape[1], _PQ_BLOCK,
+                                     out.ctypes.data, seconds, err, len(err))
         if rc:
             what = err.value.decode(errors="replace")
             if what.startswith("leaf "):
@@ -798,6 +922,263 @@ def read_parquet_cpp(shape, paths, threads, vocab, decoder="pil", outputs=None):
             f.close()
 
 
+# ``parquet-cpp-shuffled``: the shuffled floor of the fixed-width shapes, not a decode limit. The
+# same decode as ``parquet-cpp`` (its C++ reader, files, footers, one untimed pass first with its
+# buffers kept), then the rows shuffled as the loader's shuffle must: the row groups in a random
+# order, consecutive ones grouped into windows of at least ``shuffle_window`` rows (full windows
+# from the first: the loader's smaller windows at the epoch's start are left out, which only makes
+# this cheaper), a uniformly random permutation of each window's rows (Fisher-Yates with wyrand,
+# in C: ``shuffle_perm``), and the window's rows gathered in that order into batches of
+# ``batch_size`` rows in the delivered layout (in C, the source rows prefetched ahead). A batch
+# may span two windows, as the loader's do: every batch holds ``batch_size`` rows but the epoch's
+# last. What the unshuffled reader never does: a permutation and a random gather of every value,
+# from a window decoded whole before any of its rows is delivered.
+# The gathers, measured here (CPU ms per epoch of the default sets, 2-3 runs each):
+# - narrow (a window is one 262,144-row group, 7.3 MB of columns, in the last level cache):
+#   per-column gathers (``gather_perm``) 44-57, one row at a time over the four columns
+#   (``_SHUFFLE_FUSED``) 86-87, the rows packed first (``pq_read_packed``) 56-62 plus 14-17 to pack;
+# - many (a window is two 50,000-row groups, 28.8 MB: each value of a per-column gather a line
+#   from memory): per-column 120-137, row at a time 371-439, packed 55-63 plus 15-17 to pack
+#   (each row's 48 values in 5 lines; decoded 1,024 rows a column at a time into a scratch in
+#   cache, packed there and streamed out with non-temporal stores: no pass through memory more);
+# - wide: the features' rows are packed already (``[n, 300]``): each a 1,200-byte copy, 24-30;
+#   prefetching 4, 8 or 16 rows ahead or none: the same.
+# So the rows are packed where a window's columns are more than ``_SHUFFLE_PACK_ABOVE`` bytes
+# (half of this machine's 16 MB L3), gathered per column otherwise.
+_SHUFFLE_FUSED = 0
+_SHUFFLE_PACK_ABOVE = 8 << 20
+# Rows of the source prefetched ahead of the gather: for 4- and 8-byte values, and for a wide
+# row (every line of the row). Narrow's per-column gathers, CPU ms per epoch (2 runs each): 64
+# rows ahead 54-55, 16 or 32 70-75, 128 or 256 56-64, none 67-70.
+_SHUFFLE_AHEAD, _SHUFFLE_AHEAD_WIDE = 64, 8
+# Gathers queued ahead of the consumer, per thread.
+_SHUFFLE_PARTS = 4
+_PERM = "\0perm"  # a window's permutation, kept with its arrays
+_ROWS = "\0rows"  # a window's packed rows
+
+
+def shuffle_windows(groups: List[int], window: int, seed: int) -> Tuple[List[List[int]], List[int]]:
+    """The shuffled floor's plan for row groups of `groups` rows (file order): the row groups'
+    indices in a random order, cut into windows of consecutive ones holding at least `window`
+    rows (the last may hold fewer), and a seed for each window's permutation."""
+    rng = np.random.default_rng(seed)
+    windows, pending, held = [], [], 0
+    for g in rng.permutation(len(groups)):
+        pending.append(int(g))
+        held += groups[g]
+        if held >= window:
+            windows.append(pending)
+            pending, held = [], 0
+    if pending:
+        windows.append(pending)
+    seeds = [int(s) for s in rng.integers(0, 1 << 62, len(windows))]
+    return windows, seeds
+
+
+class _SetPool:
+    """Sets of arrays (a window's arrays and permutation, a batch's outputs) reused whole, as
+    ``_Outputs`` reuses arrays: a set is handed out again only when nothing but the pool refers
+    to any of its arrays (a view, or anything made from one, holds its array). One scan of the
+    sets per take, not of every array: ``_Outputs`` scanning the thousands of arrays of the many
+    set's batches in flight (48 a batch) cost more CPU than the gathers."""
+
+    def __init__(self):
+        self._sets: List[Tuple[tuple, int, Dict[str, np.ndarray], np.ndarray]] = []
+
+    def take(self, rows: int, specs: tuple) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
+        """A set of `rows` rows of each (name, dtype, width) in `specs` (width 0: 1-D), and the
+        arrays' addresses in the specs' order."""
+        import sys
+
+        for kind, size, arrays, addresses in self._sets:
+            # Two references when free: the set's and getrefcount's argument.
+            if kind == specs and size >= rows and all(sys.getrefcount(arrays[n]) <= 2 for n in arrays):
+                return {n: a[:rows] for n, a in arrays.items()}, addresses
+        arrays = {n: np.empty((rows, w) if w else (rows,), t) for n, t, w in specs}
+        addresses = np.array([a.ctypes.data for a in arrays.values()], np.int64)
+        self._sets.append((specs, rows, arrays, addresses))
+        return {n: a[:rows] for n, a in arrays.items()}, addresses
+
+
+class _ShuffleBuffers:
+    """``parquet-cpp-shuffled``'s reused buffers: the decoded windows with their permutations,
+    and the delivered batches, kept from the untimed pass to the timed one."""
+
+    def __init__(self):
+        self.windows = _SetPool()
+        self.batches = _SetPool()
+
+
+def read_parquet_cpp_shuffled(shape, paths, threads, vocab, decoder="pil", outputs=None, seed=7,
+                              window=None, stats=None, fused=None, packed=None):
+    """One shuffled epoch of the fixed-width shapes (see the comment above ``_SHUFFLE_FUSED``):
+    yields (rows, batch) with batches of ``shape.batch_size`` rows in the epoch's order. On a pool
+    of `threads` threads, tasks taken in the order they are queued: each row group of a window
+    decoded by one task (``pq_read`` into the window's columns, or ``pq_read_packed`` into its
+    packed rows, at the row group's place in the window), the window's permutation by another,
+    then each part of the window that falls in one batch gathered by one task, which waits for
+    those (queued before it, so already taken by a thread).
+    The queue: window 0's and window 1's decodes, window 0's gathers, window 2's decodes, window
+    1's gathers, ...: a window decodes while the one before it is gathered, as in a loader; at
+    most ``_SHUFFLE_PARTS`` x `threads` gathers queued ahead of the consumer (the batches they
+    fill are the ones in flight). `packed` (None: by the window's size, ``_SHUFFLE_PACK_ABOVE``)
+    and `fused` choose the gather. `stats` (a dict), when given, gets each stage's thread CPU
+    seconds (``decode``, ``pack`` where packed, ``permutation``, ``gather``)."""
+    import time
+
+    lib, clib = _pq_lib(), _c_lib()
+    bufs = outputs if outputs is not None else _ShuffleBuffers()
+    window = window or SHUFFLE_WINDOW
+    fused = _SHUFFLE_FUSED if fused is None else fused
+    batch = shape.batch_size
+    lock = threading.Lock()
+
+    def count(stage, start):
+        if stats is not None:
+            spent = time.thread_time() - start
+            with lock:
+                stats[stage] = stats.get(stage, 0.0) + spent
+
+    files: List[_PqFile] = []
+    pool = None
+    try:
+        files = [_PqFile(lib, p) for p in paths]  # footers inside the clock, as parquet-cpp
+        plans = {f.path: _PqPlan(shape, f) for f in files}
+        items = [(f, g, lib.pq_rows(f.handle, g)) for f in files for g in range(f.row_groups)]
+        first = plans[files[0].path]
+        specs = ((("features", np.dtype(np.float32), first.width),) if first.width else ()) + tuple(
+            (c, np.dtype(_PQ_TYPES[code]), 0) for c, code in zip(first.columns, first.codes))
+        names = [n for n, _, _ in specs]
+        widths = np.array([t.itemsize * max(w, 1) for _, t, w in specs], np.int64)
+        ahead = _SHUFFLE_AHEAD if widths.max(initial=8) <= 8 else _SHUFFLE_AHEAD_WIDE
+        windows, seeds = shuffle_windows([rows for _, _, rows in items], window, seed)
+        total = sum(rows for _, _, rows in items)
+        starts = np.concatenate([[0], np.cumsum([sum(items[g][2] for g in w) for w in windows])])
+        starts = [int(x) for x in starts]
+        if packed is None:  # rows packed where a window's columns do not fit in the cache
+            packed = max(np.diff(starts), default=0) * int(widths.sum()) > _SHUFFLE_PACK_ABOVE
+        packed = packed and not first.width  # the wide set's features: rows already
+        if packed:  # the window's rows packed: the widest columns first, rows of 16-byte multiples
+            row_off = np.zeros(len(names), np.int64)
+            at = 0
+            for j in sorted(range(len(names)), key=lambda j: -int(widths[j])):
+                row_off[j], at = at, at + int(widths[j])
+            row_bytes = (at + 15) // 16 * 16
+            window_specs = ((_ROWS, np.dtype(np.uint8), row_bytes), (_PERM, np.dtype(np.uint32), 0))
+            if any(plans[f.path].codes != first.codes for f in files):
+                raise ValueError("the files' columns differ in type")
+        else:
+            window_specs = specs + ((_PERM, np.dtype(np.uint32), 0),)
+
+        def decode(item, arrays, lo):
+            f, g, rows = item
+            plan = plans[f.path]
+            if packed:
+                import ctypes
+
+                seconds = (ctypes.c_double * 2)() if stats is not None else None
+                start = time.thread_time()
+                f.read_packed(g, rows, plan, arrays[_ROWS][lo:lo + rows], row_off, seconds)
+                if seconds is not None:  # the call's time outside both counted as decoding
+                    spent = time.thread_time() - start
+                    with lock:
+                        stats["decode"] = stats.get("decode", 0.0) + spent - seconds[1]
+                        stats["pack"] = stats.get("pack", 0.0) + seconds[1]
+                return
+            outs = [arrays[c][lo:lo + rows] for c in plan.columns]
+            features = arrays["features"][lo:lo + rows] if plan.width else None
+            start = time.thread_time()
+            f.read(g, rows, outs, features, plan)
+            count("decode", start)
+
+        def permute(s, perm):
+            start = time.thread_time()
+            clib.shuffle_perm(s, len(perm), perm.ctypes.data)
+            count("permutation", start)
+
+        def gather(deps, srcs, perm, n, dsts):
+            for d in deps:
+                d.result()
+            start = time.thread_time()
+            if packed:
+                clib.gather_packed_perm(int(srcs[0]), row_bytes, len(names), row_off.ctypes.data,
+                                        widths.ctypes.data, perm, n, dsts.ctypes.data, ahead)
+            else:
+                clib.gather_perm(len(names), srcs.ctypes.data, widths.ctypes.data, perm, n,
+                                 dsts.ctypes.data, fused, ahead)
+            count("gather", start)
+
+        state: Dict[int, tuple] = {}  # window -> (its arrays, their addresses, its decode tasks)
+        open_batches: Dict[int, Tuple[Dict[str, np.ndarray], np.ndarray]] = {}
+        pending: collections.deque = collections.deque()  # (gather, batch it ends, window's last)
+
+        def submit_window(k):
+            arrays, addresses = bufs.windows.take(starts[k + 1] - starts[k], window_specs)
+            deps, lo = [], 0
+            for g in windows[k]:
+                deps.append(pool.submit(decode, items[g], arrays, lo))
+                lo += items[g][2]
+            deps.append(pool.submit(permute, seeds[k], arrays[_PERM]))
+            srcs = addresses[:-1]  # the permutation's last
+            state[k] = (arrays, srcs, deps)
+
+        def submit_part(k, pos):
+            """The gather of window k's rows from epoch position `pos` to the end of the window
+            or of the batch; returns the position after them."""
+            arrays, srcs, deps = state[k]
+            b, off = divmod(pos, batch)
+            size = min(batch, total - b * batch)
+            n = min(starts[k + 1] - pos, size - off)
+            if b not in open_batches:
+                open_batches[b] = bufs.batches.take(size, specs)
+            dsts = open_batches[b][1] + off * widths
+            perm = arrays[_PERM].ctypes.data + 4 * (pos - starts[k])
+            task = pool.submit(gather, deps, srcs, perm, n, dsts)
+            pending.append((task, b if off + n == size else None,
+                            k if pos + n == starts[k + 1] else None))
+            return pos + n
+
+        def queue():
+            """The queue's order, one submission at a time (window 0's decodes, then window 1's,
+            window 0's gathers, window 2's decodes, ...)."""
+            if windows:
+                yield submit_window, 0
+            for k in range(len(windows)):
+                if k + 1 < len(windows):
+                    yield submit_window, k + 1
+                pos = starts[k]
+                while pos < starts[k + 1]:
+                    pos = yield submit_part, k, pos
+
+        ops = queue()
+
+        def submit(op):  # the next op after `op`, or None
+            try:
+                return ops.send(op[0](*op[1:]))
+            except StopIteration:
+                return None
+
+        pool = ThreadPoolExecutor(threads)
+        op = next(ops, None)
+        cap = _SHUFFLE_PARTS * threads
+        while op is not None or pending:
+            while op is not None and (op[0] is submit_window or len(pending) < cap):
+                op = submit(op)
+            task, done, last = pending.popleft()
+            task.result()
+            if last is not None:
+                del state[last]  # its arrays free for a later window
+            if done is not None:
+                out = open_batches.pop(done)[0]
+                yield len(out[names[-1]]), out
+                del out
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        for f in files:
+            f.close()
+
+
 _READ = {"pyarrow-rg": read_pyarrow_rg, "pyarrow-rg-pool": read_pyarrow_rg_pool,
          "pyarrow-table": read_pyarrow_table, "polars": read_polars, "duckdb": read_duckdb,
          "parquet-cpp": read_parquet_cpp}
@@ -823,6 +1204,15 @@ def readers(shape: ms.Shape) -> List[str]:
 # loader's later cold epoch with them.
 LATER_ONLY = ("pyarrow-rg-pool-memo",)
 
+# The shuffled floor (``read_parquet_cpp_shuffled``): timed and checked like a decode reader, but
+# never a decode limit (it does more than the unshuffled readers: it is slower by construction).
+SHUFFLED = "parquet-cpp-shuffled"
+
+
+def floors(shape: ms.Shape) -> List[str]:
+    """The shuffled readers measured for `shape` (reported beside the decode limit, not in it)."""
+    return [SHUFFLED] if shape.data_name in FIXED_WIDTH else []
+
 
 def reader_available(name: str) -> Optional[str]:
     base, _, decoder = name.partition("+")
@@ -840,6 +1230,8 @@ def reader_available(name: str) -> Optional[str]:
     if base.startswith("parquet-cpp") and _pq_lib() is None:
         return ("no C++20 compiler, or pyarrow's Parquet headers or libparquet/libarrow, to build "
                 "the Parquet column reader")
+    if base == SHUFFLED and _c_lib() is None:
+        return "no C compiler to build the permutation and the gather"
     return None
 
 
@@ -856,9 +1248,18 @@ class Vocab(dict):
         self.memo: Optional[dict] = None
 
 
-def read(name: str, shape: ms.Shape, paths: List[str], threads: int, vocab) -> Iterator:
+def read(name: str, shape: ms.Shape, paths: List[str], threads: int, vocab, seed: int = 7,
+         window: Optional[int] = None) -> Iterator:
+    """Reader `name`'s epoch (its untimed pass first for a ``-warm`` one, here, before the
+    caller's clock); `seed` and `window` (the rows of a shuffle window) are the shuffled
+    floor's."""
     base, _, decoder = name.partition("+")
     vocab = vocab if isinstance(vocab, Vocab) else Vocab(vocab)
+    if base == SHUFFLED:  # one untimed epoch first (another order), its buffers kept, as -warm
+        fn = functools.partial(read_parquet_cpp_shuffled, outputs=_ShuffleBuffers(), window=window)
+        for _ in fn(shape, paths, threads, vocab, seed=seed + 1):
+            pass
+        return fn(shape, paths, threads, vocab, seed=seed)
     if base.endswith("-memo"):
         vocab.memo = {}
         base = base[: -len("-memo")] + "-warm"
@@ -1063,6 +1464,134 @@ int64_t gather_padded(const char* values, int64_t w, const int64_t* off, const i
   }
   return longest;
 }
+
+/* ``parquet-cpp-shuffled``: a window's permutation and its gather into the batches. */
+
+/* wyrand (Wang Yi's generator: one add and one 64x64->128 multiply a draw) */
+static inline uint64_t wyrand(uint64_t* s) {
+  *s += 0xa0761d6478bd642fULL;
+  __uint128_t t = (__uint128_t)*s * (*s ^ 0xe7037ed1a0b428dbULL);
+  return (uint64_t)(t >> 64) ^ (uint64_t)t;
+}
+
+/* Uniform in [0, range) without a bias: Lemire's multiply-shift, a draw rejected now and then. */
+static inline uint32_t below(uint64_t* s, uint32_t range) {
+  uint64_t m = (uint64_t)(uint32_t)wyrand(s) * range;
+  uint32_t low = (uint32_t)m;
+  if (low < range) {
+    uint32_t floor = (uint32_t)(-range) % range;
+    while (low < floor) {
+      m = (uint64_t)(uint32_t)wyrand(s) * range;
+      low = (uint32_t)m;
+    }
+  }
+  return (uint32_t)(m >> 32);
+}
+
+/* perm[0..n) a uniformly random permutation of 0..n-1 (Fisher-Yates, the "inside-out" form:
+   one pass, no initialisation). */
+void shuffle_perm(uint64_t seed, int64_t n, uint32_t* perm) {
+  uint64_t s = seed;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t j = below(&s, (uint32_t)i + 1);
+    perm[i] = perm[j];
+    perm[j] = (uint32_t)i;
+  }
+}
+
+/* Rows perm[0..n) of each column j (srcs[j], w[j] bytes a row) into dsts[j]'s rows 0..n, the
+   source rows `ahead` rows later prefetched (every line of a wide row). Per column: each column's
+   loop alone (fused = 0), or every column of a row before the next row (fused = 1). */
+#define PERM_COPY(T)                                                              \
+  do {                                                                            \
+    const T* from = (const T*)src;                                                \
+    T* to = (T*)dst;                                                              \
+    int64_t k = 0;                                                                \
+    for (; k + ahead < n; ++k) {                                                  \
+      __builtin_prefetch(from + perm[k + ahead]);                                 \
+      to[k] = from[perm[k]];                                                      \
+    }                                                                             \
+    for (; k < n; ++k) to[k] = from[perm[k]];                                     \
+  } while (0)
+static void perm_column(const char* src, int64_t w, const uint32_t* perm, int64_t n, char* dst,
+                        int64_t ahead) {
+  if (w == 8) {
+    PERM_COPY(uint64_t);
+  } else if (w == 4) {
+    PERM_COPY(uint32_t);
+  } else {
+    int64_t k = 0;
+    for (; k < n; ++k) {
+      if (k + ahead < n) {
+        const char* row = src + w * (int64_t)perm[k + ahead];
+        for (int64_t b = 0; b < w; b += 64) __builtin_prefetch(row + b);
+      }
+      memcpy(dst + w * k, src + w * (int64_t)perm[k], (size_t)w);
+    }
+  }
+}
+#undef PERM_COPY
+
+/* Rows perm[0..n) of a packed window (row_bytes a row, column j's value of w[j] = 4 or 8 bytes
+   at off[j]) into the columns dsts[j]: 64 rows at a time, every line of the rows `ahead` rows
+   later prefetched, each column's values of the 64 rows (in L1 by then) copied in turn. */
+#define PACKED_PERM(T)                                                            \
+  do {                                                                            \
+    T* to = (T*)dsts[j];                                                          \
+    const char* from = src + off[j];                                              \
+    for (int64_t k = lo; k < hi; ++k)                                             \
+      to[k] = *(const T*)(from + (int64_t)perm[k] * row_bytes);                   \
+  } while (0)
+void gather_packed_perm(const char* src, int64_t row_bytes, int64_t ncols, const int64_t* off,
+                        const int64_t* w, const uint32_t* perm, int64_t n, const int64_t* dsts,
+                        int64_t ahead) {
+  enum { kBlock = 64 };
+  for (int64_t lo = 0; lo < n; lo += kBlock) {
+    int64_t hi = lo + kBlock < n ? lo + kBlock : n;
+    int64_t end = hi + ahead < n ? hi + ahead : n;
+    for (int64_t k = lo + ahead; k < end; ++k) {
+      const char* row = src + (int64_t)perm[k] * row_bytes;
+      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b);
+      __builtin_prefetch(row + row_bytes - 1);
+    }
+    for (int64_t j = 0; j < ncols; ++j) {
+      if (w[j] == 8) {
+        PACKED_PERM(uint64_t);
+      } else {
+        PACKED_PERM(uint32_t);
+      }
+    }
+  }
+}
+#undef PACKED_PERM
+
+void gather_perm(int64_t ncols, const int64_t* srcs, const int64_t* w, const uint32_t* perm,
+                 int64_t n, const int64_t* dsts, int64_t fused, int64_t ahead) {
+  if (!fused) {
+    for (int64_t j = 0; j < ncols; ++j)
+      perm_column((const char*)srcs[j], w[j], perm, n, (char*)dsts[j], ahead);
+    return;
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    if (k + ahead < n) {
+      const int64_t r = perm[k + ahead];
+      for (int64_t j = 0; j < ncols; ++j) {
+        const char* row = (const char*)srcs[j] + w[j] * r;
+        for (int64_t b = 0; b < w[j]; b += 64) __builtin_prefetch(row + b);
+      }
+    }
+    const int64_t r = perm[k];
+    for (int64_t j = 0; j < ncols; ++j) {
+      if (w[j] == 8) {
+        ((uint64_t*)dsts[j])[k] = ((const uint64_t*)srcs[j])[r];
+      } else if (w[j] == 4) {
+        ((uint32_t*)dsts[j])[k] = ((const uint32_t*)srcs[j])[r];
+      } else {
+        memcpy((char*)dsts[j] + w[j] * k, (const char*)srcs[j] + w[j] * r, (size_t)w[j]);
+      }
+    }
+  }
+}
 """
 _C_LIB: list = []
 _C_LOCK = threading.Lock()
@@ -1127,6 +1656,12 @@ def _c_build():
         lib.gather_packed.restype = None
         lib.gather_padded.argtypes = [p, i64, p, p, i64, p, p]
         lib.gather_padded.restype = i64
+        lib.shuffle_perm.argtypes = [ctypes.c_uint64, i64, p]
+        lib.shuffle_perm.restype = None
+        lib.gather_perm.argtypes = [i64, p, p, p, i64, p, i64, i64]
+        lib.gather_perm.restype = None
+        lib.gather_packed_perm.argtypes = [p, i64, i64, p, p, p, i64, p, i64]
+        lib.gather_packed_perm.restype = None
     return lib
 
 
@@ -1482,6 +2017,58 @@ def check_reader(name, shape, paths, threads, vocab, ref) -> Tuple[bool, str]:
     if at != len(ref[shape.count if shape.count in ref else next(iter(ref))]):
         return False, f"{at} rows read"
     return True, "values equal to the reference"
+
+
+def check_shuffled(name, shape, paths, threads, ref, seed: int = 7,
+                   window: Optional[int] = None) -> Tuple[bool, str]:
+    """A shuffled reader's timed epoch (after its untimed one, as `read` runs it) against the
+    reference, row by row as 64-bit hashes (``row_hashes``): every reference row delivered
+    exactly once; each window of ``shuffle_windows``'s plan delivered whole at its place in the
+    epoch (the rows of its row groups, no other); every batch ``batch_size`` rows but the last;
+    neither the row groups' order, nor any window's rows (16 or more), nor the epoch's order the
+    files' order; and a batch the consumer still holds unchanged when the next one arrives."""
+    window = window or SHUFFLE_WINDOW
+    keys = [k for k in ref if not k.endswith("_offsets")]
+    hashes, sizes, held = [], [], None
+    try:
+        for n, out in read(name, shape, paths, threads, {}, seed=seed, window=window):
+            if held is not None and not np.array_equal(row_hashes(held, keys), hashes[-1]):
+                return False, f"batch {len(sizes) - 1} changed while the consumer held it"
+            hashes.append(row_hashes(out, keys))
+            sizes.append(n)
+            if len(hashes[-1]) != n:
+                return False, f"batch {len(sizes) - 1} says {n} rows, holds {len(hashes[-1])}"
+            held = out
+    except Exception as error:  # noqa: BLE001
+        return False, f"{type(error).__name__}: {error}"
+    want = row_hashes(ref, keys)
+    got = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
+    if len(got) != len(want):
+        return False, f"{len(got)} rows delivered of {len(want)}"
+    if not np.array_equal(np.sort(got), np.sort(want)):
+        return False, (f"not a permutation of the reference rows: "
+                       f"{np.setdiff1d(want, got).size} rows missing")
+    batch = shape.batch_size
+    if any(n != batch for n in sizes[:-1]) or not 0 < sizes[-1] <= batch:
+        return False, f"batch sizes {sorted(set(sizes))} (batch_size {batch})"
+    groups = row_groups(paths)
+    first = np.concatenate([[0], np.cumsum(groups)[:-1]]).astype(np.int64)
+    windows, _ = shuffle_windows(groups, window, seed)
+    if len(groups) >= 6 and [g for w in windows for g in w] == list(range(len(groups))):
+        return False, "the row groups in the files' order"
+    at = 0
+    for k, members in enumerate(windows):
+        idx = np.concatenate([np.arange(first[g], first[g] + groups[g]) for g in members])
+        part = got[at:at + len(idx)]
+        if not np.array_equal(np.sort(part), np.sort(want[idx])):
+            return False, f"window {k}: rows of other windows at its places (rows {at}-{at + len(idx)})"
+        if len(idx) >= 16 and np.array_equal(part, want[idx]):
+            return False, f"window {k}: its rows in the files' order (not permuted)"
+        at += len(idx)
+    if np.array_equal(got, want):
+        return False, "the epoch's order is the files' order"
+    return True, (f"every row once, {len(windows)} windows each whole at its place and permuted, "
+                  f"{len(sizes)} batches of {batch} rows but the last")
 
 
 def _compare_batch(out, arrays, idx, b) -> Optional[str]:

@@ -37,8 +37,9 @@ def test_matrix_table_rows_and_checked_limits(tmp_path):
     assert header == ["shape", "rows", "cold / decode limit", "later cold / decode limit",
                       "fill / no cache",
                       "warm / memory limit", "first batch (batch times)", "after open",
-                      "shuffled / unshuffled: cold, warm", "decode limit won", "memory limit won",
-                      "flags"]
+                      "shuffled / unshuffled: cold, warm",
+                      "shuffled floor / decode limit, cold / shuffled floor", "decode limit won",
+                      "memory limit won", "flags"]
     for name in ("wide", "ragged"):
         s = report["shapes"][name]
         assert s["status"] == "ok", s
@@ -78,6 +79,22 @@ def test_matrix_table_rows_and_checked_limits(tmp_path):
         if s["first_batch_batches"] == s["first_batch_batches"]:  # NaN with one batch (3,000 rows)
             assert 0 < s["first_after_open_batches"] < s["first_batch_batches"], s
         assert isinstance(s["weak_limits"], list)
+    # The shuffled floor: the wide set's (a fixed-width shape), checked, beside the decode limit
+    # (never it), as its own column; the ragged lists have none ("-").
+    wide, ragged = report["shapes"]["wide"], report["shapes"]["ragged"]
+    floor = wide["shuffled_floor"]
+    assert floor["reader"] == "parquet-cpp-shuffled" != wide["decode_limit"]["reader"]
+    assert wide["checks"]["parquet-cpp-shuffled"]["equal"], wide["checks"]["parquet-cpp-shuffled"]
+    assert floor["rows_per_s"] == wide["results"]["parquet-cpp-shuffled"]["rows_per_s"]
+    assert floor["vs_decode"] == pytest.approx(floor["rows_per_s"] / wide["decode_limit"]["rows_per_s"])
+    assert wide["cold_vs_shuffled_floor"] == pytest.approx(
+        wide["results"]["stoker-cold"]["rows_per_s"] / floor["rows_per_s"])
+    assert ragged["shuffled_floor"] is None and ragged["cold_vs_shuffled_floor"] is None
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+            for line in md.splitlines() if line.startswith("| ")}
+    column = header.index("shuffled floor / decode limit, cold / shuffled floor")
+    assert rows[wide["title"]][column] == f"{floor['vs_decode']:.2f}, {wide['cold_vs_shuffled_floor']:.2f}"
+    assert rows[ragged["title"]][column] == "-"
 
 
 def test_limits_equal_the_reference_and_a_wrong_one_is_caught(tmp_path):
@@ -377,3 +394,160 @@ def test_the_parquet_column_reader_that_does_not_build_is_unavailable(monkeypatc
     monkeypatch.setattr(ml, "_PQ_SOURCE", "#error not C++\n")
     monkeypatch.setattr(ml, "_PQ_LIB", [])
     assert "C++20 compiler" in ml.reader_available("parquet-cpp-warm")
+
+
+def _small_row_groups(ms, shape, tmp_path, rows, group_rows):
+    """A tiny set of `shape` rewritten with row groups of `group_rows` rows (more row groups, so
+    more windows, than ``ensure``'s tiny sets have), and its reference."""
+    import pyarrow.parquet as pq
+
+    path = ms.ensure(shape, str(tmp_path / "data"), tiny=rows, log=lambda *a: None)
+    out = tmp_path / "small-groups"
+    out.mkdir()
+    for p in ms.files(path):
+        pq.write_table(pq.read_table(p), str(out / os.path.basename(p)), row_group_size=group_rows)
+    return ms.files(str(out)), ms.reference(shape, ms.raw(shape, False, rows))
+
+
+@pytest.mark.parametrize("shape_name, packed", [("narrow", False), ("narrow", True), ("wide", None),
+                                                ("many", False), ("many", True)])
+def test_the_shuffled_floor_delivers_every_row_once_inside_its_windows(tmp_path, shape_name, packed,
+                                                                      monkeypatch):
+    """``parquet-cpp-shuffled`` (the decode limit's reader, then the loader's shuffle: row groups
+    in a random order, windows of whole row groups, each window's rows permuted and gathered into
+    the batches), with both gathers (per column, and from packed rows): every reference row once;
+    the rows at each window's places in the epoch are that window's row groups' rows, and not in
+    their order in the files; batches of batch_size rows but the last (batches that span two
+    windows); the row groups not in the files' order. Checked here from the rows' hashes, and by
+    ``check_shuffled``, the matrix's check."""
+    import dataclasses
+    import functools
+
+    import numpy as np
+
+    ml, ms = _bench_modules()
+    monkeypatch.setattr(ml, "read_parquet_cpp_shuffled",
+                        functools.partial(ml.read_parquet_cpp_shuffled, packed=packed))
+    shape = dataclasses.replace(ms.BY_NAME[shape_name], batch_size=256)  # batches across windows
+    paths, ref = _small_row_groups(ms, ms.BY_NAME[shape_name], tmp_path, 3000, 250)
+    groups = ml.row_groups(paths)
+    assert len(groups) == 12 and ml.reader_available(ml.SHUFFLED) is None
+    keys = list(ref)
+    want = ml.row_hashes(ref, keys)
+    assert len(np.unique(want)) == 3000  # every row its own hash: positions can be traced
+    sizes, got = [], []
+    for n, out in ml.read(ml.SHUFFLED, shape, paths, 2, {}, seed=5, window=600):
+        assert set(out) == set(keys) and all(len(v) == n for v in out.values())
+        for key, v in out.items():
+            assert v.dtype == ref[key].dtype and v.shape[1:] == ref[key].shape[1:], key
+        sizes.append(n)
+        got.append(ml.row_hashes(out, keys))
+    got = np.concatenate(got)
+    assert sizes == [256] * 11 + [3000 - 256 * 11]
+    order = np.searchsorted(np.sort(want), got)
+    where = np.argsort(want)[order]  # the reference row delivered at each position
+    assert np.array_equal(want[where], got)
+    assert np.array_equal(np.sort(where), np.arange(3000))  # each row exactly once
+    windows, _ = ml.shuffle_windows(groups, 600, 5)
+    assert all(len(w) == 3 for w in windows)  # 750 rows: at least 600, of whole row groups
+    assert [g for w in windows for g in w] != list(range(12))
+    at = 0
+    for w in windows:
+        rows = np.concatenate([np.arange(g * 250, g * 250 + 250) for g in w])
+        part = where[at:at + len(rows)]
+        assert np.array_equal(np.sort(part), np.sort(rows))  # the window's rows, no others
+        assert not np.array_equal(part, rows)  # permuted
+        # Mixed through the window, not a shift or a few swaps: position and row uncorrelated.
+        rank = np.argsort(np.argsort(part))
+        assert abs(np.corrcoef(rank, np.arange(len(part)))[0, 1]) < 0.2
+        at += len(rows)
+    ok, why = ml.check_shuffled(ml.SHUFFLED, shape, paths, 2, ref, seed=5, window=600)
+    assert ok, why
+    # Another seed, another order; the same rows.
+    other = np.concatenate([ml.row_hashes(out, keys) for _, out in
+                            ml.read(ml.SHUFFLED, shape, paths, 2, {}, seed=6, window=600)])
+    assert not np.array_equal(other, got) and np.array_equal(np.sort(other), np.sort(got))
+
+
+@pytest.mark.parametrize("fault", ["identity", "across windows", "lost row", "batch size"])
+def test_the_shuffled_floors_check_catches_a_wrong_reader(tmp_path, monkeypatch, fault):
+    """``check_shuffled`` fails a floor whose windows are not permuted, that moves a row into
+    another window, that delivers a row twice and loses another, or whose batches are cut
+    otherwise."""
+    import ctypes
+    import dataclasses
+
+    import numpy as np
+
+    ml, ms = _bench_modules()
+    shape = dataclasses.replace(ms.BY_NAME["many"], batch_size=256)
+    paths, ref = _small_row_groups(ms, ms.BY_NAME["many"], tmp_path, 3000, 250)
+    assert ml.check_shuffled(ml.SHUFFLED, shape, paths, 2, ref, window=600)[0]
+    real = ml.read_parquet_cpp_shuffled
+    if fault == "identity":
+        lib = ml._c_lib()
+
+        def identity(seed, n, address):
+            np.frombuffer((ctypes.c_uint32 * n).from_address(address), np.uint32)[:] = np.arange(n)
+
+        monkeypatch.setattr(lib, "shuffle_perm", identity)
+        expect = "not permuted"
+    else:
+        def wrong(*args, **kwargs):
+            batches = [(n, {k: v.copy() for k, v in out.items()}) for n, out in real(*args, **kwargs)]
+            first, last = batches[0][1], batches[-1][1]
+            for key in first:
+                if fault == "across windows":  # swap a row of the first window with the last's
+                    first[key][0], last[key][-1] = last[key][-1].copy(), first[key][0].copy()
+                elif fault == "lost row":
+                    first[key][1] = first[key][0]
+            if fault == "batch size":
+                n, out = batches.pop(0)
+                batches[:0] = [(128, {k: v[:128] for k, v in out.items()}),
+                               (n - 128, {k: v[128:] for k, v in out.items()})]
+            yield from batches
+
+        monkeypatch.setattr(ml, "read_parquet_cpp_shuffled", wrong)
+        expect = {"across windows": "rows of other windows", "lost row": "not a permutation",
+                  "batch size": "batch sizes"}[fault]
+    ok, why = ml.check_shuffled(ml.SHUFFLED, shape, paths, 2, ref, window=600)
+    assert not ok and expect in why, why
+
+
+def test_the_shuffled_floors_permutation_is_uniform():
+    """``shuffle_perm`` (Fisher-Yates with wyrand): every permutation of 4 equally often over
+    24,000 seeds (a chi-square far below what a biased shuffle gives: always swapping with a
+    lower index, Sattolo's, never leaves a value in place), and a permutation of 0..n-1 for a
+    large n."""
+    import ctypes
+
+    import numpy as np
+
+    ml, _ = _bench_modules()
+    lib = ml._c_lib()
+    perm = np.empty(4, np.uint32)
+    counts = {}
+    for seed in range(24_000):
+        lib.shuffle_perm(ctypes.c_uint64(seed * 0x9E3779B97F4A7C15 % (1 << 64)), 4, perm.ctypes.data)
+        counts[tuple(perm)] = counts.get(tuple(perm), 0) + 1
+    assert len(counts) == 24
+    chi2 = sum((c - 1000) ** 2 / 1000 for c in counts.values())
+    assert chi2 < 60, (chi2, counts)  # 23 degrees of freedom: p < 1e-4 above 60
+    big = np.empty(300_000, np.uint32)
+    lib.shuffle_perm(7, len(big), big.ctypes.data)
+    assert np.array_equal(np.sort(big), np.arange(len(big)))
+
+
+def test_the_shuffled_floor_is_never_a_decode_limit():
+    """The floor is measured for the fixed-width shapes only, and never among the decode readers
+    (it does more than they do: it would never be the fastest, and must not be taken for one)."""
+    ml, ms = _bench_modules()
+    sys.path.insert(0, ROOT)
+    try:
+        from bench import matrix
+    finally:
+        sys.path.remove(ROOT)
+    assert matrix.SHUFFLED_FLOOR == ml.SHUFFLED
+    for shape in ms.SHAPES:
+        assert ml.SHUFFLED not in ml.readers(shape)
+        assert ml.floors(shape) == ([ml.SHUFFLED] if shape.name in ("narrow", "wide", "many") else [])
