@@ -11,6 +11,7 @@
 #include "util/convert.h"
 #include "util/prefetch.h"
 #include "util/recycling_pool.h"
+#include "util/stream_copy.h"
 #include "util/transpose.h"
 
 namespace stoker {
@@ -78,15 +79,21 @@ void GatherFixed(const BatchRows& rows, int slot, int64_t inner, D* out, int64_t
     }
     for (; i < end; ++i) out[i * out_stride] = Convert<D>(base[rows.item[i]][rows.row[i]]);
   } else {
+    const bool stream = std::is_same_v<S, D> && inner * int64_t{sizeof(D)} >= kStreamCopyBytes;
     for (int64_t i = begin; i < end; ++i) {
       const S* src = base[rows.item[i]] + rows.row[i] * inner;
       D* dst = out + i * out_stride;
       if constexpr (std::is_same_v<S, D>) {
-        std::memcpy(dst, src, inner * sizeof(D));
+        if (stream) {
+          StreamCopy(dst, src, inner * int64_t{sizeof(D)});
+        } else {
+          std::memcpy(dst, src, inner * sizeof(D));
+        }
       } else {
         for (int64_t k = 0; k < inner; ++k) dst[k] = Convert<D>(src[k]);
       }
     }
+    if (stream) StreamFence();
   }
   if (!any_nulls) return;
   const D fill_value = FromDouble<D>(spec.options.has_fill_null ? spec.options.fill_null : 0);

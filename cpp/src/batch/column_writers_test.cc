@@ -15,6 +15,7 @@
 #include "batch/slab_pool.h"
 #include "decode/packed_rows.h"
 #include "util/recycling_pool.h"
+#include "util/stream_copy.h"
 
 namespace stoker {
 namespace {
@@ -251,6 +252,47 @@ TEST(DenseWriter, GathersShuffledRowsLongerAndShorterThanItsPrefetchDistance) {
     ASSERT_FALSE(BatchRows(refs).use_runs);
     const Written out = Write(writer, refs);
     EXPECT_EQ(Values<int64_t>(out.column.values), expected) << num_rows;
+  }
+}
+
+// Shuffled rows of at least kStreamCopyBytes are copied with streaming stores: rows whose size
+// is no multiple of a line or of 16 bytes, after a short row's offset, each land whole, and a
+// null row is filled.
+TEST(DenseWriter, GathersShuffledLargeRowsWhole) {
+  for (const int64_t inner : {kStreamCopyBytes, kStreamCopyBytes + 37}) {
+    DecodedItem items[2];
+    std::vector<std::vector<uint8_t>> values(2);
+    std::vector<uint8_t> valid = Bitmap({1, 1, 0, 1, 1});
+    for (int k = 0; k < 2; ++k) {
+      items[k].num_rows = 5;
+      items[k].sources.resize(1);
+      values[k].resize(5 * inner);
+      for (int64_t i = 0; i < 5 * inner; ++i) values[k][i] = static_cast<uint8_t>(i * 7 + k * 13);
+      items[k].sources[0].values = values[k].data();
+    }
+    items[1].sources[0].validity = valid.data();
+    ColumnSpec spec =
+        Spec("img", SourceLayout::kFixed, ColumnKind::kDense, DType::kUInt8, DType::kUInt8);
+    spec.inner = inner;
+    spec.inner_shape = {inner};
+    spec.options.has_fill_null = true;
+    spec.options.fill_null = 9;
+    const DenseWriter writer(spec, 0, 0);
+    const std::vector<RowRef> refs = {{&items[1], 4}, {&items[0], 2}, {&items[1], 2},
+                                      {&items[0], 0}, {&items[1], 1}, {&items[0], 3}};
+    ASSERT_FALSE(BatchRows(refs).use_runs);
+    const Written out = Write(writer, refs);
+    const std::vector<uint8_t> got = Values<uint8_t>(out.column.values);
+    ASSERT_EQ(got.size(), refs.size() * inner);
+    for (size_t i = 0; i < refs.size(); ++i) {
+      const int k = refs[i].item == &items[0] ? 0 : 1;
+      const int64_t r = refs[i].row;
+      std::vector<uint8_t> expected(values[k].begin() + r * inner,
+                                    values[k].begin() + (r + 1) * inner);
+      if (k == 1 && r == 2) expected.assign(inner, 9);
+      EXPECT_TRUE(std::equal(expected.begin(), expected.end(), got.begin() + i * inner))
+          << "row " << i << " of " << inner << "-byte rows";
+    }
   }
 }
 
