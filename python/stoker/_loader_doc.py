@@ -14,7 +14,9 @@ ARGS = """
         shuffle: Shuffle row groups per epoch and rows inside the shuffle window.
         seed: Seed of every random choice. ``None`` draws one (rank 0's draw, shared through
             torch.distributed when ``world_size > 1``); read it back from ``loader.seed``.
-        shuffle_window: Rows shuffled together (an int), or a byte size such as ``"256MiB"``.
+        shuffle_window: Rows shuffled together (an int), or a byte size such as ``"256MiB"``
+            (of the columns' Parquet sizes, uncompressed). ``None``: 65,536 rows, or fewer where
+            they would hold more than 256 MiB decoded (images).
         drop_last: Drop the rows that do not fill the last batch of every rank (equal, full
             batches everywhere). ``False`` pads ranks by wrapping around to equal row counts
             and keeps a short last batch.

@@ -53,7 +53,7 @@ class Loader(Resumable):
         batch_size: int = 1024,
         shuffle: bool = True,
         seed: Optional[int] = None,
-        shuffle_window: Union[int, str] = 65536,
+        shuffle_window: Union[None, int, str] = None,
         drop_last: bool = True,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,

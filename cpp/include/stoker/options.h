@@ -137,13 +137,21 @@ struct ColumnsOptions {
   std::vector<std::string> transform_columns;
 };
 
+/// OrderOptions::shuffle_window_rows when none is given: resolved at open to
+/// kAutoShuffleWindowRows, or to the rows that kAutoShuffleWindowBytes holds decoded where fewer.
+inline constexpr int64_t kAutoShuffleWindow = -1;
+inline constexpr int64_t kAutoShuffleWindowRows = 65536;
+inline constexpr int64_t kAutoShuffleWindowBytes = int64_t{256} << 20;
+
 /// Which rows go into which batch, in which order, on which rank (plan/, the padding writer).
 struct OrderOptions {
   int64_t batch_size = 1024;
   bool shuffle = true;
   uint64_t seed = 0;
   /// Rows whose order is permuted together. 0 or 1: only the row-group order is shuffled.
-  int64_t shuffle_window_rows = 65536;
+  /// kAutoShuffleWindow (the default): kAutoShuffleWindowRows, or fewer where that many rows
+  /// would hold more than kAutoShuffleWindowBytes decoded (large rows, such as decoded images).
+  int64_t shuffle_window_rows = kAutoShuffleWindow;
   /// When > 0, overrides shuffle_window_rows: the window holds about this many uncompressed
   /// bytes of the selected columns (converted to rows from the footers' statistics).
   int64_t shuffle_window_bytes = 0;

@@ -95,6 +95,34 @@ int64_t RowBytes(const Catalog& catalog, const OutputSpec& spec) {
   return std::max<int64_t>(1, bytes / std::max<int64_t>(1, catalog.total_rows()));
 }
 
+// Bytes a shuffle window holds per row, estimated at open: RowBytes plus the output of each
+// transform chain whose per-row shape is fixed (a decoded image is many times its JPEG bytes).
+int64_t DecodedRowBytes(const Catalog& catalog, const OutputSpec& spec) {
+  int64_t row_bytes = RowBytes(catalog, spec);
+  for (const ColumnSpec& column : spec.columns) {
+    if (!column.chain || column.output_shape.empty()) continue;
+    int64_t elements = 1;
+    for (int64_t dim : column.output_shape) elements = dim > 0 ? elements * dim : 0;
+    row_bytes += elements * DTypeSize(column.dtype);
+  }
+  return row_bytes;
+}
+
+// The shuffle window in rows: the rows given, a byte size converted with RowBytes (as since 0.1:
+// a byte window's rows, and so its resume states, stay what they were), or the default:
+// kAutoShuffleWindowRows, or the rows kAutoShuffleWindowBytes holds decoded where fewer.
+int64_t ResolveWindowRows(const OrderOptions& order, const Catalog& catalog,
+                          const OutputSpec& spec) {
+  if (order.shuffle_window_bytes > 0) {
+    return std::max<int64_t>(1, order.shuffle_window_bytes / RowBytes(catalog, spec));
+  }
+  if (order.shuffle_window_rows == kAutoShuffleWindow) {
+    return std::clamp<int64_t>(kAutoShuffleWindowBytes / DecodedRowBytes(catalog, spec), 1,
+                               kAutoShuffleWindowRows);
+  }
+  return order.shuffle_window_rows;
+}
+
 PlanOptions MakePlanOptions(const OrderOptions& order, int64_t shuffle_window_rows) {
   PlanOptions plan;
   plan.batch_size = order.batch_size;
@@ -182,11 +210,14 @@ Result<std::unique_ptr<Loader>> Loader::Open(const LoaderOptions& options,
       auto spec, ResolveColumns(*catalog, options.columns, !options.cache.dir.empty(), nullptr,
                                 options.order.padding_mask ? options.order.padding_name : "",
                                 impl->pipeline_options.num_workers));
-  const int64_t window_rows =
-      options.order.shuffle_window_bytes > 0
-          ? std::max<int64_t>(1, options.order.shuffle_window_bytes / RowBytes(*catalog, spec))
-          : options.order.shuffle_window_rows;
-  impl->plan_options = MakePlanOptions(options.order, window_rows);
+  impl->plan_options =
+      MakePlanOptions(options.order, ResolveWindowRows(options.order, *catalog, spec));
+  // The default window as resolved is what Fingerprint() hashes: a resume state saved where it
+  // came out at other rows (another dataset, or before its byte bound) must not match.
+  if (impl->options.order.shuffle_window_rows == kAutoShuffleWindow &&
+      impl->options.order.shuffle_window_bytes == 0) {
+    impl->options.order.shuffle_window_rows = impl->plan_options.shuffle_window_rows;
+  }
   for (const auto& file : catalog->files()) {
     if (std::find(impl->filesystems.begin(), impl->filesystems.end(), file.fs) ==
         impl->filesystems.end()) {

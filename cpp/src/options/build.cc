@@ -716,10 +716,14 @@ Result<LoaderOptions> BuildLoaderOptions(const OptionValue& values, LoaderOption
       STOKER_ASSIGN_OR_RAISE(order.batch_size, Int("batch_size", Get(values, "batch_size")));
     }
     if (Has(values, "shuffle")) order.shuffle = Get(values, "shuffle").Truthy();
-    if (Has(values, "shuffle_window")) {
-      // An int is a row count; anything else a byte size.
+    if (Has(values, "shuffle_window") && !Get(values, "shuffle_window").is_none()) {
+      // An int is a row count; anything else a byte size. None: the default (kAutoShuffleWindow).
       const OptionValue& window = Get(values, "shuffle_window");
       if (window.is_int()) {
+        if (window.integer < 0) {
+          return Invalid("shuffle_window must be between 0 and 2**31 rows, got " +
+                         std::to_string(window.integer));
+        }
         order.shuffle_window_rows = window.integer;
       } else {
         STOKER_ASSIGN_OR_RAISE(order.shuffle_window_bytes, ParseSize(window, "shuffle_window"));

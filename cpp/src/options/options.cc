@@ -93,7 +93,8 @@ Status LoaderOptions::Validate() const {
     return Invalid("rank must be in [0, world_size=" + std::to_string(order.world_size) +
                    "), got " + std::to_string(order.rank));
   }
-  if (order.shuffle_window_rows < 0 || order.shuffle_window_rows > (int64_t{1} << 31)) {
+  if ((order.shuffle_window_rows < 0 && order.shuffle_window_rows != kAutoShuffleWindow) ||
+      order.shuffle_window_rows > (int64_t{1} << 31)) {
     return Invalid("shuffle_window must be between 0 and 2**31 rows, got " +
                    std::to_string(order.shuffle_window_rows));
   }
@@ -239,7 +240,11 @@ uint64_t LoaderOptions::Fingerprint(bool with_shard) const {
   }
   hash.AddInt(order.batch_size);
   hash.AddInt(order.shuffle);
-  hash.AddInt(order.shuffle_window_rows);
+  // An open loader hashes its default window as resolved (Loader::Open); unresolved (beside a
+  // byte size), it hashes as the 65,536 rows the default was before its byte bound (2026-12-05),
+  // so resume states saved then still match.
+  hash.AddInt(order.shuffle_window_rows == kAutoShuffleWindow ? kAutoShuffleWindowRows
+                                                              : order.shuffle_window_rows);
   hash.AddInt(order.shuffle_window_bytes);
   hash.AddInt(order.drop_last);
   // Only with drop_last and shuffle, whose plans changed (the dropped rows are a randomly placed
@@ -247,7 +252,9 @@ uint64_t LoaderOptions::Fingerprint(bool with_shard) const {
   if (order.drop_last && order.shuffle) hash.Add("drop-at-random-start");
   // Only with shuffled windows, whose plans changed (the first batch's rows are a window of their
   // own, the epoch's head): a resume state saved before must not match. Others are unchanged.
-  if (order.shuffle && (order.shuffle_window_rows > 1 || order.shuffle_window_bytes > 0)) {
+  if (order.shuffle &&
+      (order.shuffle_window_rows > 1 || order.shuffle_window_rows == kAutoShuffleWindow ||
+       order.shuffle_window_bytes > 0)) {
     hash.Add("head-window");
   }
   hash.AddInt(order.padding_mask);
