@@ -358,8 +358,9 @@ class Reader:
         self._loader = Loader(
             sources, columns=read, batch_size=max(1, min(batch_size, rows_per_rank)),
             shuffle=shuffle, seed=seed,
-            # Petastorm shuffles the row-group order; rows move only with shuffle_rows.
-            shuffle_window=65536 if shuffle_rows else 1,
+            # Petastorm shuffles the row-group order; rows move only with shuffle_rows (in the
+            # Loader's default window: 65,536 rows, fewer where they would exceed 256 MiB decoded).
+            shuffle_window=None if shuffle_rows else 1,
             drop_last=False, padding_mask=True, rank=cur_shard if shard_count else 0,
             world_size=world, num_threads=workers_count, storage_options=storage_options,
             cache_dir=cache_dir, cache_bytes=cache_bytes if cache_bytes is not None else "50GiB",
