@@ -436,6 +436,20 @@ struct File {
   std::shared_ptr<parquet::FileMetaData> metadata;  // the footer, parsed once
 };
 
+// Row group g of f, with the file reader it reads through (parsed footer, shared mapping).
+struct RowGroup {
+  std::unique_ptr<parquet::ParquetFileReader> reader;
+  std::shared_ptr<parquet::RowGroupReader> rg;
+};
+
+RowGroup OpenRowGroup(const File& f, int64_t g) {
+  RowGroup out;
+  out.reader =
+      parquet::ParquetFileReader::Open(f.map, parquet::default_reader_properties(), f.metadata);
+  out.rg = out.reader->RowGroup(static_cast<int>(g));
+  return out;
+}
+
 int64_t Fail(char* err, int64_t size, const std::string& what, int64_t code) {
   if (size > 0) {
     std::strncpy(err, what.c_str(), static_cast<size_t>(size - 1));
@@ -631,10 +645,8 @@ int64_t pq_read_packed(void* file, int64_t g, int64_t rows, int64_t n, const int
                        const char* codes, const int64_t* off, int64_t row_bytes, int64_t block,
                        char* out, double* seconds, char* err, int64_t size) {
   try {
-    const File& f = *static_cast<File*>(file);
-    auto reader =
-        parquet::ParquetFileReader::Open(f.map, parquet::default_reader_properties(), f.metadata);
-    auto rg = reader->RowGroup(static_cast<int>(g));
+    const RowGroup opened = OpenRowGroup(*static_cast<File*>(file), g);
+    const auto& rg = opened.rg;
     if (rg->metadata()->num_rows() != rows) {
       return Fail(err, size, "the row group's rows are not the outputs'", kError);
     }
@@ -714,10 +726,8 @@ int64_t pq_read(void* file, int64_t g, int64_t rows, int64_t n, const int32_t* l
                 const char* codes, void* const* outs, int64_t nf, const int32_t* feature_leaves,
                 float* features, int64_t block, char* err, int64_t size) {
   try {
-    const File& f = *static_cast<File*>(file);
-    auto reader =
-        parquet::ParquetFileReader::Open(f.map, parquet::default_reader_properties(), f.metadata);
-    auto rg = reader->RowGroup(static_cast<int>(g));
+    const RowGroup opened = OpenRowGroup(*static_cast<File*>(file), g);
+    const auto& rg = opened.rg;
     if (rg->metadata()->num_rows() != rows) {
       return Fail(err, size, "the row group's rows are not the outputs'", kError);
     }
